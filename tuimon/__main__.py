@@ -1,0 +1,5 @@
+import sys
+
+from tuimon.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Pure functions over what the sources collected: step stats, breakdowns, verdicts."""

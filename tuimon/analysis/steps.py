@@ -1,0 +1,82 @@
+"""Steps and where their time goes, built from channel records. Pure: no I/O, no clocks."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+# Record kinds and field positions: a copy of tuimon.channel.layout's, so this layer stays
+# stdlib-only (a test checks they agree).
+RANGE, STEP, DATA_WAIT, COUNT = 1, 2, 3, 4
+F_KIND, F_DEPTH, F_NAME, F_TID, F_STEP, F_T0, F_T1, F_VALUE = 0, 1, 3, 4, 5, 6, 7, 8
+
+
+@dataclass
+class StepRecord:
+    index: int
+    t0: int = 0
+    t1: int = 0
+    data_wait_ns: int = 0
+    ranges: dict[int, list[int]] = field(default_factory=dict)  # name id -> durations (ns)
+    depth: dict[int, int] = field(default_factory=dict)  # name id -> shallowest depth seen
+    counts: dict[int, float] = field(default_factory=dict)  # name id -> sum of values
+
+    @property
+    def duration_ns(self) -> int:
+        return self.t1 - self.t0
+
+
+class StepAccumulator:
+    """Groups records by the step they carry. Completed steps are kept, newest last, up to
+    `history`; records of a step that is still running wait in `open`."""
+
+    def __init__(self, history: int = 2000):
+        self.completed: deque[StepRecord] = deque(maxlen=history)
+        self._by_index: dict[int, StepRecord] = {}
+        self.open: dict[int, StepRecord] = {}
+
+    def _step(self, index: int) -> StepRecord:
+        s = self._by_index.get(index) or self.open.get(index)
+        if s is None:
+            s = self.open[index] = StepRecord(index)
+        return s
+
+    def add(self, records) -> int:
+        """Fold records in; returns how many steps completed."""
+        done = 0
+        for r in records:
+            kind = r[F_KIND]
+            s = self._step(r[F_STEP])
+            if kind == RANGE:
+                nid = r[F_NAME]
+                s.ranges.setdefault(nid, []).append(r[F_T1] - r[F_T0])
+                if r[F_DEPTH] < s.depth.get(nid, 1 << 30):
+                    s.depth[nid] = r[F_DEPTH]
+            elif kind == DATA_WAIT:
+                s.data_wait_ns += r[F_T1] - r[F_T0]
+            elif kind == COUNT:
+                s.counts[r[F_NAME]] = s.counts.get(r[F_NAME], 0.0) + r[F_VALUE]
+            elif kind == STEP:
+                s.t0, s.t1 = r[F_T0], r[F_T1]
+                self.open.pop(s.index, None)
+                if s.index not in self._by_index:
+                    if len(self.completed) == self.completed.maxlen:
+                        self._by_index.pop(self.completed[0].index, None)
+                    self.completed.append(s)
+                    self._by_index[s.index] = s
+                    done += 1
+        # Open steps far older than the newest completed one will never complete (a lost STEP
+        # record): drop them so memory stays bounded.
+        if self.completed and len(self.open) > 64:
+            newest = self.completed[-1].index
+            for idx in [i for i in self.open if i < newest - 64]:
+                del self.open[idx]
+        return done
+
+    def window(self, steps: int) -> list[StepRecord]:
+        """The last `steps` completed steps, leaving out the first step of the job (warm-up:
+        imports, compilation, allocator growth) while there are others."""
+        recent = list(self.completed)[-steps:]
+        if len(recent) > 2 and recent[0].index == 1:
+            recent = recent[1:]
+        return recent

@@ -1,0 +1,127 @@
+"""Segment layout v1: the one source of truth for offsets, sizes and record formats.
+
+A segment is one file in /dev/shm, written by the probe inside the training process and read by
+any number of monitors. Everything is little-endian. The layout:
+
+    [0, 4096)            header page: fixed fields, then dynamic counters on their own cache
+                         lines, then the metadata JSON (argv, rank, ...)
+    [4096, 8192)         control block: capture request (monitor) and capture state (probe)
+    [8192, +NAMES)       name table: append-only entries of (u16 length, utf-8 bytes)
+    [ring_offset, end)   ring: RING_RECORDS fixed-size records, indexed by a free-running u64
+                         write counter (ring_head) that the writer publishes after each record
+
+Readers trust nothing in a segment: every offset and length here is checked against the file.
+"""
+
+from __future__ import annotations
+
+import struct
+
+MAGIC = b"TUIMONCH"
+LAYOUT_VERSION = 1
+
+PAGE = 4096
+HEADER_SIZE = PAGE
+CONTROL_OFFSET = PAGE
+CONTROL_SIZE = PAGE
+NAMES_OFFSET = 2 * PAGE
+NAMES_CAPACITY = 64 * 1024
+RING_OFFSET = NAMES_OFFSET + NAMES_CAPACITY
+DEFAULT_RING_RECORDS = 1 << 16  # 3 MiB of records: 0.3 s at 200k ranges/s, 3x a 10 Hz drain
+MIN_RING_RECORDS = 64
+MAX_RING_RECORDS = 1 << 24
+
+MAX_NAME_BYTES = 200  # longer names are cut at a UTF-8 boundary
+NAME_LEN = struct.Struct("<H")
+
+# Fixed header fields, written once when the segment is created.
+HEADER = struct.Struct(
+    "<8s"  # 0   magic
+    "I"  # 8   layout version
+    "I"  # 12  header size
+    "Q"  # 16  total size of the segment
+    "I"  # 24  control offset
+    "I"  # 28  control size
+    "I"  # 32  names offset
+    "I"  # 36  names capacity (bytes)
+    "I"  # 40  ring offset
+    "I"  # 44  ring capacity (records, a power of two)
+    "I"  # 48  record size
+    "I"  # 52  writer pid
+    "Q"  # 56  writer process start time (clock ticks since boot, /proc/PID/stat field 22)
+    "Q"  # 64  created (CLOCK_MONOTONIC ns)
+    "I"  # 72  metadata offset
+    "I"  # 76  metadata length (bytes of JSON)
+    "I"  # 80  writer uid
+)
+
+# Dynamic header fields (each read or written alone).
+OFF_FLAGS = 96  # u32: FLAG_CLOSED once the writer's process exits cleanly
+OFF_CLOSED_NS = 104  # u64: when it closed (CLOCK_MONOTONIC ns)
+OFF_HEARTBEAT_NS = 128  # u64: last sign of life from the training loop
+OFF_STEPS = 136  # u64: completed steps
+OFF_NAMES_USED = 144  # u64: bytes of the name table in use (published after the entry)
+OFF_NAME_COUNT = 152  # u64: names in the table (published after names_used)
+OFF_RING_HEAD = 192  # u64: records ever written; its own cache line
+META_OFFSET = 256
+META_CAPACITY = HEADER_SIZE - META_OFFSET
+
+FLAG_CLOSED = 1
+
+U32 = struct.Struct("<I")
+U64 = struct.Struct("<Q")
+
+# One ring record: what happened, where, and when (CLOCK_MONOTONIC ns).
+RECORD = struct.Struct(
+    "<B"  # kind
+    "B"  # depth (nesting level on its thread, 0 = top level)
+    "H"  # flags (reserved, 0)
+    "I"  # name id (index into the name table, 1-based; 0 = no name)
+    "I"  # thread (OS thread id)
+    "I"  # step the record belongs to (1-based; a STEP record: the step it ends)
+    "q"  # t0
+    "q"  # t1
+    "d"  # value (COUNT: the amount)
+    "Q"  # sequence number (== its ring index; a check against corruption)
+)
+RECORD_SIZE = RECORD.size  # 48
+
+# Record kinds.
+RANGE = 1  # a named range on a thread: t0..t1
+STEP = 2  # a step boundary: the step ran t0..t1
+DATA_WAIT = 3  # the loop blocked in next() on a DataLoader iterator: t0..t1
+COUNT = 4  # a counter increment (samples, tokens): value at t1
+KINDS = (RANGE, STEP, DATA_WAIT, COUNT)
+KIND_NAMES = {RANGE: "range", STEP: "step", DATA_WAIT: "data_wait", COUNT: "count"}
+
+# Control block (offsets within it). The monitor writes the request; the probe the rest.
+CTL_REQUEST = struct.Struct("<QIId")  # seq, mode, steps, seconds
+CTL_REQUEST_AT = 0
+CTL_STATE = struct.Struct("<QIIIIQII")  # ack seq, state, first step, last step, kind, updated ns,
+CTL_STATE_AT = 64  # message length, path length
+CTL_MESSAGE_AT = 128
+CTL_MESSAGE_CAPACITY = 256
+CTL_PATH_AT = 384
+CTL_PATH_CAPACITY = 1024
+
+CAPTURE_NONE, CAPTURE_STEPS, CAPTURE_SECONDS = 0, 1, 2
+(
+    STATE_IDLE,
+    STATE_ARMED,
+    STATE_CAPTURING,
+    STATE_WRITING,
+    STATE_DONE,
+    STATE_FAILED,
+) = range(6)
+
+
+def ring_bytes(records: int) -> int:
+    return records * RECORD_SIZE
+
+
+def segment_size(ring_records: int) -> int:
+    return RING_OFFSET + ring_bytes(ring_records)
+
+
+def valid_ring_records(n: int) -> bool:
+    return MIN_RING_RECORDS <= n <= MAX_RING_RECORDS and n & (n - 1) == 0

@@ -1,0 +1,84 @@
+"""What /proc says about a process: start time (to detect PID reuse), parent, liveness.
+
+Stdlib only, so the probe can use it inside the training process.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (which may hold spaces and parens)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError, OSError):
+        return None
+    end = data.rfind(b")")
+    if end < 0:
+        return None
+    return data[end + 2 :].decode("ascii", "replace").split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot, or None if there is no such process."""
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 20:
+        return None
+    # Field 22 of stat; fields[0] here is field 3 (state).
+    return int(fields[19])
+
+
+def is_zombie(pid: int) -> bool:
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] in ("Z", "X")
+
+
+def parent_map() -> dict[int, int]:
+    """pid -> ppid for every process we can see."""
+    out: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in entries:
+        if not name.isdigit():
+            continue
+        fields = _stat_fields(int(name))
+        if fields and len(fields) > 1:
+            out[int(name)] = int(fields[1])
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """All descendants of pid (children first, breadth-first)."""
+    children: dict[int, list[int]] = {}
+    for child, parent in parent_map().items():
+        children.setdefault(parent, []).append(child)
+    out: list[int] = []
+    queue = [pid]
+    while queue:
+        for child in sorted(children.get(queue.pop(0), ())):
+            out.append(child)
+            queue.append(child)
+    return out
+
+
+def process_state(pid: int, expected_start: int) -> str:
+    """'alive', 'exited' (no such process or a zombie) or 'reused' (another process has the PID)."""
+    ticks = start_ticks(pid)
+    if ticks is None or is_zombie(pid):
+        return "exited"
+    if ticks != expected_start:
+        return "reused"
+    return "alive"
+
+
+def cmdline(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]

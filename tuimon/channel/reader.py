@@ -1,0 +1,244 @@
+"""The reading side of a segment, used by monitors. Everything in the segment is untrusted.
+
+Drain protocol (after Linux perf's mmap ring): read the writer's free-running counter, copy the
+records between our tail and it, read the counter again; a record the writer may have overwritten
+while we copied is discarded and counted as lost, never returned. Nothing here ever waits on the
+writer, which may be dead.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import stat
+from dataclasses import dataclass, field
+
+from . import layout as L
+from . import procinfo
+from .errors import ChannelError, CorruptSegment, ForeignSegment, IncompatibleSegment, NoSegment
+from .paths import parse_segment_name
+from .text import safe_json_value, safe_text
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    path: str
+    pid: int
+    uid: int
+    start_ticks: int
+    created_ns: int
+    ring_records: int
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class Batch:
+    """What one drain found: records in write order, and what was lost since the last drain."""
+
+    records: list[tuple]
+    lost: int = 0  # overwritten before we could copy them (overrun), counted exactly
+    corrupt: int = 0  # slots whose contents did not check out (never returned as data)
+
+
+class SegmentReader:
+    def __init__(self, path: str, expected_uid: int | None = None):
+        self.path = path
+        expected_uid = os.getuid() if expected_uid is None else expected_uid
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError as e:
+            raise NoSegment(f"no channel segment at {path}") from e
+        except OSError as e:
+            raise ChannelError(f"cannot open {path}: {e.strerror}") from e
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise CorruptSegment(f"{path} is not a regular file")
+            if st.st_uid != expected_uid:
+                raise ForeignSegment(
+                    f"{path} belongs to uid {st.st_uid}, not to you (uid {expected_uid}): "
+                    "tuimon reads only your own processes' channels; run it as that user"
+                )
+            if st.st_size < L.HEADER_SIZE:
+                raise CorruptSegment(f"{path} is truncated ({st.st_size} bytes, header needs {L.HEADER_SIZE})")
+            self._mm = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._size = st.st_size
+        self.info = self._validate(st.st_uid)
+        self._cap = self.info.ring_records
+        self._mask = self._cap - 1
+        self.tail = 0  # next record index we have not consumed
+        self.total_lost = 0
+        self.total_corrupt = 0
+        self._names: list[str] = []
+        self._names_parsed = 0
+
+    # -- header -------------------------------------------------------------------------------
+
+    def _validate(self, file_uid: int) -> SegmentInfo:
+        mm, size, path = self._mm, self._size, self.path
+        magic = bytes(mm[0:8])
+        if magic != L.MAGIC:
+            if magic == b"\0" * 8:
+                raise CorruptSegment(f"{path} is not initialised (its writer is starting, or died starting)")
+            raise CorruptSegment(f"{path} is not a tuimon channel segment (bad magic {magic!r})")
+        (_, version, header_size, total, ctl_off, ctl_size, names_off, names_cap, ring_off, ring_n,
+         rec_size, pid, start, created, meta_off, meta_len, uid) = L.HEADER.unpack_from(mm, 0)
+        if version != L.LAYOUT_VERSION:
+            newer = "a newer" if version > L.LAYOUT_VERSION else "an older"
+            raise IncompatibleSegment(
+                f"{path} was written by {newer} tuimon (channel layout v{version}); this tuimon reads "
+                f"layout v{L.LAYOUT_VERSION}: use the same tuimon version in the monitor and the job"
+            )
+
+        def bad(what: str) -> CorruptSegment:
+            return CorruptSegment(f"{path} is corrupt: {what}")
+
+        if header_size != L.HEADER_SIZE or rec_size != L.RECORD_SIZE:
+            raise bad(f"header size {header_size} / record size {rec_size}")
+        if total > size:
+            raise bad(f"says {total} bytes but the file has {size}")
+        if not L.valid_ring_records(ring_n):
+            raise bad(f"ring of {ring_n} records")
+        regions = sorted([(0, header_size), (ctl_off, ctl_size), (names_off, names_cap),
+                          (ring_off, ring_n * rec_size)])
+        end = 0
+        for off, length in regions:
+            if off < end or off + length > total:
+                raise bad(f"region {off}+{length} overlaps or lies outside {total} bytes")
+            end = off + length
+        if (ctl_off, ctl_size, names_off, names_cap) != (L.CONTROL_OFFSET, L.CONTROL_SIZE,
+                                                          L.NAMES_OFFSET, L.NAMES_CAPACITY):
+            raise bad("control block or name table not where layout v1 puts them")
+        if ring_off != L.RING_OFFSET:
+            raise bad(f"ring at {ring_off}")
+        if uid != file_uid:
+            raise bad(f"header uid {uid} but the file is owned by {file_uid}")
+        named = parse_segment_name(os.path.basename(path))
+        if named and named[1] != pid:
+            raise bad(f"header pid {pid} but the file is named for pid {named[1]}")
+        if not (L.META_OFFSET <= meta_off and meta_off + meta_len <= header_size):
+            raise bad(f"metadata {meta_off}+{meta_len} outside the header")
+        try:
+            meta = json.loads(bytes(mm[meta_off : meta_off + meta_len]).decode("utf-8"))
+            meta = safe_json_value(meta) if isinstance(meta, dict) else {}
+        except (ValueError, UnicodeDecodeError):
+            meta = {"unreadable": True}
+        return SegmentInfo(path, pid, uid, start, created, ring_n, meta)
+
+    def _u64(self, off: int) -> int:
+        return L.U64.unpack_from(self._mm, off)[0]
+
+    def _check_size(self) -> None:
+        # A file shrunk under our mapping would fault (SIGBUS) on the next read.
+        if os.fstat(self._fd).st_size < self._size:
+            raise CorruptSegment(f"{self.path} shrank while being read")
+
+    @property
+    def head(self) -> int:
+        return self._u64(L.OFF_RING_HEAD)
+
+    @property
+    def steps(self) -> int:
+        return self._u64(L.OFF_STEPS)
+
+    @property
+    def heartbeat_ns(self) -> int:
+        return self._u64(L.OFF_HEARTBEAT_NS)
+
+    @property
+    def closed(self) -> bool:
+        return bool(L.U32.unpack_from(self._mm, L.OFF_FLAGS)[0] & L.FLAG_CLOSED)
+
+    def process_state(self) -> str:
+        """'alive', 'exited' or 'reused' (the PID now belongs to another process)."""
+        return procinfo.process_state(self.info.pid, self.info.start_ticks)
+
+    # -- ring -----------------------------------------------------------------------------------
+
+    def seek_recent(self, n: int) -> None:
+        """Start reading n records before the newest (records older than the ring are gone)."""
+        self.tail = max(0, self.head - n)
+
+    def drain(self) -> Batch:
+        self._check_size()
+        cap = self._cap
+        h1 = self.head
+        tail = self.tail
+        if h1 < tail:
+            raise CorruptSegment(f"{self.path}: write counter went backwards ({tail} -> {h1})")
+        lost = 0
+        if h1 - tail > cap:
+            lost = h1 - tail - cap
+            tail = h1 - cap
+        data = self._copy(tail, h1)
+        h2 = self.head
+        # While we copied, the writer may have written records h1..h2 (published) and be in the
+        # middle of h2: those overwrite indices up to h2 - cap. Nothing older is trustworthy.
+        first_valid = max(tail, h2 - cap + 1)
+        if first_valid > tail:
+            skip = min(first_valid, h1) - tail
+            lost += skip
+            data = data[skip * L.RECORD_SIZE :]
+            tail += skip
+        records = list(L.RECORD.iter_unpack(data))
+        corrupt = 0
+        if records and (records[0][9] != tail or records[-1][9] != h1 - 1 or any(
+            r[9] != tail + i or r[0] not in L.KINDS for i, r in enumerate(records)
+        )):
+            good = [r for i, r in enumerate(records) if r[9] == tail + i and r[0] in L.KINDS]
+            corrupt = len(records) - len(good)
+            records = good
+        self.tail = h1
+        self.total_lost += lost
+        self.total_corrupt += corrupt
+        return Batch(records, lost, corrupt)
+
+    def _copy(self, start: int, end: int) -> bytes:
+        if end <= start:
+            return b""
+        base, size = L.RING_OFFSET, L.RECORD_SIZE
+        a, b = start & self._mask, end & self._mask
+        if a < b:
+            return self._mm[base + a * size : base + b * size]
+        # wrapped (a == b: exactly one whole ring)
+        return self._mm[base + a * size : base + self._cap * size] + self._mm[base : base + b * size]
+
+    # -- names ----------------------------------------------------------------------------------
+
+    def name(self, name_id: int) -> str:
+        if 0 < name_id <= len(self._names):
+            return self._names[name_id - 1]
+        self._refresh_names()
+        if 0 < name_id <= len(self._names):
+            return self._names[name_id - 1]
+        return "(unnamed)" if name_id == 0 else f"(name #{name_id})"
+
+    def _refresh_names(self) -> None:
+        used = min(self._u64(L.OFF_NAMES_USED), L.NAMES_CAPACITY)
+        at = self._names_parsed
+        base, hdr = L.NAMES_OFFSET, L.NAME_LEN.size
+        while at + hdr <= used:
+            (n,) = L.NAME_LEN.unpack_from(self._mm, base + at)
+            if n > L.MAX_NAME_BYTES or at + hdr + n > used:
+                break  # corrupt entry: names from here on stay unknown
+            raw = bytes(self._mm[base + at + hdr : base + at + hdr + n])
+            self._names.append(safe_text(raw.decode("utf-8", "replace")))
+            at += hdr + n
+        self._names_parsed = at
+
+    def close(self) -> None:
+        try:
+            self._mm.close()
+        finally:
+            os.close(self._fd)
+
+    def __enter__(self) -> SegmentReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

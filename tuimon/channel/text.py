@@ -1,0 +1,32 @@
+"""Text from another process is untrusted: make it inert before anyone prints it."""
+
+from __future__ import annotations
+
+# C0 and C1 controls and DEL (terminal escape sequences), and the bidirectional overrides that
+# can make text display as something it is not.
+_UNSAFE = [*range(0x00, 0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_ESCAPES = {c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in _UNSAFE}
+
+
+def safe_text(s: str, limit: int = 4096) -> str:
+    """s with control characters shown as visible escapes (ESC becomes the four characters
+    '\\x1b'), cut to limit characters. Markup such as '[bold]' is left as literal characters:
+    whoever renders it must not interpret it."""
+    if len(s) > limit:
+        s = s[:limit] + "…"
+    return s.translate(_ESCAPES)
+
+
+def safe_json_value(v, depth: int = 0):
+    """A JSON value from a segment with every string made safe and nesting bounded."""
+    if depth > 8:
+        return None
+    if isinstance(v, str):
+        return safe_text(v)
+    if isinstance(v, list):
+        return [safe_json_value(x, depth + 1) for x in v[:256]]
+    if isinstance(v, dict):
+        return {safe_text(str(k), 128): safe_json_value(x, depth + 1) for k, x in list(v.items())[:64]}
+    if isinstance(v, (int, float, bool)) or v is None:
+        return v
+    return None

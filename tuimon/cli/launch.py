@@ -1,0 +1,30 @@
+"""Launching a training command with the probe installed and no change to its code."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import tuimon
+
+BOOT_DIR = os.path.join(os.path.dirname(tuimon.__file__), "probe", "boot")
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(tuimon.__file__)))
+
+
+def probe_env(base: dict | None = None) -> dict:
+    """The environment that makes every Python process of the job (torchrun ranks and spawned
+    workers too) start with the probe: our sitecustomize first on PYTHONPATH; it chains to the
+    environment's own sitecustomize."""
+    env = dict(os.environ if base is None else base)
+    parts = [BOOT_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOT_DIR]
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    env["TUIMON_PACKAGE_ROOT"] = PACKAGE_ROOT
+    env["TUIMON_RUN"] = "1"
+    return env
+
+
+def command(argv: list[str]) -> list[str]:
+    """A script path alone runs under this Python."""
+    if argv and argv[0].endswith(".py"):
+        return [sys.executable, *argv]
+    return list(argv)

@@ -1,0 +1,181 @@
+"""Public probe API: tuimon.instrument(), tuimon.range(), tuimon.step(), tuimon.count()."""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from time import monotonic_ns as _now
+
+from ..channel import layout as L
+from ..channel import procinfo
+from ..channel.errors import ChannelError
+from ..channel.writer import SegmentWriter
+from . import hooks
+from .core import Probe, thread_state
+
+_probe: Probe | None = None
+_disabled_reason: str | None = None
+_fork_hook_registered = False
+
+
+@dataclass(frozen=True)
+class ProbeStatus:
+    enabled: bool
+    path: str | None = None
+    reason: str | None = None  # why it is disabled
+    nvtx_forwarding: bool = False
+
+
+def _meta() -> dict:
+    env = os.environ
+    return {
+        "argv": procinfo.cmdline(os.getpid()) or list(sys.argv),
+        "cwd": os.getcwd(),
+        "host": socket.gethostname(),
+        "python": sys.version.split()[0],
+        "rank": _int(env.get("RANK")),
+        "local_rank": _int(env.get("LOCAL_RANK")),
+        "world_size": _int(env.get("WORLD_SIZE")),
+        "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+        "launched_by_tuimon": env.get("TUIMON_RUN") == "1",
+    }
+
+
+def _int(v):
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _nvtx_domain(forward: bool | None):
+    """NVTX's default domain when ranges should be forwarded: only when a tool (nsys) has
+    injected itself, since otherwise nobody sees them; TUIMON_NVTX=0/1 overrides."""
+    setting = os.environ.get("TUIMON_NVTX")
+    if forward is None and setting in ("0", "1"):
+        forward = setting == "1"
+    if forward is None:
+        forward = bool(os.environ.get("NVTX_INJECTION64_PATH"))
+    if not forward:
+        return None
+    try:
+        import nvtx  # optional: only if present
+    except Exception:  # noqa: BLE001 - an unimportable nvtx just means no forwarding
+        return None
+    return nvtx.get_domain(None)
+
+
+def instrument(ring_records: int | None = None, nvtx_forward: bool | None = None) -> ProbeStatus:
+    """Open this process's channel and install the hooks. Idempotent; never raises: when the
+    channel cannot be created the probe stays off and says why once on stderr."""
+    global _probe, _disabled_reason, _fork_hook_registered
+    if _probe is not None:
+        return status()
+    size = ring_records or _int(os.environ.get("TUIMON_RING_RECORDS")) or L.DEFAULT_RING_RECORDS
+    try:
+        writer = SegmentWriter.create(_meta(), size)
+    except ChannelError as e:
+        if _disabled_reason is None:
+            print(f"tuimon: probe disabled: {e}", file=sys.stderr)
+        _disabled_reason = str(e)
+        return status()
+    _probe = Probe(writer, _nvtx_domain(nvtx_forward))
+    atexit.register(_at_exit, _probe)
+    if not _fork_hook_registered:
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _fork_hook_registered = True
+    hooks.install(_probe)
+    return status()
+
+
+def status() -> ProbeStatus:
+    p = _probe
+    if p is None:
+        return ProbeStatus(False, reason=_disabled_reason or "not instrumented")
+    if not p.writer.enabled:
+        return ProbeStatus(False, p.writer.path, p.writer.error)
+    return ProbeStatus(True, p.writer.path, nvtx_forwarding=p._nvtx is not None)
+
+
+def _at_exit(p: Probe) -> None:
+    if _probe is p:
+        p.writer.mark_closed()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker) shares the parent's mapping: it must never write
+    into the parent's ring. The probe goes quiet in the child."""
+    global _probe, _disabled_reason
+    if _probe is not None:
+        _probe.writer.detach()
+        _probe = None
+        _disabled_reason = "forked child of an instrumented process"
+    hooks.forget_probe()
+    thread_state().depth = 0
+
+
+def step() -> None:
+    """Mark the end of a training step (optional: optimizer steps are counted by themselves)."""
+    p = _probe
+    if p is not None:
+        p.step(explicit=True)
+
+
+def count(name: str, n: float = 1) -> None:
+    """Add n to a counter (samples, tokens) so the monitor can show throughput."""
+    p = _probe
+    if p is not None:
+        p.count(name, n)
+
+
+class range:  # noqa: A001 - mirrors nvtx.annotate / torch.cuda.nvtx.range
+    """A named range on the current thread, as a context manager or a decorator:
+
+        with tuimon.range("forward"): ...
+        @tuimon.range("load")
+        def load(): ...
+    """
+
+    __slots__ = ("name", "_t0", "_depth", "_p", "_st")
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self):
+        p = self._p = _probe
+        if p is not None:
+            st = self._st = thread_state()
+            self._depth = st.depth
+            st.depth += 1
+            if p._nvtx is not None:
+                p.nvtx_push(self.name)
+            self._t0 = _now()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        p = self._p
+        if p is not None:
+            t1 = _now()
+            if p._nvtx is not None:
+                p.nvtx_pop()
+            st = self._st
+            st.depth = d = self._depth
+            nid = p.names.get(self.name)
+            if nid is None:
+                nid = p.intern(str(self.name))
+            p.emit(1, d, nid, st.tid, p.step_no, self._t0, t1, 0.0)  # 1: layout.RANGE
+        return False
+
+    def __call__(self, fn):
+        name = self.name
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with range(name):
+                return fn(*args, **kwargs)
+
+        return wrapper

@@ -1,0 +1,124 @@
+"""The probe inside the training process: ranges, steps, data waits, counters.
+
+Hot-path rule: a range costs two clock reads, a dict lookup and one locked record write. Nothing
+here may raise into the training loop, block on the monitor, or import torch.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from time import monotonic_ns as _now
+
+from ..channel import layout as L
+from ..channel.writer import SegmentWriter
+
+_tls = threading.local()
+
+
+class _ThreadState:
+    __slots__ = ("depth", "tid", "stack")
+
+    def __init__(self):
+        self.depth = 0
+        self.tid = threading.get_native_id() & 0xFFFFFFFF
+        self.stack: list = []  # open push_range-style ranges: (name id, t0, depth)
+
+
+def thread_state() -> _ThreadState:
+    try:
+        return _tls.s
+    except AttributeError:
+        _tls.s = s = _ThreadState()
+        return s
+
+
+class Probe:
+    """One per process. Steps are numbered from 1; a record carries the step it happened in."""
+
+    def __init__(self, writer: SegmentWriter, nvtx_domain=None):
+        self.writer = writer
+        self.emit = writer.emit
+        self.intern = writer.intern
+        self.names = writer.names  # name -> id, read without the lock on the hot path
+        self.step_no = 1
+        self.step_t0 = 0  # when the current step began (0: not yet known)
+        self.created_ns = _now()
+        self.mode = None  # None, 'auto' (optimizer hooks) or 'explicit' (tuimon.step())
+        self._lead_optimizer = None
+        self._nvtx = nvtx_domain
+        self._nvtx_attrs: dict = {}
+
+    # -- ranges ---------------------------------------------------------------------------------
+
+    def nvtx_push(self, name: str) -> None:
+        dom = self._nvtx
+        if dom is None:
+            return
+        attrs = self._nvtx_attrs.get(name)
+        if attrs is None:
+            attrs = self._nvtx_attrs[name] = dom.get_event_attributes(message=name)
+        dom.push_range(attrs)
+
+    def nvtx_pop(self) -> None:
+        if self._nvtx is not None:
+            self._nvtx.pop_range()
+
+    def push(self, name: str) -> None:
+        """Start a range on this thread (push_range-style APIs)."""
+        st = thread_state()
+        st.stack.append((self.intern(str(name)), _now(), st.depth))
+        st.depth += 1
+
+    def pop(self) -> None:
+        """End the innermost range pushed on this thread; an unmatched pop is ignored."""
+        t1 = _now()
+        st = thread_state()
+        if not st.stack:
+            return
+        nid, t0, depth = st.stack.pop()
+        st.depth = depth
+        self.emit(L.RANGE, depth, nid, st.tid, self.step_no, t0, t1, 0.0)
+
+    # -- steps ----------------------------------------------------------------------------------
+
+    def step(self, explicit: bool = True, optimizer=None) -> None:
+        """A step boundary. Explicit tuimon.step() calls win over optimizer hooks: the first
+        explicit call after automatic steps only switches modes (that step was counted already),
+        so using both never counts twice. With several optimizers, the first one to step leads."""
+        t1 = _now()
+        if explicit:
+            if self.mode != "explicit":
+                was_auto = self.mode == "auto"
+                self.mode = "explicit"
+                if was_auto:
+                    return
+        else:
+            if self.mode == "explicit":
+                return
+            lead = self._lead_optimizer
+            if lead is None:
+                try:
+                    self._lead_optimizer = weakref.ref(optimizer)
+                except TypeError:
+                    self._lead_optimizer = lambda o=optimizer: o
+            elif lead() is not optimizer:
+                return
+            self.mode = "auto"
+        t0 = self.step_t0 or self.created_ns
+        st = thread_state()
+        self.emit(L.STEP, 0, 0, st.tid, self.step_no, t0, t1, 0.0)
+        self.writer.set_steps(self.step_no, t1)
+        self.step_no += 1
+        self.step_t0 = t1
+
+    def data_wait(self, t0: int, t1: int) -> None:
+        if not self.step_t0:
+            self.step_t0 = t0  # the first step starts at its first batch, not at import time
+        st = thread_state()
+        self.emit(L.DATA_WAIT, st.depth, 0, st.tid, self.step_no, t0, t1, 0.0)
+
+    def count(self, name: str, n: float) -> None:
+        t = _now()
+        st = thread_state()
+        self.emit(L.COUNT, st.depth, self.intern(str(name)), st.tid, self.step_no, t, t, float(n))

@@ -1,0 +1,219 @@
+"""Hooks that make existing code visible with no change to it:
+
+- torch: the time the loop blocks in next() on any DataLoader iterator (data wait), steps from
+  torch's global optimizer step hooks, and torch.cuda.nvtx.range_push/range_pop/range;
+- nvtx: nvtx.annotate (context manager and decorator), nvtx.push_range / nvtx.pop_range.
+
+Modules imported after instrument() are patched as their import finishes (a meta-path finder,
+like wrapt's post-import hooks), so `tuimon run` can install the probe before torch is imported.
+Every patch calls the original and keeps its behaviour: results, return values and exceptions.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.util
+import sys
+from time import monotonic_ns as _now
+
+_probe = None  # the Probe that patched functions report to; None after a fork
+_patched: set[str] = set()
+
+
+def install(probe) -> None:
+    global _probe
+    _probe = probe
+    for name in _PATCHES:
+        if name in sys.modules:
+            _apply(name, sys.modules[name])
+        elif name not in _patched and not any(isinstance(f, _PostImportFinder) for f in sys.meta_path):
+            sys.meta_path.insert(0, _PostImportFinder())
+
+
+def forget_probe() -> None:
+    global _probe
+    _probe = None
+
+
+def _apply(name: str, module) -> None:
+    if name in _patched:
+        return
+    _patched.add(name)
+    try:
+        _PATCHES[name](module)
+    except Exception as e:  # noqa: BLE001 - a library we do not know must not break the job
+        print(f"tuimon: could not hook {name}: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: wraps the real loader of a watched module to patch it once loaded."""
+
+    _busy: set[str] = set()
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _PATCHES or fullname in _patched or fullname in self._busy:
+            return None
+        self._busy.add(fullname)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy.discard(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _PatchingLoader(spec.loader, fullname)
+        return spec
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader, name):
+        self._loader = loader
+        self._name = name
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        _apply(self._name, module)
+
+    def __getattr__(self, attr):  # is_package, get_resource_reader, ...
+        return getattr(self._loader, attr)
+
+
+# -- torch --------------------------------------------------------------------------------------
+
+
+def _patch_torch(torch) -> None:
+    from torch.utils.data import dataloader  # (torch is fully imported when this runs)
+
+    it = dataloader._BaseDataLoaderIter
+    if not getattr(it.__next__, "_tuimon", False):
+        orig_next = it.__next__
+
+        def __next__(self):
+            t0 = _now()
+            try:
+                return orig_next(self)
+            finally:
+                p = _probe
+                if p is not None:
+                    p.data_wait(t0, _now())
+
+        __next__._tuimon = True
+        it.__next__ = __next__
+
+    def on_optimizer_step(optimizer, args, kwargs):
+        p = _probe
+        if p is not None:
+            p.step(explicit=False, optimizer=optimizer)
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(on_optimizer_step)
+    import torch.cuda.nvtx
+
+    _patch_torch_nvtx(torch.cuda.nvtx)
+
+
+def _patch_torch_nvtx(mod) -> None:
+    # torch.cuda.nvtx.range() calls the module's range_push/range_pop, so these two cover it.
+    orig_push, orig_pop = mod.range_push, mod.range_pop
+    if getattr(orig_push, "_tuimon", False):
+        return
+
+    @functools.wraps(orig_push)
+    def range_push(msg):
+        p = _probe
+        if p is not None:
+            p.push(msg)
+        try:
+            return orig_push(msg)
+        except BaseException:
+            if p is not None:
+                p.pop()
+            raise
+
+    @functools.wraps(orig_pop)
+    def range_pop():
+        result = orig_pop()
+        p = _probe
+        if p is not None:
+            p.pop()
+        return result
+
+    range_push._tuimon = range_pop._tuimon = True
+    mod.range_push, mod.range_pop = range_push, range_pop
+
+
+# -- nvtx ---------------------------------------------------------------------------------------
+
+
+def _patch_nvtx(nvtx) -> None:
+    impl = sys.modules.get("nvtx.nvtx", nvtx)
+    base = nvtx.annotate
+    if getattr(base, "_tuimon", False):
+        return
+
+    class annotate(base):
+        """nvtx.annotate that also reports its range to tuimon."""
+
+        _tuimon = True
+
+        def _name(self, default=""):
+            msg = self.init_args[0] if hasattr(self, "init_args") else None
+            return msg if msg is not None else default
+
+        def __enter__(self):
+            p = _probe
+            if p is not None:
+                p.push(self._name())
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            result = super().__exit__(*exc)
+            p = _probe
+            if p is not None:
+                p.pop()
+            return result
+
+        def __call__(self, func):
+            inner = super().__call__(func)
+            name = self._name(getattr(func, "__name__", "function"))
+
+            @functools.wraps(func)
+            def wrapper(*args, **kwargs):
+                p = _probe
+                if p is None:
+                    return inner(*args, **kwargs)
+                p.push(name)
+                try:
+                    return inner(*args, **kwargs)
+                finally:
+                    p.pop()
+
+            return wrapper
+
+    orig_push, orig_pop = nvtx.push_range, nvtx.pop_range
+
+    @functools.wraps(orig_push)
+    def push_range(message=None, *args, **kwargs):
+        result = orig_push(message, *args, **kwargs)
+        p = _probe
+        if p is not None:
+            p.push("" if message is None else message)
+        return result
+
+    @functools.wraps(orig_pop)
+    def pop_range(*args, **kwargs):
+        result = orig_pop(*args, **kwargs)
+        p = _probe
+        if p is not None:
+            p.pop()
+        return result
+
+    for mod in {nvtx, impl}:
+        mod.annotate, mod.push_range, mod.pop_range = annotate, push_range, pop_range
+
+
+_PATCHES = {"torch": _patch_torch, "nvtx": _patch_nvtx}

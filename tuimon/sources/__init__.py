@@ -1,0 +1,1 @@
+"""Samplers the monitor reads: the channel, NVML, psutil. No textual imports here."""

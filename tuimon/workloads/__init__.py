@@ -1,0 +1,1 @@
+"""Bundled training workloads (they import torch; the monitor never imports these)."""
