@@ -11,6 +11,7 @@ import time
 
 from ..channel import ChannelError, SegmentReader, list_segments, segment_path
 from ..channel.discovery import segment_state
+from ..monitor.training import TrainingView
 from ..sources.channel import ChannelSource
 from . import launch, textview
 from .target import open_channel
@@ -26,20 +27,20 @@ def _interval(text: str) -> float:
 def cmd_attach(args) -> int:
     try:
         reader = open_channel(args.pid)
-        source = ChannelSource(reader)
+        view = TrainingView(ChannelSource(reader))
         if args.once:
-            source.poll()
+            view.poll()
             deadline = time.monotonic() + args.window
             while time.monotonic() < deadline:
                 time.sleep(min(0.1, args.window))
-                source.poll()
-            snap = source.snapshot()
+                view.poll()
+            snap = view.snapshot()
             if args.json:
                 print(json.dumps(snap, indent=2))
             else:
                 print(textview.summary_line(snap))
             return 0
-        textview.follow(source, args.interval)
+        textview.follow(view, args.interval)
         return 0
     except ChannelError as e:
         print(f"tuimon: {e}", file=sys.stderr)
@@ -72,8 +73,8 @@ def _run(cmd: list[str], headless: bool, interval: float) -> int:
             except ChannelError:
                 time.sleep(0.1)  # the probe has not created the channel yet
         if reader is not None:
-            source = ChannelSource(reader)
-            textview.follow(source, interval, until=lambda: child.poll() is not None)
+            view = TrainingView(ChannelSource(reader))
+            textview.follow(view, interval, until=lambda: child.poll() is not None)
         else:
             print("tuimon: the job ended before its channel appeared", file=sys.stderr)
         return child.wait()

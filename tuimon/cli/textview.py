@@ -6,7 +6,7 @@ import sys
 import time
 
 from ..channel import ChannelError
-from ..sources.channel import ChannelSource
+from ..monitor.training import TrainingView
 
 
 def summary_line(s: dict) -> str:
@@ -30,18 +30,18 @@ def summary_line(s: dict) -> str:
     return " | ".join(parts)
 
 
-def follow(source: ChannelSource, interval: float, until=None, out=sys.stdout) -> dict:
+def follow(view: TrainingView, interval: float, until=None, out=sys.stdout) -> dict:
     """Print a line each interval until `until()` is true or the process is gone; returns the
     last snapshot (the last look at a process that ended)."""
     snap = {}
     try:
         while True:
-            source.poll()
-            snap = source.snapshot()
+            view.poll()
+            snap = view.snapshot()
             print(summary_line(snap), file=out, flush=True)
             if snap["state"] != "alive" or (until and until()):
-                source.poll()
-                return source.snapshot()
+                view.poll()
+                return view.snapshot()
             time.sleep(interval)
     except ChannelError as e:
         print(f"tuimon: {e}", file=sys.stderr)

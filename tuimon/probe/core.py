@@ -70,6 +70,12 @@ class Probe:
         st.stack.append((self.intern(str(name)), _now(), st.depth))
         st.depth += 1
 
+    def unpush(self) -> None:
+        """Forget the innermost pushed range without recording it (its push failed)."""
+        st = thread_state()
+        if st.stack:
+            st.depth = st.stack.pop()[2]
+
     def pop(self) -> None:
         """End the innermost range pushed on this thread; an unmatched pop is ignored."""
         t1 = _now()

@@ -131,7 +131,7 @@ def _patch_torch_nvtx(mod) -> None:
             return orig_push(msg)
         except BaseException:
             if p is not None:
-                p.pop()
+                p.unpush()
             raise
 
     @functools.wraps(orig_pop)

@@ -1,0 +1,47 @@
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HELPERS = Path(__file__).resolve().parent / "helpers"
+
+
+@pytest.fixture(autouse=True)
+def shm_dir(tmp_path, monkeypatch):
+    """Each test gets its own segment folder (inherited by the processes it starts)."""
+    d = tmp_path / "shm"
+    d.mkdir()
+    monkeypatch.setenv("TUIMON_SHM_DIR", str(d))
+    return d
+
+
+def python(script: str, *args, env=None, **kw) -> subprocess.Popen:
+    """Start a Python process running `script` (source text)."""
+    return subprocess.Popen([sys.executable, "-c", script, *map(str, args)], env=env, **kw)
+
+
+def run_python(script: str, *args, timeout=120, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def wait_for(pred, timeout=30.0, what="condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def tuimon_cmd(*args) -> list[str]:
+    return [sys.executable, "-m", "tuimon", *map(str, args)]
+
+
+def seg_path(shm: Path, pid: int) -> str:
+    return str(shm / f"tuimon-{os.getuid()}-{pid}")

@@ -1,0 +1,65 @@
+"""Step grouping and summaries on hand-made records with known answers."""
+
+import pytest
+
+from tuimon.analysis import summary
+from tuimon.analysis.steps import COUNT, DATA_WAIT, RANGE, STEP, StepAccumulator
+
+MS = 1_000_000
+
+
+def rec(kind, step, t0, t1, name=0, depth=0, value=0.0):
+    return (kind, depth, 0, name, 1, step, t0 * MS, t1 * MS, value, 0)
+
+
+def loop(n, wait_ms, fwd_ms, period_ms):
+    """n steps of period_ms: wait, then a top-level 'forward' range with a nested 'kernel'."""
+    out = []
+    for k in range(1, n + 1):
+        t = (k - 1) * period_ms
+        out += [rec(DATA_WAIT, k, t, t + wait_ms),
+                rec(RANGE, k, t + wait_ms + 1, t + wait_ms + 1 + fwd_ms / 2, name=2, depth=1),
+                rec(RANGE, k, t + wait_ms, t + wait_ms + fwd_ms, name=1),
+                rec(COUNT, k, t + period_ms, t + period_ms, name=3, value=32),
+                rec(STEP, k, t, t + period_ms)]
+    return out
+
+
+NAMES = {1: "forward", 2: "kernel", 3: "samples"}.get
+
+
+def test_percentile_matches_numpy_linear():
+    assert summary.percentile([1, 2, 3, 4], 50) == 2.5
+    assert summary.percentile([1, 2, 3, 4], 95) == pytest.approx(3.85)
+    assert summary.percentile([7], 99) == 7
+    with pytest.raises(ValueError):
+        summary.percentile([], 50)
+
+
+def test_window_skips_warmup_and_summaries_add_up():
+    acc = StepAccumulator()
+    assert acc.add(loop(11, wait_ms=20, fwd_ms=50, period_ms=100)) == 11
+    w = acc.window(100)
+    assert [s.index for s in w] == list(range(2, 12))
+    assert summary.data_wait_share(w) == pytest.approx(0.2)
+    assert summary.step_time_ms(w)["p50"] == 100
+    assert summary.breakdown(w, NAMES) == {"data_wait": 0.2, "forward": 0.5, "unaccounted": 0.3}
+    table = {r["name"]: r for r in summary.range_table(w, NAMES)}
+    assert table["forward"]["share"] == 0.5 and table["forward"]["depth"] == 0
+    assert table["kernel"]["depth"] == 1 and table["kernel"]["count"] == 10
+    assert summary.throughput(w, NAMES) == {"samples": 320.0}
+    assert summary.steps_per_second(w) == pytest.approx(10.0)
+
+
+def test_records_of_a_running_step_wait_and_history_is_bounded():
+    acc = StepAccumulator(history=5)
+    acc.add(loop(3, 10, 10, 50)[:-1])  # the last STEP record has not arrived
+    assert [s.index for s in acc.completed] == [1, 2] and 3 in acc.open
+    acc.add(loop(20, 10, 10, 50))
+    assert len(acc.completed) == 5 and acc.completed[-1].index == 20
+    assert not acc.open
+
+
+def test_empty_window():
+    assert summary.step_time_ms([]) is None and summary.data_wait_share([]) is None
+    assert summary.breakdown([], NAMES) is None and summary.steps_per_second([]) is None

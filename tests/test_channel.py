@@ -1,0 +1,225 @@
+"""The channel's promises, each checked against a real segment file."""
+
+import errno
+import mmap
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import HELPERS, seg_path, wait_for
+from tuimon.channel import (
+    ChannelError,
+    ForeignSegment,
+    SegmentReader,
+    SegmentWriter,
+    cleanup_stale,
+    find_segments,
+)
+from tuimon.channel import layout as L
+from tuimon.channel.writer import truncate_name
+
+sys.path.insert(0, str(HELPERS))
+from writer_proc import fields  # noqa: E402
+
+
+def check_self_describing(records):
+    """Every record is exactly what writer_proc wrote for its sequence number: never torn."""
+    for r in records:
+        i = r[9]
+        kind, depth, nid, tid, step, t0, t1, value = fields(i)
+        assert r == (kind, depth, 0, nid, tid, step, t0, t1, value, i)
+
+
+def start_writer(count, rate=0, ring=1024):
+    p = subprocess.Popen([sys.executable, str(HELPERS / "writer_proc.py"), str(count), str(rate), str(ring)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+def test_round_trip_and_names():
+    w = SegmentWriter.create({"argv": ["train.py"]}, 64)
+    nid = w.intern("forward")
+    assert w.intern("forward") == nid
+    w.emit(L.RANGE, 0, nid, 7, 1, 100, 200, 0.0)
+    w.emit(L.COUNT, 0, w.intern("samples"), 7, 1, 300, 300, 32.0)
+    with SegmentReader(w.path) as r:
+        b = r.drain()
+        assert [(x[0], r.name(x[3]), x[6], x[7], x[8]) for x in b.records] == [
+            (L.RANGE, "forward", 100, 200, 0.0), (L.COUNT, "samples", 300, 300, 32.0)]
+        assert (b.lost, b.corrupt) == (0, 0)
+        assert r.info.pid == os.getpid() and r.info.meta["argv"] == ["train.py"]
+        assert r.process_state() == "alive"
+        assert r.drain().records == []
+
+
+def test_segment_is_private_0600(shm_dir):
+    old = os.umask(0)  # even with a permissive umask
+    try:
+        w = SegmentWriter.create({}, 64)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(w.path).st_mode) == 0o600
+    assert w.path == seg_path(shm_dir, os.getpid())
+
+
+def test_reader_refuses_another_users_segment():
+    w = SegmentWriter.create({}, 64)
+    if os.getuid() == 0:
+        os.chown(w.path, 65534, -1)  # really owned by nobody
+        with pytest.raises(ForeignSegment, match="belongs to uid 65534"):
+            SegmentReader(w.path)
+    with pytest.raises(ForeignSegment, match="tuimon reads only your own"):
+        SegmentReader(w.path, expected_uid=os.getuid() + 12345)
+
+
+def test_overrun_is_counted_exactly():
+    w = SegmentWriter.create({}, 64)
+    r = SegmentReader(w.path)
+    for i in range(1000):
+        w.emit(*fields(i))
+    b = r.drain()
+    # A full ring yields capacity - 1: the oldest slot may be the one a live writer is
+    # overwriting right now, so it is counted lost rather than trusted.
+    assert len(b.records) == 63 and b.lost == 1000 - 63
+    assert [x[9] for x in b.records] == list(range(937, 1000))
+    for i in range(1000, 1010):
+        w.emit(*fields(i))
+    b = r.drain()
+    assert len(b.records) == 10 and b.lost == 0
+    check_self_describing(b.records)
+    assert r.total_lost == 937
+
+
+def test_writer_never_blocks_or_raises_without_a_reader():
+    w = SegmentWriter.create({}, 64)
+    for i in range(100_000):  # far past the ring, nobody reading
+        w.emit(*fields(i))
+    assert w.records_written == 100_000 and w.enabled
+    w.emit(L.RANGE, 0, 2**40, 0, 0, 0, 0, 0.0)  # a value out of range: dropped, not raised
+    assert not w.enabled and "error" in w.error
+    w.enabled = True
+    w._mm = mmap.mmap(w._fd, 4096, prot=mmap.PROT_READ)  # a mapping we can no longer write:
+    w.emit(*fields(0))
+    w.intern("after")
+    w.set_steps(3, 1)
+    assert not w.enabled and "read-write" in w.error  # the writer disables itself instead of raising
+
+
+def test_full_tmpfs_is_a_clear_error_and_leaves_nothing(monkeypatch, shm_dir):
+    def no_space(fd, off, size):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    with pytest.raises(ChannelError, match="no space left"):
+        SegmentWriter.create({}, 64)
+    assert os.listdir(shm_dir) == []
+
+
+def test_names_are_untrusted_text():
+    w = SegmentWriter.create({}, 64)
+    hostile = "[bold red]x[/] \x1b[2J\x07 \u202egnp.exe"
+    long = "é" * 500
+    ids = [w.intern(hostile), w.intern(long)]
+    r = SegmentReader(w.path)
+    assert r.name(ids[0]) == "[bold red]x[/] \\x1b[2J\\x07 \\u202egnp.exe"
+    assert len(truncate_name(long)) <= L.MAX_NAME_BYTES and r.name(ids[1]) == "é" * 100
+    assert r.name(999) == "(name #999)"
+
+
+def test_name_table_full_gives_id_zero():
+    w = SegmentWriter.create({}, 64)
+    ids = [w.intern(f"{i:0200d}") for i in range(400)]
+    assert 0 in ids and ids[0] == 1
+    assert SegmentReader(w.path).name(0) == "(unnamed)"
+
+
+def test_pid_reuse_and_dead_process_last_look_and_cleanup(shm_dir):
+    # A segment left by a process that exited.
+    p = start_writer(10)
+    assert p.stdout.readline().startswith("done")
+    path = seg_path(shm_dir, p.pid)
+    p.stdin.close()
+    p.wait()
+    r = SegmentReader(path)
+    assert r.process_state() == "exited"
+    assert len(r.drain().records) == 10  # readable for a last look
+    [f] = find_segments(p.pid)
+    assert (f.state, f.relation) == ("exited", "target")
+    # A later discovery (for another process) removes it once its grace period has passed.
+    assert cleanup_stale(keep={os.getpid()}, grace_s=3600) == []
+    assert cleanup_stale(keep={os.getpid()}, grace_s=0) == [path]
+    assert not os.path.exists(path)
+
+
+def test_pid_reuse_is_detected():
+    w = SegmentWriter.create({}, 64)
+    real = L.HEADER.unpack_from(w._mm, 0)[12]
+    L.U64.pack_into(w._mm, 56, real + 1)  # as if an earlier process with our PID wrote it
+    r = SegmentReader(w.path)
+    assert r.process_state() == "reused"
+    assert cleanup_stale(grace_s=3600) == [w.path]  # reused PIDs go at once
+
+
+def test_kill_9_of_the_writer_mid_stream(shm_dir):
+    p = start_writer(0, rate=50_000, ring=1 << 16)
+    r = SegmentReader(seg_path(shm_dir, p.pid))
+    got = []
+    wait_for(lambda: got.extend(r.drain().records) or len(got) > 5000, what="records")
+    p.kill()
+    p.wait()
+    b = r.drain()
+    got.extend(b.records)
+    assert r.process_state() == "exited"
+    check_self_describing(got)
+    seqs = [x[9] for x in got]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # nothing lost, nothing repeated
+    assert seqs[-1] + 1 == r.head and r.total_lost == 0
+    assert r.drain().records == []
+
+
+def test_a_monitor_that_exits_mid_stream_leaves_the_writer_alone(shm_dir):
+    p = start_writer(0, rate=20_000, ring=1 << 12)
+    path = seg_path(shm_dir, p.pid)
+    reader = subprocess.Popen([sys.executable, "-c", f"""
+import time
+from tuimon.channel import SegmentReader
+r = SegmentReader({path!r})
+while True:
+    r.drain(); time.sleep(0.01)
+"""])
+    head = SegmentReader(path)
+    before = wait_for(lambda: head.head > 2000 and head.head)
+    reader.kill()
+    reader.wait()
+    wait_for(lambda: head.head > before + 5000, what="the writer to go on")
+    assert p.poll() is None
+    r2 = SegmentReader(path)  # and a new monitor attaches fine
+    r2.seek_recent(100)
+    check_self_describing(r2.drain().records)
+    p.kill()
+    p.wait()
+
+
+def test_concurrent_overrun_accounting_is_exact(shm_dir):
+    """A small ring, a writer flat out and a slow reader: every record is either returned
+    (intact) or counted as lost, never both, never torn."""
+    p = start_writer(300_000, rate=0, ring=256)
+    r = SegmentReader(seg_path(shm_dir, p.pid))
+    got, lost = [], 0
+    while True:
+        b = r.drain()
+        got.extend(b.records)
+        lost += b.lost
+        assert b.corrupt == 0
+        if p.poll() is not None or r.tail >= 300_000:
+            break
+    p.stdin.close()
+    p.wait()
+    check_self_describing(got)
+    seqs = [x[9] for x in got]
+    assert seqs == sorted(set(seqs))
+    assert len(got) + lost == 300_000 and lost > 0

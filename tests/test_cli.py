@@ -1,0 +1,144 @@
+"""`tuimon run` and `tuimon attach` against real processes, and every bad input they can meet."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, seg_path, tuimon_cmd, wait_for
+from tuimon.channel import SegmentWriter, procinfo
+from tuimon.channel import layout as L
+
+PLANTED = str(ROOT / "tests" / "workloads" / "planted_wait.py")
+BATCH_DELAY, COMPUTE = 0.1, 0.015
+EXPECTED_WAIT_SHARE = 1 - COMPUTE / (BATCH_DELAY / 2)  # 0.70, see planted_wait.py
+TOLERANCE = 0.08
+
+
+def attach_json(pid):
+    p = subprocess.run(tuimon_cmd("attach", pid, "--once", "--json"), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def attach_error(pid):
+    p = subprocess.run(tuimon_cmd("attach", pid, "--once", "--json"), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stdout == ""
+    return p.stderr
+
+
+def test_planted_data_wait_through_tuimon_run(shm_dir):
+    """A real training loop (DataLoader, 2 workers) with no tuimon import, started through
+    `tuimon run --headless`: attach --once --json sees its steps and the planted wait."""
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, PLANTED, 40, BATCH_DELAY, COMPUTE),
+                           stdout=subprocess.PIPE, text=True)
+    assert job.stdout.readline().strip() == "training"
+    live = wait_for(lambda: (s := attach_json(job.pid))["steps"] >= 5 and s, what="steps")
+    assert live["state"] == "alive" and live["pid"] == job.pid  # --headless keeps the job's PID
+    assert job.wait(timeout=120) == 0
+    snap = attach_json(job.pid)  # a last look at the finished job
+    assert snap["state"] == "exited" and snap["closed"]
+    assert snap["steps"] == 40 and snap["window_steps"] == 39  # the warm-up step is left out
+    assert snap["dropped"] == 0 and snap["corrupt"] == 0
+    assert abs(snap["data_wait_share"] - EXPECTED_WAIT_SHARE) <= TOLERANCE, snap["data_wait_share"]
+    st = snap["step_time_ms"]
+    # The two workers deliver batches in pairs (short step, long step): the mean is one batch
+    # every BATCH_DELAY / 2.
+    assert 45 <= st["mean"] <= 60 and st["p50"] <= st["p95"] <= st["p99"]
+    assert snap["ranges"] == []  # no ranges in this loop: only steps and waits
+    assert snap["argv"][-4:] == [PLANTED, "40", str(BATCH_DELAY), str(COMPUTE)]
+
+
+def test_run_shows_a_live_summary_and_cleans_up(shm_dir):
+    p = subprocess.run(tuimon_cmd("run", "--interval", "0.2", "--", PLANTED, 30, 0.04, 0.005),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = [x for x in p.stdout.splitlines() if x.startswith("pid ")]
+    assert len(lines) >= 3 and "step 30 |" in lines[-1] and lines[-1].endswith("[process exited]")
+    assert "data wait" in lines[-1]
+    assert os.listdir(shm_dir) == []  # the job's segment went with it
+
+
+def test_run_keeps_the_environments_own_sitecustomize(tmp_path, shm_dir):
+    user = tmp_path / "usersite"
+    user.mkdir()
+    (user / "sitecustomize.py").write_text("print('user sitecustomize ran')\n")
+    env = dict(os.environ, PYTHONPATH=str(user))
+    code = "import os, tuimon; print('probe', tuimon.status().enabled)"
+    p = subprocess.run(tuimon_cmd("run", "--headless", "--", sys.executable, "-c", code),
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    # (the tuimon command itself ran it once too: it has the same PYTHONPATH)
+    assert p.stdout.splitlines()[-2:] == ["user sitecustomize ran", "probe True"]
+
+
+def test_run_with_a_missing_command():
+    p = subprocess.run(tuimon_cmd("run", "--", "/nonexistent/train"), capture_output=True, text=True)
+    assert p.returncode == 127 and "cannot run /nonexistent/train" in p.stderr
+
+
+def test_attach_unknown_pid():
+    assert "no process with PID 4194304" in attach_error(4194304)
+
+
+@pytest.fixture
+def sleeper():
+    p = subprocess.Popen(["sleep", "60"])
+    yield p
+    p.kill()
+    p.wait()
+
+
+def test_attach_a_process_without_a_channel(sleeper):
+    err = attach_error(sleeper.pid)
+    assert f"PID {sleeper.pid} (sleep 60) has no tuimon channel" in err and "tuimon run" in err
+
+
+def test_attach_a_corrupt_segment(shm_dir, sleeper):
+    with open(seg_path(shm_dir, sleeper.pid), "wb") as f:
+        f.write(os.urandom(300_000))
+    assert "not a tuimon channel segment" in attach_error(sleeper.pid)
+
+
+def _segment_for(shm_dir, pid, earlier_process=False):
+    """A valid segment made here, then renamed and relabelled as process pid's (or as one left
+    by an earlier process that had the same PID)."""
+    w = SegmentWriter.create({}, 64)
+    L.U32.pack_into(w._mm, 52, pid)
+    L.U64.pack_into(w._mm, 56, procinfo.start_ticks(pid) - (1 if earlier_process else 0))
+    os.rename(w.path, seg_path(shm_dir, pid))
+    return seg_path(shm_dir, pid), w
+
+
+def test_attach_a_segment_left_by_an_earlier_process_with_the_same_pid(shm_dir, sleeper):
+    path, w = _segment_for(shm_dir, sleeper.pid, earlier_process=True)
+    assert "earlier process that had the same PID" in attach_error(sleeper.pid)
+
+
+def test_attach_another_users_segment(shm_dir, sleeper):
+    if os.getuid() != 0:
+        pytest.skip("needs root to give a file away")
+    path, w = _segment_for(shm_dir, sleeper.pid)
+    os.chown(path, 65534, -1)
+    assert "belongs to uid 65534" in attach_error(sleeper.pid)
+
+
+def test_attach_a_newer_layout(shm_dir, sleeper):
+    path, w = _segment_for(shm_dir, sleeper.pid)
+    L.U32.pack_into(w._mm, 8, 2)
+    assert "newer tuimon (channel layout v2)" in attach_error(sleeper.pid)
+
+
+def test_attach_finds_the_channel_of_a_descendant(shm_dir):
+    """Attaching to a launcher (a shell here, torchrun in life) finds its instrumented child."""
+    code = "import time, tuimon; tuimon.instrument(); print('up', flush=True); time.sleep(60)"
+    shell = subprocess.Popen(["sh", "-c", f'"{sys.executable}" -c "{code}"; true'], stdout=subprocess.PIPE, text=True)
+    try:
+        assert shell.stdout.readline().strip() == "up"
+        snap = attach_json(shell.pid)
+        assert snap["pid"] != shell.pid and snap["state"] == "alive"
+    finally:
+        subprocess.run(["pkill", "-P", str(shell.pid)])
+        shell.wait()

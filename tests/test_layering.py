@@ -1,0 +1,95 @@
+"""The layering of shared/DESIGN.md, checked on the source: which package may import which."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+PKG = ROOT / "tuimon"
+THIRD_PARTY = {"torch", "nvtx", "textual", "rich", "pynvml", "psutil", "plotext", "numpy"}
+
+# package -> (tuimon packages it may import, third-party modules it may import at module level)
+ALLOWED = {
+    "channel": (set(), set()),
+    "probe": ({"channel"}, set()),  # torch/nvtx only inside functions (lazily)
+    "analysis": (set(), set()),
+    "sources": ({"channel"}, {"pynvml", "psutil"}),
+    "capture": ({"channel"}, set()),
+    "monitor": ({"channel", "sources", "analysis", "capture"}, set()),
+    "ui": ({"channel", "sources", "analysis", "capture", "monitor"}, {"textual", "rich", "plotext"}),
+    "cli": ({"channel", "probe", "sources", "analysis", "capture", "monitor", "ui"}, {"textual", "rich"}),
+    "workloads": ({"probe"}, {"torch"}),  # the bundled training jobs, not the monitor
+}
+
+
+def imports(path: Path):
+    """(module imported, at module level?) for every import in a file, resolved to absolute."""
+    tree = ast.parse(path.read_text())
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    package = parts[:-1] if parts[-1] != "__init__" else parts[:-1]
+    top_level = {id(n) for n in tree.body}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, id(node) in top_level
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1])
+                mod = f"{base}.{node.module}" if node.module else base
+            else:
+                mod = node.module
+            yield mod, id(node) in top_level
+            if node.level and not node.module:  # from . import x
+                for a in node.names:
+                    yield f"{mod}.{a.name}", id(node) in top_level
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "tuimon" and len(parts) > 1 else None
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_layer_imports_only_what_design_allows(layer):
+    allowed_internal, allowed_external = ALLOWED[layer]
+    bad = []
+    for path in sorted((PKG / layer).rglob("*.py")):
+        for mod, top in imports(path):
+            root = mod.split(".")[0]
+            other = layer_of(mod)
+            if root == "tuimon" and other not in (None, layer) and other not in allowed_internal:
+                if not (other in ("probe", "__init__") and layer in ("cli", "workloads")):
+                    bad.append(f"{path.relative_to(ROOT)} imports {mod}")
+            if root == "tuimon" and other is None and layer not in ("cli", "workloads"):
+                bad.append(f"{path.relative_to(ROOT)} imports the top-level tuimon package")
+            if root in THIRD_PARTY and root not in allowed_external and (top or root != "torch" and root != "nvtx"):
+                bad.append(f"{path.relative_to(ROOT)} imports {mod}" + ("" if top else " (in a function)"))
+    assert bad == []
+
+
+def test_every_package_has_a_rule():
+    packages = {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert packages <= set(ALLOWED), packages - set(ALLOWED)
+
+
+def test_the_monitor_never_imports_torch():
+    code = ("import sys, tuimon.cli.main, tuimon.monitor.training, tuimon.sources.channel; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'textual', 'nvtx')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_analysis_kinds_match_the_layout():
+    from tuimon.analysis import steps
+    from tuimon.channel import layout
+
+    assert (steps.RANGE, steps.STEP, steps.DATA_WAIT, steps.COUNT) == (
+        layout.RANGE, layout.STEP, layout.DATA_WAIT, layout.COUNT)
+    names = ["kind", "depth", "flags", "name", "tid", "step", "t0", "t1", "value", "seq"]
+    assert [steps.F_KIND, steps.F_DEPTH, steps.F_NAME, steps.F_TID, steps.F_STEP, steps.F_T0, steps.F_T1,
+            steps.F_VALUE] == [names.index(n) for n in ("kind", "depth", "name", "tid", "step", "t0", "t1", "value")]
+    assert len(layout.RECORD.unpack(bytes(layout.RECORD_SIZE))) == len(names)

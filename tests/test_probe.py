@@ -1,0 +1,220 @@
+"""The probe inside real processes: ranges, steps, data waits, hooks, threads and forks."""
+
+import textwrap
+
+from tests.conftest import run_python, seg_path
+from tuimon.channel import SegmentReader
+from tuimon.channel import layout as L
+
+
+def run_scenario(shm_dir, body: str, timeout=120):
+    """Run body in a fresh instrumented Python; return (records as dicts, reader, stdout)."""
+    script = "import os, sys, time, threading\nimport tuimon\nst = tuimon.instrument()\n" \
+             "assert st.enabled, st\nprint('PID', os.getpid(), flush=True)\n" + textwrap.dedent(body)
+    p = run_python(script, timeout=timeout)
+    assert p.returncode == 0, p.stderr
+    pid = int(p.stdout.split("PID ")[1].split()[0])
+    r = SegmentReader(seg_path(shm_dir, pid))
+    b = r.drain()
+    assert b.lost == 0 and b.corrupt == 0
+    recs = [dict(kind=L.KIND_NAMES[x[0]], depth=x[1], name=r.name(x[3]), tid=x[4], step=x[5],
+                 t0=x[6], t1=x[7], value=x[8]) for x in b.records]
+    return recs, r, p
+
+
+def of(recs, kind, name=None):
+    return [x for x in recs if x["kind"] == kind and (name is None or x["name"] == name)]
+
+
+def test_nested_ranges_on_two_threads(shm_dir):
+    recs, _, _ = run_scenario(shm_dir, """
+        def work(tag):
+            for _ in range(50):
+                with tuimon.range("outer-" + tag):
+                    with tuimon.range("inner-" + tag):
+                        time.sleep(0.0005)
+        ts = [threading.Thread(target=work, args=(t,)) for t in "ab"]
+        [t.start() for t in ts]; [t.join() for t in ts]
+    """)
+    for tag in "ab":
+        outer, inner = of(recs, "range", "outer-" + tag), of(recs, "range", "inner-" + tag)
+        assert len(outer) == len(inner) == 50
+        assert {x["depth"] for x in outer} == {0} and {x["depth"] for x in inner} == {1}
+        assert len({x["tid"] for x in outer + inner}) == 1  # one thread each
+        for i, o in zip(inner, outer, strict=True):
+            assert o["t0"] <= i["t0"] <= i["t1"] <= o["t1"]
+    assert of(recs, "range", "outer-a")[0]["tid"] != of(recs, "range", "outer-b")[0]["tid"]
+
+
+def test_decorator_counter_and_explicit_steps(shm_dir):
+    recs, r, _ = run_scenario(shm_dir, """
+        @tuimon.range("load")
+        def load(x):
+            return x * 2
+        for i in range(5):
+            assert load(i) == 2 * i
+            tuimon.count("samples", 8)
+            tuimon.step()
+        with tuimon.range("a"):
+            pass
+        try:
+            with tuimon.range("raises"):
+                raise KeyError("kept")
+        except KeyError:
+            pass
+    """)
+    assert len(of(recs, "range", "load")) == 5 and r.steps == 5
+    steps = of(recs, "step")
+    assert [s["step"] for s in steps] == [1, 2, 3, 4, 5]
+    assert all(a["t1"] == b["t0"] for a, b in zip(steps, steps[1:], strict=False))  # boundaries chain
+    assert [c["step"] for c in of(recs, "count", "samples")] == [1, 2, 3, 4, 5]
+    assert sum(c["value"] for c in of(recs, "count")) == 40
+    assert of(recs, "range", "raises")[0]["depth"] == 0  # depth restored after an exception
+
+
+OPTIMIZER_LOOP = """
+    import torch
+    net = torch.nn.Linear(4, 1)
+    opts = [torch.optim.SGD(net.parameters(), lr=0.1)]
+    if MODE == "two_optimizers":
+        opts.append(torch.optim.Adam(net.parameters(), lr=0.1))
+    for i in range(10):
+        net(torch.randn(2, 4)).sum().backward()
+        if MODE == "explicit_first":
+            tuimon.step()
+        for o in opts:
+            o.step()
+        if MODE == "both":
+            tuimon.step()
+"""
+
+
+def test_steps_are_never_counted_twice(shm_dir):
+    for mode in ("optimizer_only", "two_optimizers", "both", "explicit_first"):
+        recs, r, _ = run_scenario(shm_dir, f"MODE = {mode!r}\n" + textwrap.dedent(OPTIMIZER_LOOP))
+        assert r.steps in (10, 9) if mode == "explicit_first" else r.steps == 10, (mode, r.steps)
+        assert [s["step"] for s in of(recs, "step")] == list(range(1, r.steps + 1)), mode
+
+
+def test_nvtx_annotations_show_up_without_code_change(shm_dir):
+    recs, _, _ = run_scenario(shm_dir, """
+        import nvtx
+        with nvtx.annotate("ctx", color="red"):
+            nvtx.push_range("pushed")
+            nvtx.pop_range()
+        @nvtx.annotate()
+        def decorated():
+            return 7
+        @nvtx.annotate("named")
+        def other():
+            return 8
+        assert decorated() == 7 and other() == 8
+        from nvtx import annotate
+        with annotate("imported-name"):
+            pass
+    """)
+    names = [(x["name"], x["depth"]) for x in of(recs, "range")]
+    assert names == [("pushed", 1), ("ctx", 0), ("decorated", 0), ("named", 0), ("imported-name", 0)]
+
+
+def test_nvtx_imported_before_instrument_is_patched_too(shm_dir):
+    p = run_python("""
+import os, nvtx, tuimon
+tuimon.instrument()
+with nvtx.annotate("early"):
+    pass
+print(os.getpid())
+""")
+    assert p.returncode == 0, p.stderr
+    r = SegmentReader(seg_path(shm_dir, int(p.stdout)))
+    assert [r.name(x[3]) for x in r.drain().records] == ["early"]
+
+
+def test_torch_cuda_nvtx_ranges_show_up(shm_dir):
+    # This machine's torch has no CUDA: stand in for the CUDA NVTX library at its boundary
+    # (torch.cuda.nvtx._nvtx). The GPU check runs the same code against the real one.
+    recs, _, _ = run_scenario(shm_dir, """
+        import torch.cuda.nvtx as tnvtx
+        class FakeCudaNvtx:
+            depth = 0
+            def rangePushA(self, msg):
+                self.depth += 1; return self.depth - 1
+            def rangePop(self):
+                self.depth -= 1; return self.depth
+        tnvtx._nvtx = FakeCudaNvtx()
+        assert tnvtx.range_push("fwd") == 0
+        with tnvtx.range("layer{}", 3):
+            pass
+        assert tnvtx.range_pop() == 0
+    """)
+    assert [(x["name"], x["depth"]) for x in of(recs, "range")] == [("layer3", 1), ("fwd", 0)]
+
+
+def test_torch_cuda_nvtx_failure_is_not_swallowed(shm_dir):
+    recs, _, p = run_scenario(shm_dir, """
+        import torch.cuda.nvtx as tnvtx
+        try:
+            tnvtx.range_push("x")   # CPU build: torch raises, as it would without tuimon
+        except RuntimeError as e:
+            print("raised", e)
+        with tuimon.range("after"):
+            pass
+    """)
+    assert "raised" in p.stdout
+    assert [(x["name"], x["depth"]) for x in of(recs, "range")] == [("after", 0)]
+
+
+def test_dataloader_waits_and_forked_workers(shm_dir):
+    recs, r, _ = run_scenario(shm_dir, """
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+        class Slow(Dataset):
+            def __len__(self): return 12
+            def __getitem__(self, i):
+                with tuimon.range("in_worker"):      # must not reach the parent's ring
+                    tuimon.count("worker_items", 1)
+                    time.sleep(0.05)
+                return torch.full((2,), float(i))
+        net = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        loader = DataLoader(Slow(), batch_size=None, num_workers=2,
+                            multiprocessing_context="fork")
+        for x in loader:
+            with tuimon.range("compute"):
+                net(x).sum().backward()
+                opt.step()
+    """)
+    assert of(recs, "range", "in_worker") == [] and of(recs, "count") == []
+    assert {x["tid"] for x in recs} == {of(recs, "range", "compute")[0]["tid"]}
+    steps = of(recs, "step")
+    assert r.steps == len(steps) == 12
+    waits = of(recs, "data_wait")
+    assert len(waits) == 13  # 12 batches and the next() that ends the epoch
+    by_step = {}
+    for w in waits:
+        by_step.setdefault(w["step"], []).append(w)
+    for s in steps:  # each step's wait lies inside that step
+        for w in by_step[s["step"]]:
+            assert s["t0"] <= w["t0"] and w["t1"] <= s["t1"]
+    assert sum(w["t1"] - w["t0"] for w in waits) / 1e9 > 0.1  # the loop did wait for batches
+
+
+def test_instrument_is_idempotent_and_a_full_shm_disables_the_probe_quietly(shm_dir):
+    recs, _, _ = run_scenario(shm_dir, """
+        assert tuimon.instrument().path == st.path
+    """)
+    p = run_python("""
+import errno, os
+def no_space(fd, off, size):
+    raise OSError(errno.ENOSPC, "No space left on device")
+os.posix_fallocate = no_space
+import tuimon
+st = tuimon.instrument()
+with tuimon.range("x"):
+    tuimon.count("n", 1)
+    tuimon.step()
+print(st.enabled, st.reason)
+""")
+    assert p.returncode == 0
+    assert p.stdout.startswith("False no space left in")
+    assert "tuimon: probe disabled: no space left" in p.stderr
