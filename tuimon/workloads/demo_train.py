@@ -52,6 +52,7 @@ def main(argv=None):
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--delay", type=float, default=0.03, help="seconds to make one batch")
     p.add_argument("--device", default="auto")
+    p.add_argument("--report", action="store_true", help="print the mean step time at the end")
     a = p.parse_args(argv)
     device = torch.device("cuda" if a.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if a.device == "auto" else a.device))
@@ -64,7 +65,8 @@ def main(argv=None):
     loader = DataLoader(data, batch_size=None, shuffle=False, num_workers=a.workers,
                         pin_memory=big, persistent_workers=a.workers > 0)
     print(f"demo workload on {device}: batch {batch}x3x{size}x{size}, {a.workers} workers", flush=True)
-    start, step = time.monotonic(), 0
+    start, step, times = time.monotonic(), 0, []
+    t_last = time.perf_counter()
     for x, y in loader:
         with annotate("h2d"):
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
@@ -85,8 +87,14 @@ def main(argv=None):
         except ImportError:  # pragma: no cover
             pass
         step += 1
+        now = time.perf_counter()
+        times.append(now - t_last)
+        t_last = now
         if (a.steps and step >= a.steps) or (a.seconds and time.monotonic() - start >= a.seconds):
             break
+    if a.report and len(times) > 20:
+        steady = times[10:]  # past warm-up
+        print(f"mean_step_ms {1e3 * sum(steady) / len(steady):.3f} over {len(steady)} steps", flush=True)
 
 
 if __name__ == "__main__":
