@@ -14,6 +14,8 @@ from ..channel.discovery import segment_state
 from ..monitor.training import TrainingView
 from ..sources.channel import ChannelSource
 from . import launch, textview
+from .doctor import run_doctor
+from .record import record
 from .target import open_channel
 
 
@@ -131,6 +133,17 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--headless", action="store_true")
     d.add_argument("--interval", type=_interval, default=1.0)
     d.set_defaults(func=cmd_demo)
+
+    rec = sub.add_parser("record", help="record GPU, process and channel samples of PID to a file")
+    rec.add_argument("pid", type=int)
+    rec.add_argument("-o", "--output", required=True)
+    rec.add_argument("--seconds", type=float, default=0, help="stop after this long (0: when PID exits)")
+    rec.add_argument("--interval", type=_interval, default=1.0)
+    rec.add_argument("--note", default="", help="what was running, stored in the file's header")
+    rec.set_defaults(func=lambda a: record(a.pid, a.output, a.seconds, a.interval, a.note))
+
+    doc = sub.add_parser("doctor", help="what works on this machine and what does not, with fixes")
+    doc.set_defaults(func=lambda a: run_doctor())
 
     ls = sub.add_parser("ls", help="list your processes that have a tuimon channel")
     ls.set_defaults(func=cmd_ls)

@@ -1,0 +1,100 @@
+"""psutil sampler for the target process and its descendants (DataLoader workers, torchrun ranks)."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+
+from .values import na
+
+
+class ProcessSampler:
+    """One sample per cycle: the target and each live descendant, with CPU % since the previous
+    cycle. `popen`: the subprocess.Popen when tuimon launched the target (gives the exit code)."""
+
+    def __init__(self, pid: int, popen=None):
+        self.pid = pid
+        self.popen = popen
+        self._procs: dict[int, psutil.Process] = {}
+        self.exited_at: float | None = None  # wall-clock time we first saw it gone
+        self.exit_code: int | None = None
+        try:
+            self._target = psutil.Process(pid)
+            self._target.cpu_percent(None)  # prime: the first reading is relative to this
+        except psutil.Error:
+            self._target = None
+            self.exited_at = time.time()
+
+    def _alive(self) -> bool:
+        if self._target is None:
+            return False
+        try:
+            return self._target.is_running() and self._target.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def sample(self) -> dict:
+        t = time.monotonic_ns()
+        if not self._alive():
+            if self.exited_at is None:
+                self.exited_at = time.time()
+            if self.popen is not None and self.exit_code is None:
+                self.exit_code = self.popen.poll()
+            return {"t": t, "pid": self.pid, "alive": False, "exited_at": self.exited_at,
+                    "exit_code": self.exit_code, "procs": []}
+        procs = [self._target]
+        try:
+            procs += self._target.children(recursive=True)
+        except psutil.Error:
+            pass
+        rows = []
+        seen = set()
+        for p in procs:
+            known = self._procs.get(p.pid)
+            if known is None or _create_time(known) != _create_time(p):  # PID reused
+                self._procs[p.pid] = known = p
+            seen.add(p.pid)
+            rows.append(_row(known, "target" if p.pid == self.pid else "child"))
+        for gone in set(self._procs) - seen:
+            del self._procs[gone]
+        rows = [r for r in rows if r is not None]
+        return {
+            "t": t, "pid": self.pid, "alive": True, "exited_at": None, "exit_code": None,
+            "procs": rows,
+            "cpu_percent": round(sum(r["cpu_percent"] for r in rows if isinstance(r["cpu_percent"], float)), 1),
+            "rss": sum(r["rss"] for r in rows if isinstance(r["rss"], int)),
+        }
+
+
+def _create_time(p: psutil.Process):
+    try:
+        return p.create_time()
+    except psutil.Error:
+        return None
+
+
+def _row(p: psutil.Process, role: str) -> dict | None:
+    try:
+        with p.oneshot():
+            row = {
+                "pid": p.pid,
+                "role": role,
+                "name": p.name(),
+                "cpu_percent": float(p.cpu_percent(None)),
+                "rss": p.memory_info().rss,
+                "threads": p.num_threads(),
+                "state": p.status(),
+            }
+            try:
+                io = p.io_counters()
+                row["io_read"], row["io_write"] = io.read_bytes, io.write_bytes
+            except (psutil.AccessDenied, AttributeError) as e:
+                row["io_read"] = row["io_write"] = na(f"I/O counters not readable: {type(e).__name__}")
+            return row
+    except psutil.NoSuchProcess:
+        return None  # it exited between listing and reading
+    except psutil.AccessDenied:
+        return {"pid": p.pid, "role": role, "name": na("access denied"), "cpu_percent": na("access denied"),
+                "rss": na("access denied"), "threads": na("access denied"), "state": na("access denied"),
+                "io_read": na("access denied"), "io_write": na("access denied")}
