@@ -21,7 +21,8 @@ ALLOWED = {
     "capture": ({"channel"}, set()),
     "monitor": ({"channel", "sources", "analysis", "capture"}, set()),
     "ui": ({"channel", "sources", "analysis", "capture", "monitor"}, {"textual", "rich", "plotext"}),
-    "cli": ({"channel", "probe", "sources", "analysis", "capture", "monitor", "ui"}, {"textual", "rich"}),
+    "cli": ({"channel", "probe", "sources", "analysis", "capture", "monitor", "ui"},
+            {"textual", "rich", "plotext", "pynvml", "psutil"}),  # everything but torch
     "workloads": ({"probe"}, {"torch"}),  # the bundled training jobs, not the monitor
 }
 

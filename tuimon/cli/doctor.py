@@ -68,7 +68,9 @@ def _nsys_checks():
         yield False, "Nsight Systems", f"{nsys} does not run: {e}", "reinstall Nsight Systems"
         return
     yield True, "Nsight Systems", f"{nsys} ({ver})", ""
-    importers = glob.glob(os.path.join(os.path.dirname(os.path.realpath(nsys)), "**", "QdstrmImporter"), recursive=True)
+    # The importer lies beside nsys or in a sibling folder (host/linux-desktop-*/ in some bundles).
+    top = os.path.dirname(os.path.dirname(os.path.realpath(nsys)))
+    importers = glob.glob(os.path.join(top, "**", "QdstrmImporter"), recursive=True)
     if not importers:
         yield None, "nsys reports", "QdstrmImporter not found beside nsys: cannot tell", ""
         return

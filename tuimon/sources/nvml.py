@@ -80,6 +80,7 @@ class DeviceSampler:
         self._gpm_prev: dict[int, object] = {}
         self._proc_ts: dict[int, int] = {}
         self._slow: dict[tuple, tuple[float, object]] = {}
+        self._no_mem_v2 = False
         if self.nvml is not None:
             self._open()
 
@@ -166,7 +167,7 @@ class DeviceSampler:
             s["util_mem"] = util if isinstance(util, dict) else util.memory
             for field, _ in GPM_FIELDS.values():
                 s[field] = na("needs GPM (Hopper or newer); see util_gpu / util_mem")
-        mem = get(nvml.nvmlDeviceGetMemoryInfo, h)
+        mem = self._memory(h)
         s["mem_used"] = mem if isinstance(mem, dict) else mem.used
         s["mem_total"] = mem if isinstance(mem, dict) else mem.total
         power = get(nvml.nvmlDeviceGetPowerUsage, h)
@@ -181,6 +182,18 @@ class DeviceSampler:
         if isinstance(s["processes"], list) and self.target_pids:
             s["uses_target"] = any(p["pid"] in self.target_pids for p in s["processes"])
         return s
+
+    def _memory(self, h):
+        """Memory info v2, whose `used` leaves out driver-reserved memory as nvidia-smi does
+        (v1's counted ~600 MiB more on an H200); v1 where the driver lacks v2."""
+        nvml = self.nvml
+        v2 = getattr(nvml, "nvmlMemory_v2", None)
+        if v2 is not None and not self._no_mem_v2:
+            mem = self._get(nvml.nvmlDeviceGetMemoryInfo, h, v2)
+            if not isinstance(mem, dict):
+                return mem
+            self._no_mem_v2 = True
+        return self._get(nvml.nvmlDeviceGetMemoryInfo, h)
 
     def _gpm(self, i: int, h) -> dict:
         nvml = self.nvml
