@@ -57,7 +57,7 @@ def main():
     print(f"{'call':<46}{'ms':>9}")
     for name, ms in rows:
         print(f"{name:<46}{ms:>9.2f}")
-    print(f"{'sampler cycle per GPU (mean, in the poller)':<46}{poller.busy_s / poller.cycles / n * 1e3:>9.2f}")
+    print(f"{'one cycle, process tree + all GPUs (mean)':<46}{poller.busy_s / poller.cycles * 1e3:>9.2f}")
     print(f"{'sampling CPU % of one core at ' + str(a.interval) + ' s':<46}{100 * cpu / wall:>9.2f}")
     s.close()
 
