@@ -52,7 +52,7 @@ def test_planted_data_wait_through_tuimon_run(shm_dir):
 
 
 def test_run_shows_a_live_summary_and_cleans_up(shm_dir):
-    p = subprocess.run(tuimon_cmd("run", "--interval", "0.2", "--", PLANTED, 30, 0.04, 0.005),
+    p = subprocess.run(tuimon_cmd("run", "--plain", "--interval", "0.2", "--", PLANTED, 30, 0.04, 0.005),
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     lines = [x for x in p.stdout.splitlines() if x.startswith("pid ")]

@@ -5,18 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 
 from ..channel import ChannelError, SegmentReader, list_segments, segment_path
 from ..channel.discovery import segment_state
+from ..monitor.session import LiveSession, ReplaySession
+from ..monitor.target import open_channel
 from ..monitor.training import TrainingView
 from ..sources.channel import ChannelSource
+from ..sources.recording import RecordingError
 from . import launch, textview
 from .doctor import run_doctor
 from .record import record
-from .target import open_channel
 
 
 def _interval(text: str) -> float:
@@ -42,14 +45,24 @@ def cmd_attach(args) -> int:
             else:
                 print(textview.summary_line(snap))
             return 0
-        textview.follow(view, args.interval)
-        return 0
+        if args.plain:
+            textview.follow(view, args.interval)
+            return 0
+        reader.close()
+        return _tui(LiveSession(args.pid, args.interval), f"attached, every {args.interval:g} s")
     except ChannelError as e:
         print(f"tuimon: {e}", file=sys.stderr)
         return 2
 
 
-def _run(cmd: list[str], headless: bool, interval: float) -> int:
+def _tui(session, label: str) -> int:
+    from ..ui.app import make_app  # textual loads only for the TUI
+
+    make_app(session, label).run()
+    return 0
+
+
+def _run(cmd: list[str], headless: bool, interval: float, plain: bool = False, stop_on_quit: bool = False) -> int:
     if not cmd:
         print("tuimon: nothing to run: tuimon run [--headless] -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
@@ -61,44 +74,74 @@ def _run(cmd: list[str], headless: bool, interval: float) -> int:
         except OSError as e:
             print(f"tuimon: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
             return 127
+    out = subprocess.DEVNULL if not plain else None  # the TUI owns the terminal
     try:
-        child = subprocess.Popen(cmd, env=env)
+        child = subprocess.Popen(cmd, env=env, stdout=out, stderr=out, start_new_session=not plain)
     except OSError as e:
         print(f"tuimon: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
         return 127
     path = segment_path(child.pid)
-    reader = None
     try:
-        while reader is None and child.poll() is None:
-            try:
-                reader = SegmentReader(path)
-            except ChannelError:
-                time.sleep(0.1)  # the probe has not created the channel yet
-        if reader is not None:
-            view = TrainingView(ChannelSource(reader))
-            textview.follow(view, interval, until=lambda: child.poll() is not None)
-        else:
-            print("tuimon: the job ended before its channel appeared", file=sys.stderr)
+        if plain:
+            return _follow_plain(child, path, interval)
+        _tui(LiveSession(child.pid, interval, popen=child), f"tuimon run, every {interval:g} s")
+        if child.poll() is None:
+            if stop_on_quit:
+                child.send_signal(signal.SIGINT)
+                try:
+                    child.wait(10)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+            else:
+                print(f"tuimon: the job (PID {child.pid}) goes on; watch it again with `tuimon attach {child.pid}`")
+                return 0
         return child.wait()
     except KeyboardInterrupt:
-        child.wait()  # Ctrl-C reached the job too (same process group)
+        child.wait()
         return child.returncode
     finally:
-        if reader is not None and child.poll() is not None:
+        if child.poll() is not None:
             try:
                 os.unlink(path)
             except OSError:
                 pass
 
 
+def _follow_plain(child, path: str, interval: float) -> int:
+    reader = None
+    while reader is None and child.poll() is None:
+        try:
+            reader = SegmentReader(path)
+        except ChannelError:
+            time.sleep(0.1)  # the probe has not created the channel yet
+    if reader is not None:
+        textview.follow(TrainingView(ChannelSource(reader)), interval, until=lambda: child.poll() is not None)
+    else:
+        print("tuimon: the job ended before its channel appeared", file=sys.stderr)
+    return child.wait()
+
+
 def cmd_run(args) -> int:
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
-    return _run(cmd, args.headless, args.interval)
+    return _run(cmd, args.headless, args.interval, args.plain)
 
 
 def cmd_demo(args) -> int:
     cmd = [sys.executable, "-m", "tuimon.workloads.demo_train", "--seconds", str(args.seconds)]
-    return _run(cmd, args.headless, args.interval)
+    return _run(cmd, args.headless, args.interval, args.plain, stop_on_quit=True)
+
+
+def cmd_top(args) -> int:
+    return _tui(LiveSession(None, args.interval), f"top, every {args.interval:g} s")
+
+
+def cmd_replay(args) -> int:
+    try:
+        session = ReplaySession(args.file, args.speed)
+    except (OSError, RecordingError) as e:
+        print(f"tuimon: {e}", file=sys.stderr)
+        return 2
+    return _tui(session, f"replay of {os.path.basename(args.file)}")
 
 
 def cmd_ls(args) -> int:
@@ -120,11 +163,13 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true", help="with --once: as JSON")
     a.add_argument("--window", type=float, default=0.0, help="with --once: keep reading this many seconds first")
     a.add_argument("--interval", type=_interval, default=1.0, help="seconds between updates (>= 0.1)")
+    a.add_argument("--plain", action="store_true", help="a line of text per interval instead of the TUI")
     a.set_defaults(func=cmd_attach)
 
     r = sub.add_parser("run", help="run a training command with the probe installed")
     r.add_argument("--headless", action="store_true", help="no monitor: attach later with `tuimon attach PID`")
     r.add_argument("--interval", type=_interval, default=1.0)
+    r.add_argument("--plain", action="store_true", help="a line of text per interval instead of the TUI")
     r.add_argument("command", nargs=argparse.REMAINDER)
     r.set_defaults(func=cmd_run)
 
@@ -132,7 +177,17 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--seconds", type=float, default=0, help="stop after this long (0: until Ctrl-C)")
     d.add_argument("--headless", action="store_true")
     d.add_argument("--interval", type=_interval, default=1.0)
+    d.add_argument("--plain", action="store_true", help="a line of text per interval instead of the TUI")
     d.set_defaults(func=cmd_demo)
+
+    t = sub.add_parser("top", help="all GPUs and their processes, no target")
+    t.add_argument("--interval", type=_interval, default=1.0)
+    t.set_defaults(func=cmd_top)
+
+    rp = sub.add_parser("replay", help="show a recording (tuimon record) through the same UI")
+    rp.add_argument("file")
+    rp.add_argument("--speed", type=float, default=1.0, help="2: twice as fast")
+    rp.set_defaults(func=cmd_replay)
 
     rec = sub.add_parser("record", help="record GPU, process and channel samples of PID to a file")
     rec.add_argument("pid", type=int)

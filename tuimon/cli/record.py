@@ -7,13 +7,13 @@ import threading
 import time
 
 from ..channel import ChannelError
+from ..monitor.target import open_channel
 from ..monitor.training import TrainingView
 from ..sources.channel import ChannelSource
 from ..sources.nvml import DeviceSampler
 from ..sources.poller import Poller
 from ..sources.process import ProcessSampler
 from ..sources.recording import Recorder
-from .target import open_channel
 
 
 def record(pid: int, path: str, seconds: float, interval: float, note: str = "") -> int:

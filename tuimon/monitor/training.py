@@ -43,6 +43,7 @@ class TrainingView:
             "breakdown": summary.breakdown(steps, name),
             "ranges": summary.range_table(steps, name),
             "throughput_per_s": summary.throughput(steps, name),
+            "recent_step_ms": [round(x.duration_ns / 1e6, 3) for x in list(self.steps.completed)[-120:]],
             "records": self.source.records_read,
             "dropped": r.total_lost,
             "corrupt": r.total_corrupt,

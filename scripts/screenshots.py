@@ -1,0 +1,46 @@
+"""Render the main, ranges and GPU screens from the committed real-GPU recording into
+screenshots/ as SVG (and PNG where rsvg-convert is installed: apt-get install librsvg2-bin).
+
+    .venv/bin/python scripts/screenshots.py
+"""
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tuimon.ui.app import make_app  # noqa: E402
+from tuimon.ui.replay_frames import state_from_recording  # noqa: E402
+
+FIXTURE = os.path.join(ROOT, "tests", "fixtures", "h200_demo.jsonl")
+OUT = os.path.join(ROOT, "screenshots")
+
+
+async def shoot(size, keys_and_names):
+    app = make_app(None, "replay of h200_demo.jsonl", state_from_recording(FIXTURE))
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        for keys, name in keys_and_names:
+            for k in keys:
+                await pilot.press(k)
+            await pilot.pause()
+            app.redraw()
+            await pilot.pause()
+            path = app.save_screenshot(filename=f"{name}.svg", path=OUT)
+            print(path)
+            if shutil.which("rsvg-convert"):
+                subprocess.run(["rsvg-convert", "-o", path[:-4] + ".png", path], check=True)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    asyncio.run(shoot((120, 40), [([], "main-120x40"), (["r"], "ranges-120x40"), (["escape", "g"], "gpu-120x40")]))
+    asyncio.run(shoot((80, 24), [([], "main-80x24")]))
+
+
+if __name__ == "__main__":
+    main()

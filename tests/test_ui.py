@@ -1,0 +1,164 @@
+"""The Textual UI with run_test() and Pilot, fed from the real H200 recording and a real segment."""
+
+import os
+
+import pytest
+from textual.widgets import DataTable
+
+from tests.conftest import ROOT
+from tuimon.channel import SegmentReader, SegmentWriter
+from tuimon.channel import layout as L
+from tuimon.monitor.state import MonitorState
+from tuimon.monitor.training import TrainingView
+from tuimon.sources.channel import ChannelSource
+from tuimon.ui.app import make_app
+from tuimon.ui.replay_frames import state_from_recording
+from tuimon.ui.screens import GpuScreen, HelpScreen, MainScreen, RangesScreen
+from tuimon.ui.widgets import Panel
+
+FIXTURE = str(ROOT / "tests" / "fixtures" / "h200_demo.jsonl")
+
+
+def text(app, wid):
+    return app.screen.query_one(wid, Panel)._last.plain
+
+
+async def settle(app, pilot):
+    await pilot.pause()
+    app.redraw()
+    await pilot.pause()
+
+
+@pytest.mark.asyncio
+async def test_main_screen_from_the_recording():
+    app = make_app(None, "replay", state_from_recording(FIXTURE))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        assert isinstance(app.screen, MainScreen)
+        assert "PID 422" in text(app, "#header") and "step 1,125" in text(app, "#header")
+        v = text(app, "#verdict")
+        assert "INPUT-BOUND" in v and "data wait 63% of step time" in v and "SM activity 32%" in v
+        gpus = text(app, "#gpus")
+        assert "GPU 0 NVIDIA H200" in gpus and "◆ target" in gpus and "293/700 W" in gpus
+        assert "SM active" in gpus and "Tensor" in gpus and "DRAM bw" in gpus
+        assert "p50 25.4" in text(app, "#steps")
+        assert "data wait 63%" in text(app, "#breakdown") and "unaccounted" in text(app, "#breakdown")
+        assert "workers 2" in text(app, "#process")
+
+
+@pytest.mark.asyncio
+async def test_keys_and_screens():
+    app = make_app(None, "replay", state_from_recording(FIXTURE))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("r")
+        await settle(app, pilot)
+        assert isinstance(app.screen, RangesScreen)
+        table = app.screen.query_one(DataTable)
+        names = [str(table.get_row_at(i)[0]).strip() for i in range(table.row_count)]
+        assert names[0] == "sync" and set(names) == {"sync", "backward", "forward", "optimizer", "h2d"}
+        for _ in range(4):  # share, count, mean, p95 -> name
+            await pilot.press("s")
+        names = [str(table.get_row_at(i)[0]).strip() for i in range(table.row_count)]
+        assert names == sorted(names)
+        await pilot.press("escape")
+        await pilot.press("g")
+        await settle(app, pilot)
+        assert isinstance(app.screen, GpuScreen)
+        assert "samples ago" in app.screen.query_one("#gpu-plot", Panel)._last.plain
+        await pilot.press("escape", "question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape", "p")
+        await settle(app, pilot)
+        assert "PAUSED" in text(app, "#header")
+        version = app.state.version
+        app.apply_entries([("training", {"steps": 99999})])
+        assert app.state.version == version + 1 and "PAUSED" in text(app, "#header")
+        assert "step 1,125" in text(app, "#header")  # paused: the display holds
+        await pilot.press("p")
+        await settle(app, pilot)
+        assert "PAUSED" not in text(app, "#header")
+        await pilot.press("c")
+        await pilot.pause()
+        assert any("reserved for capture" in str(n.message) for n in app._notifications)
+        await pilot.press("q")
+    assert not app.is_running
+
+
+@pytest.mark.asyncio
+async def test_80x24_nothing_overlaps_and_smaller_terminals_scroll():
+    for size in ((80, 24), (80, 14)):
+        app = make_app(None, "replay", state_from_recording(FIXTURE))
+        async with app.run_test(size=size) as pilot:
+            await settle(app, pilot)
+            regions = [app.screen.query_one(w).region for w in ("#header", "#verdict", "#body")]
+            panels = [app.screen.query_one(w).virtual_region for w in ("#gpus", "#steps", "#breakdown", "#process")]
+            for a, b in [*zip(regions, regions[1:], strict=False), *zip(panels, panels[1:], strict=False)]:
+                assert a.bottom <= b.y
+            assert all(r.right <= 80 for r in regions + panels)
+            body = app.screen.query_one("#body")
+            if size == (80, 14):
+                assert body.virtual_size.height > body.size.height  # more than fits: it scrolls
+                body.scroll_end(animate=False)
+                await pilot.pause()
+                assert body.scroll_y > 0
+
+
+@pytest.mark.asyncio
+async def test_untrusted_names_are_shown_literally(shm_dir):
+    """A range named with Rich markup and an escape sequence, through a real segment."""
+    w = SegmentWriter.create({"argv": ["train.py", "[red]argv[/]"]}, 256)
+    hostile = "[bold red]x[/] \x1b[2J"
+    nid = w.intern(hostile)
+    for k in range(1, 8):
+        w.emit(L.RANGE, 0, nid, 1, k, k * 100, k * 100 + 50, 0.0)
+        w.emit(L.STEP, 0, 0, 1, k, (k - 1) * 100 + 100, k * 100 + 100, 0.0)
+    view = TrainingView(ChannelSource(SegmentReader(w.path)))
+    view.poll()
+    state = MonitorState()
+    state.apply("training", view.snapshot())
+    state.apply("process", {"pid": os.getpid(), "alive": True, "procs": [
+        {"pid": 1, "role": "target", "name": "[blink]proc[/]", "cpu_percent": 1.0, "rss": 1, "threads": 1,
+         "state": "running"}]})
+    app = make_app(None, "test", state)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        header = app.screen.query_one("#header", Panel)._last
+        assert "[red]argv[/]" in header.plain
+        process = app.screen.query_one("#process", Panel)._last
+        assert "[blink]proc[/]" in process.plain
+        assert "[bold red]x[/] \\x1b[2J" in text(app, "#breakdown")
+        assert "\x1b" not in text(app, "#breakdown")
+        await pilot.press("r")
+        await settle(app, pilot)
+        cell = app.screen.query_one(DataTable).get_row_at(0)[0]
+        assert str(cell) == "[bold red]x[/] \\x1b[2J"
+        assert not any("red" in str(s.style) for s in cell.spans)  # no markup was interpreted
+
+
+@pytest.mark.asyncio
+async def test_a_target_that_exits_keeps_its_last_numbers():
+    state = state_from_recording(FIXTURE)
+    state.apply("process", {"t": 1, "pid": 422, "alive": False, "exited_at": 0, "exit_code": 3, "procs": []})
+    app = make_app(None, "replay", state)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        assert "PROCESS EXITED" in text(app, "#header") and "(code 3)" in text(app, "#header")
+        assert "INPUT-BOUND" in text(app, "#verdict") and "p50 25.4" in text(app, "#steps")
+
+
+@pytest.mark.asyncio
+async def test_top_without_gpus_says_why():
+    from tests.fake_nvml import FakeNvml
+    from tuimon.monitor.session import LiveSession
+
+    fake = FakeNvml()
+    fake.fail["nvmlInit"] = 12  # NVML_ERROR_LIBRARY_NOT_FOUND
+    from tuimon.sources.nvml import DeviceSampler
+
+    app = make_app(LiveSession(None, 0.1, devices=DeviceSampler(fake)), "top")
+    async with app.run_test(size=(100, 30)) as pilot:
+        for _ in range(20):
+            await pilot.pause(0.05)
+        assert "NVML unavailable: NVML Shared Library Not Found" in text(app, "#gpus")
+        assert "not enough data yet" in text(app, "#verdict").lower()

@@ -1,0 +1,88 @@
+"""Where monitor data comes from: live pollers on one thread, or a recording. Both hand entries
+(source, data) to the same callback, which feeds MonitorState.apply()."""
+
+from __future__ import annotations
+
+import threading
+
+from ..channel import ChannelError
+from ..sources.channel import ChannelSource
+from ..sources.nvml import DeviceSampler, target_note
+from ..sources.poller import Poller
+from ..sources.process import ProcessSampler
+from ..sources.recording import ReplaySource
+from .target import open_channel
+from .training import TrainingView
+
+
+class LiveSession:
+    """The target's channel (opened as soon as it exists), its process tree and the GPUs, polled
+    together on one thread; pid None watches the GPUs alone (`tuimon top`)."""
+
+    def __init__(self, pid: int | None, interval: float = 1.0, popen=None, devices=None):
+        self.pid, self.interval = pid, interval
+        self.procs = ProcessSampler(pid, popen) if pid else None
+        self.gpus = devices if devices is not None else DeviceSampler()
+        self.training: TrainingView | None = None
+        self.channel_error: str | None = None
+        self._poller: Poller | None = None
+
+    def _training(self) -> TrainingView | None:
+        if self.training is None and self.pid:
+            try:
+                self.training = TrainingView(ChannelSource(open_channel(self.pid)))
+                self.channel_error = None
+            except ChannelError as e:
+                self.channel_error = str(e)
+        return self.training
+
+    def poll(self) -> list[tuple[str, object]]:
+        out: list[tuple[str, object]] = []
+        pids: set[int] = set()
+        if self.procs is not None:
+            p = self.procs.sample()
+            pids = {r["pid"] for r in p["procs"]} or {self.pid}
+            out.append(("process", p))
+        self.gpus.target_pids = pids
+        gpu = self.gpus.sample()
+        out.append(("gpu", gpu))
+        if self.gpus.error:
+            out.append(("note", self.gpus.error))
+        elif pids:
+            out.append(("note", target_note(gpu, pids)))
+        view = self._training()
+        if view is not None:
+            try:
+                view.poll()
+                out.append(("training", view.snapshot()))
+            except ChannelError as e:
+                self.channel_error = str(e)
+        return out
+
+    def start(self, on_entries) -> None:
+        self._poller = Poller(self.poll, on_entries, self.interval, name="tuimon-sampler").start()
+
+    def stop(self) -> None:
+        if self._poller:
+            self._poller.stop()
+        self.gpus.close()
+
+
+class ReplaySession:
+    """A recording, paced as recorded (speed > 1: faster)."""
+
+    def __init__(self, path: str, speed: float = 1.0):
+        self.source = ReplaySource(path, speed)
+        self.channel_error = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, on_entries) -> None:
+        def run():
+            self.source.run(lambda source, data: on_entries([(source, data)]), self._stop)
+
+        self._thread = threading.Thread(target=run, name="tuimon-replay", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()

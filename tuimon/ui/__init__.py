@@ -1,0 +1,1 @@
+"""The Textual UI: app, screens, panels. Imports everything below it, never torch."""

@@ -1,0 +1,161 @@
+"""The screens: main ("is my GPU busy, and if not, why?"), ranges, GPU detail, help."""
+
+from __future__ import annotations
+
+import os
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Static
+
+from ..channel.text import safe_text
+from ..monitor.state import View
+from . import render
+from .widgets import Panel
+
+
+class MainScreen(Screen):
+    def compose(self) -> ComposeResult:
+        yield Panel(id="header")
+        yield Panel(id="verdict")
+        with VerticalScroll(id="body"):
+            yield Panel("GPUs", id="gpus", classes="box")
+            yield Panel("Step time", id="steps", classes="box")
+            yield Panel("Where the step goes", id="breakdown", classes="box")
+            yield Panel("Process", id="process", classes="box")
+        yield Footer()
+
+    def show_view(self, view: View, label: str) -> None:
+        q = self.query_one
+        q("#header", Panel).show(render.header(view, label))
+        q("#verdict", Panel).show(render.verdict_line(view.verdict))
+        gpus = q("#gpus", Panel)
+        gpus.show(render.gpus_panel(view, gpus.text_width))
+        steps = q("#steps", Panel)
+        steps.show(render.steps_panel(view, steps.text_width))
+        bd = q("#breakdown", Panel)
+        bd.show(render.breakdown_panel(view, bd.text_width))
+        q("#process", Panel).show(render.process_panel(view))
+
+
+SORT_KEYS = [("share", "share"), ("count", "count"), ("mean_ms", "mean ms"), ("p95_ms", "p95 ms"), ("name", "name")]
+
+
+class RangesScreen(Screen):
+    BINDINGS = [Binding("escape,r", "app.pop_screen", "back"), Binding("s", "next_sort", "sort")]
+
+    def __init__(self):
+        super().__init__()
+        self.sort = 0
+        self._rows: list[dict] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="ranges-title")
+        yield DataTable(id="ranges", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        t = self.query_one(DataTable)
+        for label in ("range", "depth", "count", "mean ms", "p95 ms", "share"):
+            t.add_column(label, key=label)
+
+    def action_next_sort(self) -> None:
+        self.sort = (self.sort + 1) % len(SORT_KEYS)
+        self._fill()
+
+    def show_view(self, view: View, label: str) -> None:
+        rows = (view.training or {}).get("ranges") or []
+        if rows != self._rows:
+            self._rows = rows
+            self._fill()
+
+    def _fill(self) -> None:
+        key, label = SORT_KEYS[self.sort]
+        rows = sorted(self._rows, key=lambda r: (r[key] is None, r[key]), reverse=key != "name")
+        self.query_one("#ranges-title", Static).update(
+            Text(f" Ranges over the last steps, sorted by {label} (s: next sort, esc: back)", "bold"))
+        t = self.query_one(DataTable)
+        t.clear()
+        for r in rows:
+            name = Text("  " * r["depth"] + safe_text(str(r["name"]), 80))
+            share = f"{r['share']:.1%}" if r["share"] is not None else "n/a"
+            t.add_row(name, str(r["depth"]), f"{r['count']:,}", f"{r['mean_ms']:.3f}", f"{r['p95_ms']:.3f}", share)
+
+
+class GpuScreen(Screen):
+    BINDINGS = [Binding("escape,g", "app.pop_screen", "back"), Binding("n", "next_gpu", "next GPU")]
+
+    def __init__(self):
+        super().__init__()
+        self.index = 0
+        self._view: View | None = None
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Panel(id="gpu-summary", classes="box")
+            yield Panel(id="gpu-plot")
+        yield Footer()
+
+    def action_next_gpu(self) -> None:
+        if self._view and self._view.gpus:
+            self.index = (self.index + 1) % len(self._view.gpus)
+            self.show_view(self._view, "")
+
+    def show_view(self, view: View, label: str) -> None:
+        self._view = view
+        if not view.gpus:
+            self.query_one("#gpu-summary", Panel).show(Text(view.gpu_note or "no GPU data", "dim"))
+            return
+        g = view.gpus[self.index % len(view.gpus)]
+        summary = self.query_one("#gpu-summary", Panel)
+        summary.border_title = f"GPU {g.latest.get('index')} of {len(view.gpus)} (n: next)"
+        summary.show(render.gpu_block(g, summary.text_width, g.latest.get("index") in view.target_gpus))
+        plot = self.query_one("#gpu-plot", Panel)
+        plot.show(gpu_history_plot(g, max(40, plot.text_width - 1), max(12, self.app.size.height - 14)))
+
+
+def gpu_history_plot(g, width: int, height: int) -> Text:
+    """Longer histories as a plotext line chart (0-100%)."""
+    import plotext as plt
+
+    h = g.history
+    limit = render.num(g.latest.get("power_limit_w"))
+    series = [("SM active", h["sm_active"]), ("Tensor", h["tensor_active"]), ("DRAM bw", h["dram_bw"])] \
+        if g.latest.get("gpm") else [("GPU util (coarse)", h["util_gpu"]), ("Mem-ctl util (coarse)", h["util_mem"])]
+    if limit:
+        series.append(("Power % of limit", [None if v is None else 100 * v / limit for v in h["power_w"]]))
+    plt.clear_figure()
+    plt.plotsize(width, height)
+    plt.theme("clear" if os.environ.get("NO_COLOR") else "pro")
+    n = max((len(v) for _, v in series), default=0)
+    for name, vals in series:
+        pts = [(i - n + 1, v) for i, v in enumerate(vals) if v is not None]
+        if pts:
+            plt.plot([p[0] for p in pts], [p[1] for p in pts], label=name)
+    plt.ylim(0, 100)
+    plt.xlabel("samples ago")
+    plt.title("% over the last samples (SM, tensor, DRAM bandwidth, power of its limit)")
+    return Text.from_ansi(plt.build(), no_wrap=True, overflow="crop")
+
+
+class HelpScreen(ModalScreen):
+    BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "close")]
+    TEXT = """tuimon keys
+
+  r    ranges: every range with count, mean, p95 and share (s: sort)
+  g    GPU detail: longer histories (n: next GPU)
+  p    pause / resume the display (sampling goes on)
+  c    capture window (reserved: captures arrive in the next version)
+  ?    this help
+  q    quit (the training process is never touched)
+
+The verdict: input-bound when the loop waits for data (>= 5% moderate,
+>= 20% high, TensorBoard's anchors), GPU-bound when SM activity is >= 80%,
+host-bound when both are low. "coarse" marks GPUs without GPM, where only
+kernel-busy time is known."""
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(self.TEXT), id="help")
