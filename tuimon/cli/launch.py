@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import tuimon
 
@@ -28,3 +29,11 @@ def command(argv: list[str]) -> list[str]:
     if argv and argv[0].endswith(".py"):
         return [sys.executable, *argv]
     return list(argv)
+
+
+def job_log():
+    """A private file for the output of a job whose terminal the TUI holds."""
+    folder = os.path.join(tempfile.gettempdir(), f"tuimon-{os.getuid()}")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd, path = tempfile.mkstemp(prefix="job-", suffix=".log", dir=folder)
+    return os.fdopen(fd, "w")

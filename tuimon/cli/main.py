@@ -74,17 +74,22 @@ def _run(cmd: list[str], headless: bool, interval: float, plain: bool = False, s
         except OSError as e:
             print(f"tuimon: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
             return 127
-    out = subprocess.DEVNULL if not plain else None  # the TUI owns the terminal
+    log = None if plain else launch.job_log()  # the TUI owns the terminal: the job writes here
     try:
-        child = subprocess.Popen(cmd, env=env, stdout=out, stderr=out, start_new_session=not plain)
+        child = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
+                                 start_new_session=not plain)
     except OSError as e:
         print(f"tuimon: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
         return 127
+    finally:
+        if log is not None:
+            log.close()
     path = segment_path(child.pid)
     try:
         if plain:
             return _follow_plain(child, path, interval)
         _tui(LiveSession(child.pid, interval, popen=child), f"tuimon run, every {interval:g} s")
+        print(f"tuimon: the job's output is in {log.name}")
         if child.poll() is None:
             if stop_on_quit:
                 child.send_signal(signal.SIGINT)

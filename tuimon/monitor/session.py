@@ -68,6 +68,9 @@ class LiveSession:
         self.gpus.close()
 
 
+BATCH_GAP_NS = 200_000_000
+
+
 class ReplaySession:
     """A recording, paced as recorded (speed > 1: faster)."""
 
@@ -78,8 +81,23 @@ class ReplaySession:
         self._thread: threading.Thread | None = None
 
     def start(self, on_entries) -> None:
+        batch: list = []
+        first_t = [0]
+
+        def on_entry(source, data, t):
+            # One poll cycle recorded its sources a few ms apart: hand them over together, as
+            # the live poller does, so the UI draws once per cycle.
+            if batch and t - first_t[0] > BATCH_GAP_NS:
+                on_entries(list(batch))
+                batch.clear()
+            if not batch:
+                first_t[0] = t
+            batch.append((source, data))
+
         def run():
-            self.source.run(lambda source, data: on_entries([(source, data)]), self._stop)
+            self.source.run(on_entry, self._stop, with_time=True)
+            if batch:
+                on_entries(list(batch))
 
         self._thread = threading.Thread(target=run, name="tuimon-replay", daemon=True)
         self._thread.start()

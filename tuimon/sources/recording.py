@@ -82,7 +82,7 @@ class ReplaySource:
         self.header, self._entries = read_recording(path)
         self.speed = speed
 
-    def run(self, on_entry, stop=None) -> int:
+    def run(self, on_entry, stop=None, with_time: bool = False) -> int:
         n = 0
         first_t = start = None
         for e in self._entries:
@@ -98,6 +98,9 @@ class ReplaySource:
                             break
                     else:
                         time.sleep(delay)
-            on_entry(e["source"], e["data"])
+            if with_time:
+                on_entry(e["source"], e["data"], e["t"])
+            else:
+                on_entry(e["source"], e["data"])
             n += 1
         return n

@@ -25,8 +25,10 @@ class TuimonApp(App):
         Binding("question_mark", "help", "help"),
     ]
 
-    def __init__(self, session, label: str, state: MonitorState | None = None):
-        super().__init__()
+    def __init__(self, session, label: str, state: MonitorState | None = None, ansi_color: bool = True):
+        # The terminal's own palette and background: fits the user's theme, and shorter escape
+        # sequences (fewer bytes per second over SSH).
+        super().__init__(ansi_color=ansi_color)
         self.session = session
         self.label = label
         self.state = state or MonitorState()

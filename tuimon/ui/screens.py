@@ -21,11 +21,13 @@ class MainScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Panel(id="header")
         yield Panel(id="verdict")
+        # Section titles are their own widgets and panels have no border: a panel that changes
+        # is redrawn whole, and borders would be resent with it every second.
         with VerticalScroll(id="body"):
-            yield Panel("GPUs", id="gpus", classes="box")
-            yield Panel("Step time", id="steps", classes="box")
-            yield Panel("Where the step goes", id="breakdown", classes="box")
-            yield Panel("Process", id="process", classes="box")
+            for wid, title in (("gpus", "GPUs"), ("steps", "Step time"), ("breakdown", "Where the step goes"),
+                               ("process", "Process")):
+                yield Static(Text(title, "bold"), classes="title")
+                yield Panel(id=wid, classes="box")
         yield Footer()
 
     def show_view(self, view: View, label: str) -> None:
@@ -50,7 +52,7 @@ class RangesScreen(Screen):
     def __init__(self):
         super().__init__()
         self.sort = 0
-        self._rows: list[dict] = []
+        self._rows: list[dict] | None = None  # None: not filled yet (an empty list is a real answer)
 
     def compose(self) -> ComposeResult:
         yield Static(id="ranges-title")
@@ -64,7 +66,8 @@ class RangesScreen(Screen):
 
     def action_next_sort(self) -> None:
         self.sort = (self.sort + 1) % len(SORT_KEYS)
-        self._fill()
+        if self._rows is not None:
+            self._fill()
 
     def show_view(self, view: View, label: str) -> None:
         rows = (view.training or {}).get("ranges") or []
@@ -74,9 +77,10 @@ class RangesScreen(Screen):
 
     def _fill(self) -> None:
         key, label = SORT_KEYS[self.sort]
-        rows = sorted(self._rows, key=lambda r: (r[key] is None, r[key]), reverse=key != "name")
+        rows = sorted(self._rows or [], key=lambda r: (r[key] is None, r[key]), reverse=key != "name")
         self.query_one("#ranges-title", Static).update(
-            Text(f" Ranges over the last steps, sorted by {label} (s: next sort, esc: back)", "bold"))
+            Text(f" Ranges over the last steps, sorted by {label} (s: next sort, esc: back)"
+                 + ("" if rows else ": none yet (tuimon.range, nvtx.annotate or torch.cuda.nvtx)"), "bold"))
         t = self.query_one(DataTable)
         t.clear()
         for r in rows:
@@ -95,6 +99,7 @@ class GpuScreen(Screen):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
+            yield Static(id="gpu-title", classes="title")
             yield Panel(id="gpu-summary", classes="box")
             yield Panel(id="gpu-plot")
         yield Footer()
@@ -111,7 +116,8 @@ class GpuScreen(Screen):
             return
         g = view.gpus[self.index % len(view.gpus)]
         summary = self.query_one("#gpu-summary", Panel)
-        summary.border_title = f"GPU {g.latest.get('index')} of {len(view.gpus)} (n: next)"
+        self.query_one("#gpu-title", Static).update(
+            Text(f"GPU {g.latest.get('index')} of {len(view.gpus)} (n: next GPU, esc: back)", "bold"))
         summary.show(render.gpu_block(g, summary.text_width, g.latest.get("index") in view.target_gpus))
         plot = self.query_one("#gpu-plot", Panel)
         plot.show(gpu_history_plot(g, max(40, plot.text_width - 1), max(12, self.app.size.height - 14)))

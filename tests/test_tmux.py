@@ -1,0 +1,105 @@
+"""The real app in a real terminal: tmux runs `tuimon attach` against a real instrumented CPU
+training process; send-keys types, capture-pane reads the screen."""
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT, tuimon_cmd, wait_for
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+PLANTED = str(ROOT / "tests" / "workloads" / "planted_wait.py")
+
+
+class Tmux:
+    def __init__(self, command: str, size=(120, 40)):
+        self.name = f"tuimon-test-{uuid.uuid4().hex[:8]}"
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in os.environ.items()
+                       if k.startswith(("TUIMON_", "PYTHON", "PATH", "HOME", "LANG", "LC_")))
+        # Size the window first, then start the program in it: a program started with the session
+        # can read the detached default (80x24) before the window takes its size.
+        x, y = str(size[0]), str(size[1])
+        for args in (["new-session", "-d", "-s", self.name, "-x", x, "-y", y, "sleep 600"],
+                     ["set-option", "-t", self.name, "window-size", "manual"],
+                     ["resize-window", "-t", self.name, "-x", x, "-y", y],
+                     ["respawn-pane", "-k", "-t", self.name, f"env {env} TERM=xterm-256color {command}"]):
+            subprocess.run(["tmux", *args], check=True, capture_output=True)
+
+    def screen(self) -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True).stdout
+
+    def keys(self, *keys):
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+
+    def pane_pid(self) -> int:
+        out = subprocess.run(["tmux", "display-message", "-p", "-t", self.name, "#{pane_pid}"],
+                             capture_output=True, text=True).stdout
+        return int(out.strip())
+
+    def alive(self) -> bool:
+        return subprocess.run(["tmux", "has-session", "-t", self.name], capture_output=True).returncode == 0
+
+    def kill(self):
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+def step_of(screen: str) -> int | None:
+    m = re.search(r"step ([\d,]+)", screen)
+    return int(m.group(1).replace(",", "")) if m else None
+
+
+def test_attach_in_a_real_terminal_shows_steps_moving_and_the_planted_wait(shm_dir):
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, PLANTED, 400, 0.1, 0.015),
+                           stdout=subprocess.PIPE, text=True)
+    assert job.stdout.readline().strip() == "training"
+    cmd = " ".join(shlex.quote(x) for x in tuimon_cmd("attach", job.pid, "--interval", "0.5"))
+    t = Tmux(cmd)
+    try:
+        first = wait_for(lambda: step_of(t.screen()), timeout=30, what="a step count on screen")
+        screen = wait_for(lambda: (s := t.screen()) and "INPUT-BOUND" in s and s, timeout=40,
+                          what="the input-bound verdict")
+
+        def share(s):
+            m = re.search(r"data wait (\d+)% of step time", s)
+            return int(m.group(1)) if m else None
+
+        # Once past the first steps (worker start-up), the share settles on the planted 70%.
+        screen = wait_for(lambda: (s := t.screen()) and 62 <= (share(s) or 0) <= 78 and s, timeout=30,
+                          what=f"the planted 70% data wait (last screen said {share(t.screen())}%)")
+        later = wait_for(lambda: (n := step_of(t.screen())) and n > first and n, timeout=20, what="steps moving")
+        assert later > first
+        assert f"PID {job.pid}" in screen and "workloads/plant" in screen
+        t.keys("r")
+        wait_for(lambda: "Ranges over the last steps" in t.screen(), timeout=10, what="the ranges screen")
+        t.keys("Escape")  # alone: Escape then q at once would arrive as Alt+q
+        wait_for(lambda: "Where the step goes" in t.screen(), timeout=10, what="back on the main screen")
+        t.keys("q")
+        wait_for(lambda: not t.alive(), timeout=10, what="q to quit")
+        assert job.poll() is None  # quitting the monitor leaves the job alone
+    finally:
+        t.kill()
+        job.kill()
+        job.wait()
+
+
+def test_a_closed_terminal_ends_tuimon():
+    cmd = " ".join(shlex.quote(x) for x in tuimon_cmd("replay", ROOT / "tests" / "fixtures" / "h200_demo.jsonl"))
+    t = Tmux(cmd, size=(80, 24))
+    try:
+        wait_for(lambda: "tuimon" in t.screen() and "GPU 0" in t.screen(), timeout=30, what="the replay")
+        pid = t.pane_pid()
+        procs = [psutil.Process(pid)] + psutil.Process(pid).children(recursive=True)
+        t.kill()  # like an SSH connection dropping: the pty goes away (SIGHUP)
+        _, alive = psutil.wait_procs(procs, timeout=10)
+        assert alive == [], f"still running after its terminal closed: {alive}"
+    finally:
+        t.kill()
+        time.sleep(0)
