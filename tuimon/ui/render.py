@@ -56,6 +56,15 @@ def duration(s: float) -> str:
     return f"{s // 3600:d}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
+def short_command(argv: list) -> str:
+    """The command line with paths cut to their last part: `python train.py --lr 3e-4`."""
+    def short(k, a):
+        path_like = a.startswith(("/", "./", "../", "~/")) or (k == 0 and "/" in a)
+        return a.rstrip("/").rsplit("/", 1)[-1] if path_like else a
+
+    return " ".join(short(k, str(a)) for k, a in enumerate(argv))
+
+
 def header(view: View, source_label: str) -> Text:
     t = view.training or {}
     p = view.process or {}
@@ -66,7 +75,7 @@ def header(view: View, source_label: str) -> Text:
         out.append(f"PID {pid} ", "bold cyan")
     argv = t.get("argv")
     if argv:
-        out.append(safe_text(" ".join(map(str, argv)), 60))
+        out.append(safe_text(short_command(argv), 60))
         out.append(" ")
     if t.get("world_size"):
         out.append(f"· rank {t.get('rank')}/{t['world_size']} ", "dim")
