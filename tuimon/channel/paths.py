@@ -22,3 +22,31 @@ def parse_segment_name(name: str) -> tuple[int, int] | None:
     """(uid, pid) of a segment file name, or None if it is not one."""
     m = _NAME.match(name)
     return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+CAPTURE_FLOOR_BYTES = 1 << 30  # a capture is refused below 1 GiB free (TUIMON_CAPTURE_MIN_FREE_MB)
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def captures_dir(create: bool = True) -> str:
+    """Where capture files go: TUIMON_CAPTURE_DIR, else ~/.cache/tuimon/captures; private (0700)."""
+    d = os.environ.get("TUIMON_CAPTURE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tuimon", "captures")
+    if create:
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        os.chmod(d, 0o700)
+    return d
+
+
+def capture_floor_bytes() -> int:
+    mb = os.environ.get("TUIMON_CAPTURE_MIN_FREE_MB")
+    return int(mb) * 2**20 if mb and mb.isdigit() else CAPTURE_FLOOR_BYTES
+
+
+def free_bytes(path: str) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def safe_file_part(text: str, limit: int = 40) -> str:
+    """A piece of a file name built from untrusted text: letters, digits, '.', '_' and '-' only."""
+    return _SAFE.sub("_", text).strip("._")[:limit] or "job"

@@ -5,13 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
 
+from ..capture.client import CaptureClient, CaptureRefused
+from ..capture.nsys import find_nsys, nsys_command
+from ..capture.nsys import reports as nsys_reports
+from ..capture.summary import summarize
 from ..channel import ChannelError, SegmentReader, list_segments, segment_path
+from ..channel import layout as L
 from ..channel.discovery import segment_state
+from ..channel.paths import captures_dir, safe_file_part
 from ..monitor.session import LiveSession, ReplaySession
 from ..monitor.target import open_channel
 from ..monitor.training import TrainingView
@@ -62,12 +69,22 @@ def _tui(session, label: str) -> int:
     return 0
 
 
-def _run(cmd: list[str], headless: bool, interval: float, plain: bool = False, stop_on_quit: bool = False) -> int:
+def _run(cmd: list[str], headless: bool, interval: float, plain: bool = False, stop_on_quit: bool = False,
+         nsys: bool = False, nsys_args: str = "") -> int:
     if not cmd:
         print("tuimon: nothing to run: tuimon run [--headless] -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     cmd = launch.command(cmd)
     env = launch.probe_env()
+    if nsys:
+        tool = find_nsys()
+        if tool is None:
+            print("tuimon: --nsys: Nsight Systems (nsys) not found; install it or put it on PATH "
+                  "(captures without it use torch.profiler: run without --nsys)", file=sys.stderr)
+            return 2
+        output = os.path.join(captures_dir(), f"{safe_file_part(os.path.basename(cmd[-1]))}-{time.strftime('%Y%m%d-%H%M%S')}")
+        env.update(TUIMON_NSYS="1", TUIMON_NSYS_OUTPUT=output)
+        cmd = nsys_command(tool, output, cmd, shlex.split(nsys_args))
     if headless:
         try:
             os.execvpe(cmd[0], cmd, env)  # the job keeps our PID: `tuimon attach $!` works
@@ -128,7 +145,50 @@ def _follow_plain(child, path: str, interval: float) -> int:
 
 def cmd_run(args) -> int:
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
-    return _run(cmd, args.headless, args.interval, args.plain)
+    return _run(cmd, args.headless, args.interval, args.plain, nsys=args.nsys, nsys_args=args.nsys_args)
+
+
+def cmd_capture(args) -> int:
+    try:
+        reader = open_channel(args.pid)
+        info = reader.info
+        reader.close()
+        client = CaptureClient(info.path, info.pid, info.start_ticks)
+        kind = info.meta.get("capture_kind", "torch.profiler")
+        before = len(nsys_reports(info.meta["nsys_output"])) if kind == "nsys" and info.meta.get("nsys_output") else 0
+        seq = client.request(steps=args.steps if args.seconds is None else None, seconds=args.seconds)
+        what = f"{args.seconds:g} s" if args.seconds is not None else f"{args.steps} steps"
+        print(f"asked PID {info.pid} for a {kind} capture of {what} (request {seq})")
+        if not args.wait:
+            return 0
+        st = client.wait(seq, args.timeout, on_change=lambda s: print(f"  {s.name}: steps {s.first_step}..{s.last_step} {s.message}"))
+        if st.state != L.STATE_DONE:
+            print(f"tuimon: capture {st.name}: {st.message}", file=sys.stderr)
+            return 1
+        if kind == "nsys":
+            _wait_for_report(info.meta.get("nsys_output") or st.path, before, args.timeout)
+        result = summarize(st)
+        print(result["file"])
+        for line in result["lines"]:
+            print(line)
+        return 0
+    except (ChannelError, CaptureRefused) as e:
+        print(f"tuimon: {e}", file=sys.stderr)
+        return 2
+
+
+def _wait_for_report(output: str, before: int, timeout: float) -> None:
+    """nsys writes a window's report after cudaProfilerStop: wait until a new one is complete."""
+    end = time.monotonic() + timeout
+    last_size = -1
+    while time.monotonic() < end:
+        found = nsys_reports(output)
+        if len(found) > before:
+            size = os.path.getsize(found[-1])
+            if size == last_size:
+                return
+            last_size = size
+        time.sleep(1.0)
 
 
 def cmd_demo(args) -> int:
@@ -175,8 +235,19 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--headless", action="store_true", help="no monitor: attach later with `tuimon attach PID`")
     r.add_argument("--interval", type=_interval, default=1.0)
     r.add_argument("--plain", action="store_true", help="a line of text per interval instead of the TUI")
+    r.add_argument("--nsys", action="store_true", help="run it under Nsight Systems: `c` then records nsys windows")
+    r.add_argument("--nsys-args", default="", help="more `nsys profile` options, quoted as one string")
     r.add_argument("command", nargs=argparse.REMAINDER)
     r.set_defaults(func=cmd_run)
+
+    cap = sub.add_parser("capture", help="ask a running job for a capture window and print where it went")
+    cap.add_argument("pid", type=int)
+    g = cap.add_mutually_exclusive_group()
+    g.add_argument("--steps", type=int, default=10, help="window length in steps (default 10)")
+    g.add_argument("--seconds", type=float, help="window length in seconds, for loops without steps")
+    cap.add_argument("--wait", action="store_true", help="wait for the result and print its summary")
+    cap.add_argument("--timeout", type=float, default=300)
+    cap.set_defaults(func=cmd_capture)
 
     d = sub.add_parser("demo", help="run the bundled training workload under the monitor")
     d.add_argument("--seconds", type=float, default=0, help="stop after this long (0: until Ctrl-C)")

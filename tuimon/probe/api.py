@@ -7,6 +7,7 @@ import functools
 import os
 import socket
 import sys
+import threading
 from dataclasses import dataclass
 from time import monotonic_ns as _now
 
@@ -15,6 +16,7 @@ from ..channel import procinfo
 from ..channel.errors import ChannelError
 from ..channel.writer import SegmentWriter
 from . import hooks
+from .capture import Capturer, control_thread
 from .core import Probe, thread_state
 
 _probe: Probe | None = None
@@ -42,6 +44,8 @@ def _meta() -> dict:
         "world_size": _int(env.get("WORLD_SIZE")),
         "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
         "launched_by_tuimon": env.get("TUIMON_RUN") == "1",
+        "capture_kind": "nsys" if env.get("TUIMON_NSYS") == "1" else "torch.profiler",
+        "nsys_output": env.get("TUIMON_NSYS_OUTPUT"),
     }
 
 
@@ -84,12 +88,25 @@ def instrument(ring_records: int | None = None, nvtx_forward: bool | None = None
         _disabled_reason = str(e)
         return status()
     _probe = Probe(writer, _nvtx_domain(nvtx_forward))
+    _start_capture_control(_probe)
     atexit.register(_at_exit, _probe)
     if not _fork_hook_registered:
         os.register_at_fork(after_in_child=_after_fork_in_child)
         _fork_hook_registered = True
     hooks.install(_probe)
     return status()
+
+
+def _start_capture_control(p: Probe) -> None:
+    try:
+        p.capturer = Capturer(p, p.writer)
+    except Exception as e:  # noqa: BLE001 - captures off, the rest of the probe on
+        print(f"tuimon: capture windows unavailable: {e}", file=sys.stderr)
+        return
+    stop = threading.Event()
+    p._control_stop = stop
+    threading.Thread(target=control_thread, args=(p.capturer, p.writer, stop),
+                     name="tuimon-control", daemon=True).start()
 
 
 def status() -> ProbeStatus:
@@ -103,6 +120,9 @@ def status() -> ProbeStatus:
 
 def _at_exit(p: Probe) -> None:
     if _probe is p:
+        stop = getattr(p, "_control_stop", None)
+        if stop is not None:
+            stop.set()
         p.writer.mark_closed()
 
 

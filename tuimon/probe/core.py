@@ -48,6 +48,7 @@ class Probe:
         self._lead_optimizer = None
         self._nvtx = nvtx_domain
         self._nvtx_attrs: dict = {}
+        self.capturer = None  # capture windows (probe/capture.py), set by instrument()
 
     # -- ranges ---------------------------------------------------------------------------------
 
@@ -117,6 +118,8 @@ class Probe:
         self.writer.set_steps(self.step_no, t1)
         self.step_no += 1
         self.step_t0 = t1
+        if self.capturer is not None:
+            self.capturer.on_step(self.step_no - 1)
 
     def data_wait(self, t0: int, t1: int) -> None:
         if not self.step_t0:

@@ -1,0 +1,170 @@
+"""Capture windows against real probe processes (torch.profiler mode on the CPU), the control-block
+protocol and its refusals, and the nsys command line."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, seg_path, tuimon_cmd, wait_for
+from tuimon.capture.client import CaptureClient, CaptureRefused
+from tuimon.capture.nsys import nsys_command
+from tuimon.channel import SegmentReader
+from tuimon.channel import layout as L
+from tuimon.channel.control import ControlBlock, open_control
+from tuimon.channel.paths import safe_file_part
+
+PLANTED = str(ROOT / "tests" / "workloads" / "planted_wait.py")
+
+NO_STEPS = """
+import time, tuimon, torch
+tuimon.instrument()
+print("up", flush=True)
+x = torch.randn(64, 64)
+end = time.time() + 60
+while time.time() < end:
+    with tuimon.range("matmul"):
+        x = (x @ x).tanh()
+    time.sleep(0.002)
+"""
+
+
+@pytest.fixture(autouse=True)
+def capture_dir(tmp_path, monkeypatch):
+    d = tmp_path / "captures"
+    monkeypatch.setenv("TUIMON_CAPTURE_DIR", str(d))
+    return d
+
+
+def start_job(*args):
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, *map(str, args)),
+                           stdout=subprocess.PIPE, text=True)
+    assert job.stdout.readline().strip() in ("training", "up")
+    return job
+
+
+def client_for(shm_dir, pid):
+    r = SegmentReader(seg_path(shm_dir, pid))
+    return CaptureClient(r.path, r.info.pid, r.info.start_ticks)
+
+
+def test_a_window_of_steps_through_the_cli(shm_dir, capture_dir):
+    job = start_job(PLANTED, 2000, 0.02, 0.004)
+    try:
+        p = subprocess.run(tuimon_cmd("capture", job.pid, "--steps", 5, "--wait"), capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 0, p.stderr
+        lines = p.stdout.splitlines()
+        assert lines[0] == f"asked PID {job.pid} for a torch.profiler capture of 5 steps (request 1)"
+        done = [x for x in lines if x.strip().startswith("done: steps")][0]
+        first, last = map(int, done.split("steps ")[1].split()[0].split(".."))
+        assert last - first + 1 == 5
+        trace = next(x for x in lines if x.endswith(".pt.trace.json.gz"))
+        assert os.path.dirname(trace) == str(capture_dir) and os.stat(capture_dir).st_mode & 0o777 == 0o700
+        with gzip.open(trace) as f:
+            assert json.load(f)["traceEvents"]  # loads as a Chrome/Perfetto trace
+        assert "top operators by host time:" in lines and any("aten::addmm" in x for x in lines)
+        assert job.poll() is None  # the job goes on
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_protocol_states_and_refusals(shm_dir, capture_dir, monkeypatch):
+    job = start_job(PLANTED, 2000, 0.02, 0.004)
+    try:
+        c = client_for(shm_dir, job.pid)
+        assert c.state().name == "idle" and c.state().message == "ready"
+        seq = c.request(steps=30)
+        with pytest.raises(CaptureRefused, match="already"):
+            wait_for(lambda: c.state().busy, what="armed")
+            c.request(steps=5)
+        seen = []
+        st = c.wait(seq, 60, on_change=lambda s: seen.append(s.name))
+        assert st.name == "done" and st.last_step - st.first_step + 1 == 30
+        assert "capturing" in seen and seen[-1] == "done"
+        for bad in ({"steps": 0}, {"steps": 10_000}, {"seconds": 1000.0}, {}):
+            with pytest.raises(CaptureRefused):
+                c.request(**bad)
+        monkeypatch.setenv("TUIMON_CAPTURE_MIN_FREE_MB", str(10**9))
+        with pytest.raises(CaptureRefused, match="MiB free in"):
+            c.request(steps=5)
+    finally:
+        job.kill()
+        job.wait()
+    with pytest.raises(CaptureRefused, match="has exited"):
+        c.request(steps=5)
+
+
+def test_the_probe_refuses_on_its_own(shm_dir):
+    """A request written straight into the control block (no client-side checks): the probe
+    itself caps the length and checks the disk floor."""
+    env = dict(os.environ, TUIMON_CAPTURE_MIN_FREE_MB=str(10**9))
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, PLANTED, 2000, 0.02, 0.004),
+                           stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert job.stdout.readline().strip() == "training"
+        ctl, mm = open_control(seg_path(shm_dir, job.pid))
+        ctl.write_request(1, L.CAPTURE_STEPS, steps=100_000)
+        st = wait_for(lambda: (s := ctl.read_state()).ack_seq == 1 and s, what="an answer")
+        assert st.name == "failed" and "steps must be 1..500" in st.message
+        ctl.write_request(2, L.CAPTURE_STEPS, steps=5)
+        st = wait_for(lambda: (s := ctl.read_state()).ack_seq == 2 and s, what="an answer")
+        assert st.name == "failed" and "refused: less than" in st.message
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_a_window_in_seconds_for_a_loop_without_steps(shm_dir):
+    job = subprocess.Popen([sys.executable, "-c", NO_STEPS], stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "up"
+        c = client_for(shm_dir, job.pid)
+        st = c.wait(c.request(seconds=0.5), 60)
+        assert st.name == "done" and st.path.endswith(".pt.trace.json.gz") and os.path.getsize(st.path) > 0
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_capture_refusals_from_the_cli(shm_dir):
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        p = subprocess.run(tuimon_cmd("capture", sleeper.pid), capture_output=True, text=True)
+        assert p.returncode == 2 and "has no tuimon channel" in p.stderr
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    p = subprocess.run(tuimon_cmd("capture", 4194304), capture_output=True, text=True)
+    assert p.returncode == 2 and "no process with PID 4194304" in p.stderr
+
+
+def test_control_block_round_trip_and_untrusted_text():
+    buf = bytearray(L.CONTROL_SIZE)
+    ctl = ControlBlock(buf)
+    ctl.write_request(7, L.CAPTURE_SECONDS, seconds=2.5)
+    assert ctl.read_request().seq == 7 and ctl.read_request().seconds == 2.5
+    ctl.write_state(7, L.STATE_FAILED, 3, 4, 2, 99, message="bad \x1b[31m" + "x" * 1000, path="/p")
+    st = ctl.read_state()
+    assert st.message.startswith("bad \\x1b[31m") and len(st.message) < 300 and st.path == "/p"
+
+
+def test_nsys_command_line_and_file_names():
+    assert nsys_command("/opt/nsys", "/c/train-1", ["python", "train.py"], ["--sample=none"]) == [
+        "/opt/nsys", "profile", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat",
+        "--trace=cuda,nvtx,osrt", "--output", "/c/train-1", "--force-overwrite=true", "--sample=none",
+        "python", "train.py"]
+    assert safe_file_part("../../etc/passwd; rm -rf /") == "etc_passwd_rm_-rf"
+    assert "/" not in safe_file_part("a/b") and safe_file_part("") == "job"
+
+
+def test_run_nsys_without_nsys_says_so(monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    if os.path.exists("/opt/nvidia"):
+        pytest.skip("this machine has NVIDIA tools")
+    p = subprocess.run(tuimon_cmd("run", "--nsys", "--", "true"), capture_output=True, text=True)
+    assert p.returncode == 2 and "Nsight Systems (nsys) not found" in p.stderr

@@ -1,0 +1,59 @@
+"""Nsight Systems: the launch command, the reports of a run, and their summaries (nsys stats)."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import os
+import shutil
+import subprocess
+
+BUNDLED = ["/opt/nvidia/nsight-systems/*/bin/nsys", "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys"]
+
+
+def find_nsys() -> str | None:
+    found = shutil.which("nsys")
+    if found:
+        return found
+    for pattern in BUNDLED:
+        for path in sorted(glob.glob(pattern), reverse=True):
+            if os.access(path, os.X_OK):
+                return path
+    return None
+
+
+def nsys_command(nsys: str, output: str, cmd: list[str], extra: list[str] = ()) -> list[str]:
+    """`nsys profile` that records only the windows the probe opens (cudaProfilerStart/Stop),
+    one report per window."""
+    return [nsys, "profile", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat",
+            "--trace=cuda,nvtx,osrt", "--output", output, "--force-overwrite=true", *extra, *cmd]
+
+
+def reports(output: str) -> list[str]:
+    """The reports written so far for an output name, oldest first."""
+    found = glob.glob(glob.escape(output) + "*.nsys-rep")
+    return sorted(found, key=os.path.getmtime)
+
+
+def stats(nsys: str, report: str, top: int = 10, timeout: float = 120) -> dict:
+    """Top kernels and NVTX ranges of a report, from `nsys stats` (CSV)."""
+    out = {}
+    for name in ("cuda_gpu_kern_sum", "nvtx_sum"):
+        p = subprocess.run([nsys, "stats", "--report", name, "--format", "csv", "--output", "-", report],
+                           capture_output=True, text=True, timeout=timeout)
+        rows = _csv_rows(p.stdout)
+        out[name] = [{"name": r.get("Name") or r.get("Range", ""), "time_pct": r.get("Time (%)", ""),
+                      "total_ns": r.get("Total Time (ns)", ""), "instances": r.get("Instances", "")}
+                     for r in rows[:top]]
+        if p.returncode != 0 and not rows:
+            out[name + "_error"] = (p.stderr or p.stdout).strip()[-300:]
+    return out
+
+
+def _csv_rows(text: str) -> list[dict]:
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("Time (%)") or line.startswith('"Time (%)"')), None)
+    if start is None:
+        return []
+    return list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))

@@ -1,0 +1,195 @@
+"""Capture windows inside the training process, asked for through the control block.
+
+A window opens at the next step boundary and closes after N steps, or runs T seconds (loops
+without steps). Under Nsight Systems (`tuimon run --nsys`) it is a cudaProfilerStart/Stop pair, so
+nsys records exactly that window; otherwise a torch.profiler window whose trace is exported on a
+background thread, off the training step. One window at a time; lengths are capped; a window is
+refused when the captures folder has less free space than the floor.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import threading
+import time
+
+from ..channel import layout as L
+from ..channel.control import KIND_NSYS, KIND_TORCH, MAX_SECONDS, MAX_STEPS, ControlBlock
+from ..channel.paths import capture_floor_bytes, captures_dir, free_bytes, safe_file_part
+
+
+class TorchWindow:
+    def __init__(self, base: str):
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        self.trace = base + ".pt.trace.json.gz"
+        self.summary = base + ".summary.json"
+        self.prof = profile(activities=acts)
+        self.prof.start()
+        self.stop_ms = 0.0
+
+    def stop(self) -> None:
+        t = time.perf_counter()
+        self.prof.stop()  # on the training thread: torch needs it where it started
+        self.stop_ms = (time.perf_counter() - t) * 1e3
+
+    def finish(self) -> tuple[str, str]:
+        """Export and summarise (background thread); returns (path, message)."""
+        t = time.perf_counter()
+        tmp = self.trace[: -len(".gz")]
+        self.prof.export_chrome_trace(tmp)
+        with open(tmp, "rb") as src, gzip.open(self.trace, "wb", compresslevel=3) as dst:
+            dst.write(src.read())
+        os.unlink(tmp)
+        export_ms = (time.perf_counter() - t) * 1e3
+        events = self.prof.key_averages()
+
+        def top(attr):
+            rows = [e for e in events if getattr(e, attr, 0)]
+            rows.sort(key=lambda e: -getattr(e, attr))
+            return [{"name": e.key[:120], "calls": e.count, "ms": round(getattr(e, attr) / 1e3, 3)} for e in rows[:10]]
+
+        device_attr = "self_device_time_total" if hasattr(events[0] if len(events) else None, "self_device_time_total") \
+            else "self_cuda_time_total"
+        summary = {"kind": "torch.profiler", "trace": self.trace, "stop_ms": round(self.stop_ms, 2),
+                   "export_ms": round(export_ms, 2), "top_host": top("self_cpu_time_total"),
+                   "top_device": top(device_attr)}
+        with open(self.summary, "w") as f:
+            json.dump(summary, f)
+        size = os.path.getsize(self.trace)
+        return self.trace, f"trace {size / 1e6:.1f} MB; stop {self.stop_ms:.0f} ms on the step, export {export_ms:.0f} ms off it"
+
+
+class NsysWindow:
+    def __init__(self, base: str):
+        import torch
+
+        self.torch = torch
+        self.base = base
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()  # cudaProfilerStart: nsys begins a capture range
+
+    def stop(self) -> None:
+        self.torch.cuda.synchronize()
+        self.torch.cuda.profiler.stop()
+
+    def finish(self) -> tuple[str, str]:
+        out = os.environ.get("TUIMON_NSYS_OUTPUT", "")
+        return out, "nsys writes this window's report (.nsys-rep) next to its output name"
+
+
+class Capturer:
+    def __init__(self, probe, writer):
+        self.probe = probe
+        self.ctl = ControlBlock(writer._mm, L.CONTROL_OFFSET)
+        self.kind = KIND_NSYS if os.environ.get("TUIMON_NSYS") == "1" else KIND_TORCH
+        self.lock = threading.Lock()
+        self.seq = self.ctl.read_request().seq
+        self.pending = None  # a request waiting for the next step boundary
+        self.window = None
+        self.first = self.mode = self.length = 0
+        self.started = 0.0
+        self._set(L.STATE_IDLE, message="ready")
+
+    def _set(self, state, first=0, last=0, message="", path="", seq=None):
+        self.ctl.write_state(self.seq if seq is None else seq, state, first, last, self.kind,
+                             time.monotonic_ns(), message, path)
+
+    # -- from the control thread ------------------------------------------------------------------
+
+    def poll(self) -> None:
+        req = self.ctl.read_request()
+        with self.lock:
+            if req.seq != self.seq and self.window is None and self.pending is None:
+                self.seq = req.seq
+                self._take(req)
+            if self.window is not None and self.mode == L.CAPTURE_SECONDS and \
+                    time.monotonic() - self.started >= self.length:
+                self._close(self.probe.step_no - 1)
+
+    def _take(self, req) -> None:
+        if req.mode == L.CAPTURE_STEPS and not 1 <= req.steps <= MAX_STEPS:
+            return self._set(L.STATE_FAILED, message=f"refused: steps must be 1..{MAX_STEPS}")
+        if req.mode == L.CAPTURE_SECONDS and not 0.1 <= req.seconds <= MAX_SECONDS:
+            return self._set(L.STATE_FAILED, message=f"refused: seconds must be 0.1..{MAX_SECONDS:g}")
+        if req.mode not in (L.CAPTURE_STEPS, L.CAPTURE_SECONDS):
+            return self._set(L.STATE_FAILED, message="refused: unknown capture mode")
+        try:
+            folder = captures_dir()
+            if free_bytes(folder) < capture_floor_bytes():
+                return self._set(L.STATE_FAILED, message=f"refused: less than {capture_floor_bytes() >> 20} MiB free in {folder}")
+        except OSError as e:
+            return self._set(L.STATE_FAILED, message=f"refused: captures folder: {e.strerror}")
+        self.mode = req.mode
+        self.length = req.steps if req.mode == L.CAPTURE_STEPS else req.seconds
+        if req.mode == L.CAPTURE_STEPS:
+            self.pending = req
+            self._set(L.STATE_ARMED, message=f"opens at the next step, for {req.steps} steps")
+        else:
+            self._open(self.probe.step_no)
+
+    def _open(self, first_step: int) -> None:
+        prog = safe_file_part(_program())
+        base = os.path.join(captures_dir(), f"{prog}-{os.getpid()}-{self.seq}-{time.strftime('%Y%m%d-%H%M%S')}")
+        try:
+            self.window = (NsysWindow if self.kind == KIND_NSYS else TorchWindow)(base)
+        except Exception as e:  # noqa: BLE001 - no torch, no CUDA, profiler busy: say so
+            self.window = None
+            return self._set(L.STATE_FAILED, message=f"could not start: {type(e).__name__}: {e}"[:250])
+        self.first, self.started = first_step, time.monotonic()
+        self._set(L.STATE_CAPTURING, first_step, first_step, message="capturing")
+
+    def _close(self, last_step: int) -> None:
+        window, self.window = self.window, None
+        try:
+            window.stop()
+        except Exception as e:  # noqa: BLE001
+            return self._set(L.STATE_FAILED, self.first, last_step, message=f"stop failed: {e}"[:250])
+        first, seq = self.first, self.seq
+        self._set(L.STATE_WRITING, first, last_step, message="writing")
+
+        def finish():
+            try:
+                path, msg = window.finish()
+                self._set(L.STATE_DONE, first, last_step, message=msg, path=path, seq=seq)
+            except Exception as e:  # noqa: BLE001
+                self._set(L.STATE_FAILED, first, last_step, message=f"export failed: {e}"[:250], seq=seq)
+
+        threading.Thread(target=finish, name="tuimon-capture-export", daemon=True).start()
+
+    # -- from the training thread, at each step boundary (cheap when nothing is asked) --------
+
+    def on_step(self, completed: int) -> None:
+        if self.pending is None and self.window is None:
+            return
+        with self.lock:
+            if self.pending is not None:
+                self.pending = None
+                self._open(completed + 1)
+            elif self.window is not None and self.mode == L.CAPTURE_STEPS:
+                self._set(L.STATE_CAPTURING, self.first, completed, message="capturing")
+                if completed - self.first + 1 >= self.length:
+                    self._close(completed)
+
+
+def _program() -> str:
+    """The script's name (train.py) or the executable's, for capture file names."""
+    from ..channel import procinfo
+
+    argv = procinfo.cmdline(os.getpid()) or ["job"]
+    script = next((a for a in argv[1:] if a.endswith(".py")), argv[0])
+    return os.path.basename(script)
+
+
+def control_thread(capturer: Capturer, writer, stop: threading.Event, period: float = 0.2) -> None:
+    """Polls the control block and keeps the heartbeat, until the process ends."""
+    while not stop.wait(period):
+        try:
+            capturer.poll()
+            writer.heartbeat(time.monotonic_ns())
+        except Exception as e:  # noqa: BLE001 - never into the training process
+            writer.error = f"capture control: {e}"
