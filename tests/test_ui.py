@@ -3,6 +3,7 @@
 import os
 
 import pytest
+from rich.text import Text
 from textual.widgets import DataTable
 
 from tests.conftest import ROOT
@@ -80,7 +81,7 @@ async def test_keys_and_screens():
         assert "PAUSED" not in text(app, "#header")
         await pilot.press("c")
         await pilot.pause()
-        assert any("reserved for capture" in str(n.message) for n in app._notifications)
+        assert any("nothing to capture here" in str(n.message) for n in app._notifications)  # a replay
         await pilot.press("q")
     assert not app.is_running
 
@@ -162,3 +163,52 @@ async def test_top_without_gpus_says_why():
             await pilot.pause(0.05)
         assert "NVML unavailable: NVML Shared Library Not Found" in text(app, "#gpus")
         assert "not enough data yet" in text(app, "#verdict").lower()
+
+
+@pytest.mark.asyncio
+async def test_c_takes_a_capture_of_a_real_job_and_shows_what_it_found(shm_dir, tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from tests.conftest import tuimon_cmd
+    from tests.fake_nvml import FakeNvml
+    from tuimon.monitor.session import LiveSession
+    from tuimon.sources.nvml import DeviceSampler
+    from tuimon.ui.screens import CapturesScreen
+
+    monkeypatch.setenv("TUIMON_CAPTURE_DIR", str(tmp_path / "caps"))
+    planted = str(ROOT / "tests" / "workloads" / "planted_wait.py")
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, planted, 3000, 0.02, 0.004),
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "training"
+        fake = FakeNvml()
+        fake.fail["nvmlInit"] = 12
+        app = make_app(LiveSession(job.pid, 0.2, devices=DeviceSampler(fake)), "test")
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(100):
+                await pilot.pause(0.05)
+                if "c: capture 10 steps with torch.profiler" in (app.screen.query_one("#capture", Panel)._last or Text("")).plain:
+                    break
+            await pilot.press("minus", "minus", "minus", "minus", "minus")  # 10 -> 5
+            assert app.capture_steps == 5
+            await pilot.press("c")
+            for _ in range(200):
+                await pilot.pause(0.05)
+                if "last capture 1:" in text(app, "#capture") and "top operators" in text(app, "#capture"):
+                    break
+            shown = text(app, "#capture")
+            assert "last capture 1: steps" in shown and ".pt.trace.json.gz" in shown, shown
+            first, last = map(int, shown.split("last capture 1: steps ")[1].split()[0].split(".."))
+            assert last - first + 1 == 5
+            await pilot.press("c")
+            await pilot.press("c")  # while the first still runs: refused, one at a time
+            await pilot.pause(0.1)
+            assert any("already" in str(n.message) for n in app._notifications)
+            await pilot.press("l")
+            await settle(app, pilot)
+            assert isinstance(app.screen, CapturesScreen)
+            assert app.screen.query_one(DataTable).row_count >= 1
+    finally:
+        job.kill()
+        job.wait()

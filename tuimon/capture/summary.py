@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 
@@ -10,27 +11,43 @@ from ..channel.text import safe_text
 from . import nsys as nsys_tools
 
 
-def torch_summary_path(trace: str) -> str:
-    return trace.replace(".pt.trace.json.gz", ".summary.json")
+def torch_trace_summary(path: str, top: int = 5) -> dict:
+    """Top operators by host time (CPU ops, inclusive) and kernels by device time, from a
+    torch.profiler Chrome trace (gzip)."""
+    with gzip.open(path, "rt", encoding="utf-8", errors="replace") as f:
+        events = json.load(f).get("traceEvents", [])
+    host: dict[str, list] = {}
+    device: dict[str, list] = {}
+    for e in events:
+        if not isinstance(e, dict) or e.get("ph") != "X" or not isinstance(e.get("dur"), (int, float)):
+            continue
+        table = host if e.get("cat") == "cpu_op" else device if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") else None
+        if table is not None:
+            row = table.setdefault(str(e.get("name", "?")), [0, 0.0])
+            row[0] += 1
+            row[1] += e["dur"] / 1e3
+
+    def rows(table):
+        return [{"name": k, "calls": c, "ms": round(ms, 3)} for k, (c, ms) in sorted(table.items(), key=lambda kv: -kv[1][1])[:top]]
+
+    return {"top_device": rows(device), "top_host": rows(host)}
 
 
-def summarize(state: State, since_ns_report: str | None = None) -> dict:
+def summarize(state: State) -> dict:
     """{'file', 'size', 'lines'} for a done capture; reads files, may run nsys (slow: not on the UI thread)."""
     if state.kind == KIND_NSYS:
         return _nsys(state)
     path = state.path
     out = {"file": path, "size": os.path.getsize(path) if os.path.exists(path) else None, "lines": []}
     try:
-        with open(torch_summary_path(path)) as f:
-            s = json.load(f)
-    except (OSError, ValueError) as e:
-        out["lines"].append(f"no summary: {e}")
+        s = torch_trace_summary(path)
+    except (OSError, ValueError, EOFError) as e:
+        out["lines"].append(f"cannot read the trace: {e}")
         return out
-    for title, key in (("top operators by device time", "top_device"), ("top operators by host time", "top_host")):
-        rows = s.get(key) or []
-        if rows:
+    for title, key in (("top kernels by device time", "top_device"), ("top operators by host time (inclusive)", "top_host")):
+        if s[key]:
             out["lines"].append(title + ":")
-            out["lines"] += [f"  {r['ms']:>9.3f} ms  {r['calls']:>6}x  {safe_text(str(r['name']), 70)}" for r in rows[:5]]
+            out["lines"] += [f"  {r['ms']:>9.3f} ms  {r['calls']:>6}x  {safe_text(r['name'], 70)}" for r in s[key]]
     return out
 
 

@@ -4,8 +4,12 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import asdict
 
+from ..capture.client import CaptureClient, CaptureRefused
+from ..capture.summary import summarize
 from ..channel import ChannelError
+from ..channel.control import KIND_NAMES, KIND_NSYS
 from ..sources.channel import ChannelSource
 from ..sources.nvml import DeviceSampler, target_note
 from ..sources.poller import Poller
@@ -25,6 +29,8 @@ class LiveSession:
         self.gpus = devices if devices is not None else DeviceSampler()
         self.training: TrainingView | None = None
         self.channel_error: str | None = None
+        self.captures: CaptureClient | None = None
+        self._summaries: dict[int, dict] = {}
         self._poller: Poller | None = None
 
     def _training(self) -> TrainingView | None:
@@ -57,7 +63,32 @@ class LiveSession:
                 out.append(("training", view.snapshot()))
             except ChannelError as e:
                 self.channel_error = str(e)
+            out.append(("capture", self._capture_state()))
         return out
+
+    def _capture_state(self) -> dict | None:
+        """The capture state, with the summary of a finished one (read here, off the UI thread)."""
+        if self.captures is None:
+            info = self.training.source.reader.info
+            try:
+                self.captures = CaptureClient(info.path, info.pid, info.start_ticks)
+            except ChannelError as e:
+                return {"error": str(e)}
+        st = self.captures.state()
+        d = asdict(st) | {"name": st.name, "kind_name": KIND_NAMES.get(st.kind, "?")}
+        if st.name == "done":
+            summary = self._summaries.get(st.ack_seq)
+            if summary is None or (summary["file"] is None and st.kind == KIND_NSYS):
+                summary = self._summaries[st.ack_seq] = summarize(st)
+            d["summary"] = summary
+        return d
+
+    def request_capture(self, steps: int | None, seconds: float | None) -> str:
+        """From the UI thread: a few bytes into the control block. Returns what to tell the user."""
+        if self.captures is None:
+            raise CaptureRefused(self.channel_error or "no channel to the process yet")
+        seq = self.captures.request(steps=steps, seconds=seconds)
+        return f"capture {seq} asked: {f'{steps} steps' if steps else f'{seconds:g} s'}"
 
     def start(self, on_entries) -> None:
         self._poller = Poller(self.poll, on_entries, self.interval, name="tuimon-sampler").start()
@@ -104,3 +135,6 @@ class ReplaySession:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def request_capture(self, steps, seconds) -> str:
+        raise CaptureRefused("a replay has no process to capture")

@@ -29,7 +29,8 @@ class View:
     target_gpus: list[int]
     gpu_note: str | None = None
     paused: bool = False
-    extra: dict = field(default_factory=dict)
+    capture: dict | None = None
+    captures: list[dict] = field(default_factory=list)
 
 
 class MonitorState:
@@ -42,6 +43,8 @@ class MonitorState:
         self._step_ms: deque = deque(maxlen=history)
         self._last_step = 0
         self.gpu_note: str | None = None
+        self.capture: dict | None = None
+        self.captures: dict[int, dict] = {}  # request seq -> last state seen (this session)
         self.version = 0  # bumps on every apply: widgets redraw only when it moved
 
     def apply(self, source: str, data) -> None:
@@ -61,6 +64,10 @@ class MonitorState:
             self.training = data
         elif source == "note":
             self.gpu_note = data
+        elif source == "capture" and isinstance(data, dict):
+            self.capture = data
+            if data.get("ack_seq"):
+                self.captures[data["ack_seq"]] = data
         self.version += 1
 
     def _add_steps(self, snap: dict) -> None:
@@ -81,7 +88,8 @@ class MonitorState:
         gpus = [GpuView(dict(self.gpus[i]), {f: list(v) for f, v in self._gpu_hist[i].items()})
                 for i in sorted(self.gpus)]
         return View(self.training, self.process, gpus, list(self._step_ms), self._verdict(),
-                    self.target_gpus(), self.gpu_note, paused)
+                    self.target_gpus(), self.gpu_note, paused, self.capture,
+                    [self.captures[k] for k in sorted(self.captures)])
 
     def _verdict(self) -> Verdict:
         t = self.training or {}

@@ -34,6 +34,7 @@ class TrainingView:
             "argv": meta.get("argv"),
             "rank": meta.get("rank"),
             "world_size": meta.get("world_size"),
+            "capture_kind": meta.get("capture_kind"),
             "uptime_s": round((time.monotonic_ns() - info.created_ns) / 1e9, 3),
             "steps": r.steps,
             "window_steps": len(steps),

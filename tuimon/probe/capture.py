@@ -10,7 +10,6 @@ refused when the captures folder has less free space than the floor.
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import threading
 import time
@@ -27,7 +26,6 @@ class TorchWindow:
 
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
         self.trace = base + ".pt.trace.json.gz"
-        self.summary = base + ".summary.json"
         self.prof = profile(activities=acts)
         self.prof.start()
         self.stop_ms = 0.0
@@ -38,7 +36,8 @@ class TorchWindow:
         self.stop_ms = (time.perf_counter() - t) * 1e3
 
     def finish(self) -> tuple[str, str]:
-        """Export and summarise (background thread); returns (path, message)."""
+        """Export (background thread); returns (path, message). The summary is the monitor's job,
+        read from the trace: key_averages() here would hold the GIL for the training thread."""
         t = time.perf_counter()
         tmp = self.trace[: -len(".gz")]
         self.prof.export_chrome_trace(tmp)
@@ -46,22 +45,10 @@ class TorchWindow:
             dst.write(src.read())
         os.unlink(tmp)
         export_ms = (time.perf_counter() - t) * 1e3
-        events = self.prof.key_averages()
-
-        def top(attr):
-            rows = [e for e in events if getattr(e, attr, 0)]
-            rows.sort(key=lambda e: -getattr(e, attr))
-            return [{"name": e.key[:120], "calls": e.count, "ms": round(getattr(e, attr) / 1e3, 3)} for e in rows[:10]]
-
-        device_attr = "self_device_time_total" if hasattr(events[0] if len(events) else None, "self_device_time_total") \
-            else "self_cuda_time_total"
-        summary = {"kind": "torch.profiler", "trace": self.trace, "stop_ms": round(self.stop_ms, 2),
-                   "export_ms": round(export_ms, 2), "top_host": top("self_cpu_time_total"),
-                   "top_device": top(device_attr)}
-        with open(self.summary, "w") as f:
-            json.dump(summary, f)
+        self.prof = None
         size = os.path.getsize(self.trace)
-        return self.trace, f"trace {size / 1e6:.1f} MB; stop {self.stop_ms:.0f} ms on the step, export {export_ms:.0f} ms off it"
+        return self.trace, (f"trace {size / 1e6:.1f} MB; stop {self.stop_ms:.0f} ms on the step, "
+                            f"export {export_ms:.0f} ms off it")
 
 
 class NsysWindow:

@@ -9,8 +9,11 @@ from textual.app import App
 from textual.binding import Binding
 from textual.css.query import NoMatches
 
+from ..capture.client import CaptureRefused
+from ..channel import ChannelError
+from ..channel.control import MAX_STEPS
 from ..monitor.state import MonitorState
-from .screens import GpuScreen, HelpScreen, MainScreen, RangesScreen
+from .screens import CapturesScreen, GpuScreen, HelpScreen, MainScreen, RangesScreen
 
 
 class TuimonApp(App):
@@ -22,6 +25,9 @@ class TuimonApp(App):
         Binding("r", "ranges", "ranges"),
         Binding("g", "gpu", "GPU detail"),
         Binding("c", "capture", "capture"),
+        Binding("plus,equals_sign", "more_steps", "+steps", show=False),
+        Binding("minus", "fewer_steps", "-steps", show=False),
+        Binding("l", "captures", "captures"),
         Binding("question_mark", "help", "help"),
     ]
 
@@ -33,6 +39,7 @@ class TuimonApp(App):
         self.label = label
         self.state = state or MonitorState()
         self.paused = False
+        self.capture_steps = 10
         self._drawn_version = -1
 
     def on_mount(self) -> None:
@@ -88,8 +95,29 @@ class TuimonApp(App):
         self.push_screen(HelpScreen())
 
     def action_capture(self) -> None:
-        self.notify("c is reserved for capture windows (Nsight Systems / torch.profiler), "
-                    "which arrive in the next version", title="capture", timeout=4)
+        if self.session is None:
+            self.notify("nothing to capture here", title="capture", severity="warning")
+            return
+        steps = (self.state.training or {}).get("steps") or 0
+        try:
+            said = self.session.request_capture(self.capture_steps if steps else None, None if steps else 10.0)
+            self.notify(said, title="capture", timeout=3)
+        except (CaptureRefused, ChannelError) as e:
+            self.notify(str(e), title="capture refused", severity="warning", timeout=5)
+
+    def _set_steps(self, n: int) -> None:
+        self.capture_steps = max(1, min(MAX_STEPS, n))
+        self.redraw()
+
+    def action_more_steps(self) -> None:
+        self._set_steps(self.capture_steps + (10 if self.capture_steps >= 10 else 1))
+
+    def action_fewer_steps(self) -> None:
+        self._set_steps(self.capture_steps - (10 if self.capture_steps > 10 else 1))
+
+    def action_captures(self) -> None:
+        self.push_screen(CapturesScreen())
+        self.call_after_refresh(self.redraw)
 
     def pop_screen(self):
         result = super().pop_screen()

@@ -243,3 +243,37 @@ def process_panel(view: View) -> Text:
         per = "  ".join(f"{r['pid']}:{r['cpu_percent']:.0f}%" for r in children[:6] if num(r.get("cpu_percent")) is not None)
         out.append(f"  ({per})", "dim")
     return out
+
+
+def capture_panel(view: View, steps: int) -> Text:
+    """Which capture `c` takes, or how the current one is going, and what the last one found."""
+    t = view.training or {}
+    c = view.capture or {}
+    kind = t.get("capture_kind") or "torch.profiler"
+    out = Text()
+    if not t:
+        return Text("captures need the job's channel", "dim")
+    if c.get("error"):
+        return Text(safe_text(str(c["error"])), "red")
+    what = f"{steps} steps" if (t.get("steps") or 0) > 0 else "10 s (no steps seen)"
+    state = c.get("name", "idle")
+    if state in ("armed", "capturing", "writing"):
+        out.append(f"capture {c.get('ack_seq')} {state}", "bold yellow")
+        if state != "armed":
+            out.append(f"  steps {c.get('first_step')}..{c.get('last_step')}")
+        out.append("  " + safe_text(str(c.get("message", "")), 80), "dim")
+        return out
+    out.append("c", "bold")
+    out.append(f": capture {what} with {kind}  (+/- steps, l: list)", "dim")
+    if state == "failed":
+        out.append(f"\nlast capture {c.get('ack_seq')} failed: ", "bold red")
+        out.append(safe_text(str(c.get("message", "")), 100))
+    elif state == "done":
+        s = c.get("summary") or {}
+        out.append(f"\nlast capture {c.get('ack_seq')}: steps {c.get('first_step')}..{c.get('last_step')}  ", "bold")
+        out.append(safe_text(str(s.get("file") or c.get("path") or "").rsplit("/", 1)[-1], 90))
+        if s.get("size"):
+            out.append(f"  {human_bytes(s['size'])}")
+        for line in (s.get("lines") or [])[:4]:
+            out.append("\n  " + safe_text(str(line), 110), "dim")
+    return out

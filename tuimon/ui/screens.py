@@ -25,7 +25,7 @@ class MainScreen(Screen):
         # is redrawn whole, and borders would be resent with it every second.
         with VerticalScroll(id="body"):
             for wid, title in (("gpus", "GPUs"), ("steps", "Step time"), ("breakdown", "Where the step goes"),
-                               ("process", "Process")):
+                               ("process", "Process"), ("capture", "Capture")):
                 yield Static(Text(title, "bold"), classes="title")
                 yield Panel(id=wid, classes="box")
         yield Footer()
@@ -41,6 +41,7 @@ class MainScreen(Screen):
         bd = q("#breakdown", Panel)
         bd.show(render.breakdown_panel(view, bd.text_width))
         q("#process", Panel).show(render.process_panel(view))
+        q("#capture", Panel).show(render.capture_panel(view, self.app.capture_steps))
 
 
 SORT_KEYS = [("share", "share"), ("count", "count"), ("mean_ms", "mean ms"), ("p95_ms", "p95 ms"), ("name", "name")]
@@ -147,6 +148,35 @@ def gpu_history_plot(g, width: int, height: int) -> Text:
     return Text.from_ansi(plt.build(), no_wrap=True, overflow="crop")
 
 
+class CapturesScreen(Screen):
+    """The captures of this session, newest first, with what the newest found."""
+
+    BINDINGS = [Binding("escape,l", "app.pop_screen", "back")]
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(" Captures of this session (esc: back)", "bold"))
+        yield DataTable(id="captures", cursor_type="row")
+        yield Panel(id="capture-summary", classes="box")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        t = self.query_one(DataTable)
+        for label in ("#", "kind", "state", "steps", "file", "message"):
+            t.add_column(label, key=label)
+
+    def show_view(self, view: View, label: str) -> None:
+        t = self.query_one(DataTable)
+        t.clear()
+        for c in reversed(view.captures):
+            t.add_row(str(c.get("ack_seq")), c.get("kind_name", ""), c.get("name", ""),
+                      f"{c.get('first_step')}..{c.get('last_step')}",
+                      Text(safe_text(os.path.basename(str((c.get("summary") or {}).get("file") or c.get("path") or "")), 60)),
+                      Text(safe_text(str(c.get("message", "")), 60)))
+        done = [c for c in view.captures if c.get("summary")]
+        lines = done[-1]["summary"].get("lines", []) if done else ["no finished capture yet (c on the main screen)"]
+        self.query_one("#capture-summary", Panel).show(Text("\n".join(safe_text(str(x), 120) for x in lines)))
+
+
 class HelpScreen(ModalScreen):
     BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "close")]
     TEXT = """tuimon keys
@@ -154,7 +184,9 @@ class HelpScreen(ModalScreen):
   r    ranges: every range with count, mean, p95 and share (s: sort)
   g    GPU detail: longer histories (n: next GPU)
   p    pause / resume the display (sampling goes on)
-  c    capture window (reserved: captures arrive in the next version)
+  c    capture window: N steps (+/- change N) or 10 s without steps,
+       with nsys under `tuimon run --nsys`, torch.profiler otherwise
+  l    captures of this session and what the last one found
   ?    this help
   q    quit (the training process is never touched)
 
