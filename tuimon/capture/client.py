@@ -35,10 +35,13 @@ class CaptureClient:
         st = self.state()
         if st.busy:
             raise CaptureRefused(f"a capture is already {st.name} (one at a time)")
+        pending = self.ctl.read_request().seq
+        if pending > st.ack_seq and procinfo.process_state(self.pid, self.start_ticks) == "alive":
+            raise CaptureRefused(f"capture {pending} is already asked for and waits for the probe (one at a time)")
         folder = captures_dir()
         if free_bytes(folder) < capture_floor_bytes():
             raise CaptureRefused(f"less than {capture_floor_bytes() >> 20} MiB free in {folder}")
-        seq = max(self.ctl.read_request().seq, st.ack_seq) + 1
+        seq = max(pending, st.ack_seq) + 1
         if steps is not None:
             self.ctl.write_request(seq, L.CAPTURE_STEPS, steps=steps)
         else:

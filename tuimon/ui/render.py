@@ -251,8 +251,8 @@ def capture_panel(view: View, steps: int) -> Text:
     c = view.capture or {}
     kind = t.get("capture_kind") or "torch.profiler"
     out = Text()
-    if not t:
-        return Text("captures need the job's channel", "dim")
+    if not t or not c:
+        return Text("captures need a live job with the probe (tuimon attach / run)", "dim")
     if c.get("error"):
         return Text(safe_text(str(c["error"])), "red")
     what = f"{steps} steps" if (t.get("steps") or 0) > 0 else "10 s (no steps seen)"
