@@ -82,7 +82,7 @@ def _run(cmd: list[str], headless: bool, interval: float, plain: bool = False, s
             print("tuimon: --nsys: Nsight Systems (nsys) not found; install it or put it on PATH "
                   "(captures without it use torch.profiler: run without --nsys)", file=sys.stderr)
             return 2
-        output = os.path.join(captures_dir(), f"{safe_file_part(os.path.basename(cmd[-1]))}-{time.strftime('%Y%m%d-%H%M%S')}")
+        output = os.path.join(captures_dir(), f"{safe_file_part(launch.program_name(cmd))}-{time.strftime('%Y%m%d-%H%M%S')}")
         env.update(TUIMON_NSYS="1", TUIMON_NSYS_OUTPUT=output)
         cmd = nsys_command(tool, output, cmd, shlex.split(nsys_args))
     if headless:
