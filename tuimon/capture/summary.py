@@ -53,9 +53,11 @@ def summarize(state: State) -> dict:
 
 def _nsys(state: State) -> dict:
     tool = nsys_tools.find_nsys()
-    found = nsys_tools.reports(state.path) if state.path else []
+    found = [r for r in (nsys_tools.reports(state.path) if state.path else []) if os.path.getsize(r) > 0]
     if not found:
-        return {"file": None, "size": None, "lines": [f"no .nsys-rep yet for {state.path or '(no output name)'}"]}
+        return {"file": None, "size": None,
+                "lines": ["nsys completes the report when the job exits; it will be "
+                          f"{os.path.basename(state.path or '?')}.<n>.nsys-rep"]}
     report = found[-1]
     out = {"file": report, "size": os.path.getsize(report), "lines": []}
     if tool is None:

@@ -166,7 +166,11 @@ def cmd_capture(args) -> int:
             print(f"tuimon: capture {st.name}: {st.message}", file=sys.stderr)
             return 1
         if kind == "nsys":
-            _wait_for_report(info.meta.get("nsys_output") or st.path, before, args.timeout)
+            output = info.meta.get("nsys_output") or st.path
+            if not _wait_for_report(output, before, min(args.timeout, 15)):
+                print(f"{output}.{before + 1}.nsys-rep")
+                print("nsys writes the report when the job exits; then: nsys stats --report nvtx_sum <report>")
+                return 0
         result = summarize(st)
         print(result["file"])
         for line in result["lines"]:
@@ -177,18 +181,19 @@ def cmd_capture(args) -> int:
         return 2
 
 
-def _wait_for_report(output: str, before: int, timeout: float) -> None:
-    """nsys writes a window's report after cudaProfilerStop: wait until a new one is complete."""
+def _wait_for_report(output: str, before: int, timeout: float) -> bool:
+    """Whether a new, complete (non-empty, size steady) report appeared within timeout."""
     end = time.monotonic() + timeout
     last_size = -1
     while time.monotonic() < end:
         found = nsys_reports(output)
         if len(found) > before:
             size = os.path.getsize(found[-1])
-            if size == last_size:
-                return
+            if size and size == last_size:
+                return True
             last_size = size
         time.sleep(1.0)
+    return False
 
 
 def cmd_demo(args) -> int:

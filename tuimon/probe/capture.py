@@ -66,7 +66,9 @@ class NsysWindow:
 
     def finish(self) -> tuple[str, str]:
         out = os.environ.get("TUIMON_NSYS_OUTPUT", "")
-        return out, "nsys writes this window's report (.nsys-rep) next to its output name"
+        # Seen with nsys 2025.3.1: one report per window, <output>.<n>.nsys-rep, completed when
+        # the job exits (not when the window closes).
+        return out, "window recorded; nsys completes its report (<output>.<n>.nsys-rep) when the job exits"
 
 
 class Capturer:
