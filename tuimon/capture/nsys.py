@@ -30,12 +30,6 @@ def nsys_command(nsys: str, output: str, cmd: list[str], extra: list[str] = ()) 
             "--trace=cuda,nvtx,osrt", "--output", output, "--force-overwrite=true", *extra, *cmd]
 
 
-def reports(output: str) -> list[str]:
-    """The reports written so far for an output name, oldest first."""
-    found = glob.glob(glob.escape(output) + "*.nsys-rep")
-    return sorted(found, key=os.path.getmtime)
-
-
 def stats(nsys: str, report: str, top: int = 10, timeout: float = 120) -> dict:
     """Top kernels and NVTX ranges of a report, from `nsys stats` (CSV)."""
     out = {}

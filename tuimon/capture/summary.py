@@ -53,12 +53,10 @@ def summarize(state: State) -> dict:
 
 def _nsys(state: State) -> dict:
     tool = nsys_tools.find_nsys()
-    found = [r for r in (nsys_tools.reports(state.path) if state.path else []) if os.path.getsize(r) > 0]
-    if not found:
+    report = state.path  # <output>.<n>.nsys-rep, named by the probe
+    if not report or not os.path.exists(report) or os.path.getsize(report) == 0:
         return {"file": None, "size": None,
-                "lines": ["nsys completes the report when the job exits; it will be "
-                          f"{os.path.basename(state.path or '?')}.<n>.nsys-rep"]}
-    report = found[-1]
+                "lines": [f"nsys completes {os.path.basename(report or '?')} when the job exits"]}
     out = {"file": report, "size": os.path.getsize(report), "lines": []}
     if tool is None:
         out["lines"].append("nsys not found here: cannot summarise")

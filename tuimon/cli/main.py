@@ -13,7 +13,6 @@ import time
 
 from ..capture.client import CaptureClient, CaptureRefused
 from ..capture.nsys import find_nsys, nsys_command
-from ..capture.nsys import reports as nsys_reports
 from ..capture.summary import summarize
 from ..channel import ChannelError, SegmentReader, list_segments, segment_path
 from ..channel import layout as L
@@ -155,7 +154,6 @@ def cmd_capture(args) -> int:
         reader.close()
         client = CaptureClient(info.path, info.pid, info.start_ticks)
         kind = info.meta.get("capture_kind", "torch.profiler")
-        before = len(nsys_reports(info.meta["nsys_output"])) if kind == "nsys" and info.meta.get("nsys_output") else 0
         seq = client.request(steps=args.steps if args.seconds is None else None, seconds=args.seconds)
         what = f"{args.seconds:g} s" if args.seconds is not None else f"{args.steps} steps"
         print(f"asked PID {info.pid} for a {kind} capture of {what} (request {seq})")
@@ -165,12 +163,10 @@ def cmd_capture(args) -> int:
         if st.state != L.STATE_DONE:
             print(f"tuimon: capture {st.name}: {st.message}", file=sys.stderr)
             return 1
-        if kind == "nsys":
-            output = info.meta.get("nsys_output") or st.path
-            if not _wait_for_report(output, before, min(args.timeout, 15)):
-                print(f"{output}.{before + 1}.nsys-rep")
-                print("nsys writes the report when the job exits; then: nsys stats --report nvtx_sum <report>")
-                return 0
+        if kind == "nsys" and not _wait_for_report(st.path, min(args.timeout, 15)):
+            print(st.path)
+            print("nsys writes the report when the job exits; then: nsys stats --report nvtx_sum <report>")
+            return 0
         result = summarize(st)
         print(result["file"])
         for line in result["lines"]:
@@ -181,17 +177,15 @@ def cmd_capture(args) -> int:
         return 2
 
 
-def _wait_for_report(output: str, before: int, timeout: float) -> bool:
-    """Whether a new, complete (non-empty, size steady) report appeared within timeout."""
+def _wait_for_report(report: str, timeout: float) -> bool:
+    """Whether the report is there and complete (non-empty, size steady) within timeout."""
     end = time.monotonic() + timeout
     last_size = -1
     while time.monotonic() < end:
-        found = nsys_reports(output)
-        if len(found) > before:
-            size = os.path.getsize(found[-1])
-            if size and size == last_size:
-                return True
-            last_size = size
+        size = os.path.getsize(report) if os.path.exists(report) else 0
+        if size and size == last_size:
+            return True
+        last_size = size
         time.sleep(1.0)
     return False
 

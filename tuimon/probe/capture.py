@@ -52,9 +52,13 @@ class TorchWindow:
 
 
 class NsysWindow:
+    opened = 0  # nsys numbers its reports by capture range: <output>.1.nsys-rep, .2, ...
+
     def __init__(self, base: str):
         import torch
 
+        NsysWindow.opened += 1
+        self.number = NsysWindow.opened
         self.torch = torch
         self.base = base
         torch.cuda.synchronize()
@@ -65,10 +69,10 @@ class NsysWindow:
         self.torch.cuda.profiler.stop()
 
     def finish(self) -> tuple[str, str]:
-        out = os.environ.get("TUIMON_NSYS_OUTPUT", "")
         # Seen with nsys 2025.3.1: one report per window, <output>.<n>.nsys-rep, completed when
         # the job exits (not when the window closes).
-        return out, "window recorded; nsys completes its report (<output>.<n>.nsys-rep) when the job exits"
+        report = f"{os.environ.get('TUIMON_NSYS_OUTPUT', '')}.{self.number}.nsys-rep"
+        return report, "window recorded; nsys completes its report when the job exits"
 
 
 class Capturer:
