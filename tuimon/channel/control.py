@@ -13,7 +13,8 @@ import os
 from dataclasses import dataclass
 
 from . import layout as L
-from .errors import ChannelError, ForeignSegment, NoSegment
+from .errors import ChannelError
+from .reader import open_own_segment
 from .text import safe_text
 
 STATE_NAMES = {L.STATE_IDLE: "idle", L.STATE_ARMED: "armed", L.STATE_CAPTURING: "capturing",
@@ -104,17 +105,8 @@ class ControlBlock:
 
 def open_control(path: str, expected_uid: int | None = None) -> tuple[ControlBlock, mmap.mmap]:
     """The monitor's writable view of a segment's control page (same ownership rule as reading)."""
-    expected_uid = os.getuid() if expected_uid is None else expected_uid
+    fd, st = open_own_segment(path, writable=True, expected_uid=expected_uid)
     try:
-        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
-    except FileNotFoundError as e:
-        raise NoSegment(f"no channel segment at {path}") from e
-    except OSError as e:
-        raise ChannelError(f"cannot open {path} to ask for a capture: {e.strerror}") from e
-    try:
-        st = os.fstat(fd)
-        if st.st_uid != expected_uid:
-            raise ForeignSegment(f"{path} belongs to uid {st.st_uid}, not to you (uid {expected_uid})")
         if st.st_size < L.CONTROL_OFFSET + L.CONTROL_SIZE:
             raise ChannelError(f"{path} is too short to hold a control block")
         mm = mmap.mmap(fd, L.CONTROL_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,

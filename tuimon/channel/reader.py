@@ -41,25 +41,33 @@ class Batch:
     corrupt: int = 0  # slots whose contents did not check out (never returned as data)
 
 
+def open_own_segment(path: str, writable: bool = False, expected_uid: int | None = None) -> tuple[int, os.stat_result]:
+    """An fd on a segment file that is a regular file owned by expected_uid (default: us);
+    ChannelError otherwise. The caller closes the fd."""
+    expected_uid = os.getuid() if expected_uid is None else expected_uid
+    try:
+        fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError as e:
+        raise NoSegment(f"no channel segment at {path}") from e
+    except OSError as e:
+        raise ChannelError(f"cannot open {path}: {e.strerror}") from e
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != expected_uid:
+        os.close(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CorruptSegment(f"{path} is not a regular file")
+        raise ForeignSegment(
+            f"{path} belongs to uid {st.st_uid}, not to you (uid {expected_uid}): "
+            "tuimon reads only your own processes' channels; run it as that user"
+        )
+    return fd, st
+
+
 class SegmentReader:
     def __init__(self, path: str, expected_uid: int | None = None):
         self.path = path
-        expected_uid = os.getuid() if expected_uid is None else expected_uid
+        fd, st = open_own_segment(path, expected_uid=expected_uid)
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except FileNotFoundError as e:
-            raise NoSegment(f"no channel segment at {path}") from e
-        except OSError as e:
-            raise ChannelError(f"cannot open {path}: {e.strerror}") from e
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise CorruptSegment(f"{path} is not a regular file")
-            if st.st_uid != expected_uid:
-                raise ForeignSegment(
-                    f"{path} belongs to uid {st.st_uid}, not to you (uid {expected_uid}): "
-                    "tuimon reads only your own processes' channels; run it as that user"
-                )
             if st.st_size < L.HEADER_SIZE:
                 raise CorruptSegment(f"{path} is truncated ({st.st_size} bytes, header needs {L.HEADER_SIZE})")
             self._mm = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ)
