@@ -42,6 +42,7 @@ async def test_main_screen_from_the_recording():
         gpus = text(app, "#gpus")
         assert "GPU 0 NVIDIA H200" in gpus and "◆ target" in gpus and "293/700 W" in gpus
         assert "SM active" in gpus and "Tensor" in gpus and "DRAM bw" in gpus
+        assert "processes 422 3.5 GiB SM 36%" in gpus
         assert "p50 25.4" in text(app, "#steps")
         assert "data wait 63%" in text(app, "#breakdown") and "unaccounted" in text(app, "#breakdown")
         assert "workers 2" in text(app, "#process")

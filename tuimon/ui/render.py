@@ -123,7 +123,8 @@ def gpu_block(g: GpuView, width: int, is_target: bool) -> Text:
     if num(s.get("temp_c")) is not None:
         out.append(f"  {s['temp_c']}°C")
     if num(s.get("sm_clock_mhz")) is not None:
-        out.append(f"  SM clock {s['sm_clock_mhz']}/{s.get('sm_clock_max_mhz')} MHz")
+        label = "SM clock " if width >= 100 else ""
+        out.append(f"  {label}{s['sm_clock_mhz']}/{s.get('sm_clock_max_mhz')} MHz")
     events = [e for e in (s.get("clock_events") or []) if e != "GPU idle"] if isinstance(s.get("clock_events"), list) else []
     if events:
         out.append("  throttle: " + ", ".join(events), "bold yellow")
@@ -140,6 +141,19 @@ def gpu_block(g: GpuView, width: int, is_target: bool) -> Text:
         rows = [("GPU util (coarse)", h["util_gpu"], pct(s.get("util_gpu")), "green"),
                 ("Mem-ctl util (coarse)", h["util_mem"], pct(s.get("util_mem")), "blue"),
                 ("Power", power_pct, power_txt, "yellow")]
+    procs = s.get("processes")
+    if isinstance(procs, list) and procs:
+        parts = []
+        for p in procs[:8]:
+            mem = f" {gib(p['gpu_mem'])} GiB" if num(p.get("gpu_mem")) is not None else ""
+            sm = f" SM {p['sm_util']}%" if num(p.get("sm_util")) is not None else ""
+            parts.append(f"{p['pid']}{mem}{sm}")
+        more = f" +{len(procs) - 8}" if len(procs) > 8 else ""
+        rows_line = "processes " + " · ".join(parts) + more
+    elif is_na(procs):
+        rows_line = f"processes: {procs['na']}"
+    else:
+        rows_line = "processes: none"
     label_w = max(len(r[0]) for r in rows)
     two_cols = width >= 100
     col_w = (width - 2) // 2 if two_cols else width
@@ -152,6 +166,8 @@ def gpu_block(g: GpuView, width: int, is_target: bool) -> Text:
             out.append("  ")
         elif k + 1 < len(rows):
             out.append("\n")
+    out.append("\n")
+    out.append(safe_text(rows_line, max(20, width)), "dim")
     return out
 
 
@@ -202,12 +218,18 @@ def breakdown_panel(view: View, width: int) -> Text:
         bar.append("█" * n, color)
     out.append_text(bar)
     out.append("\n")
-    for k, (name, share) in enumerate(items):
+    used = 0
+    for k, (name, share) in enumerate(items):  # the legend wraps between items, never inside one
         color = "grey50" if name == "unaccounted" else colors[k % len(colors)]
+        label = safe_text(str("data wait" if name == "data_wait" else name), 30)
+        item_w = 2 + len(label) + len(f" {share:.0%}") + 3
+        if used and used + item_w > width:
+            out.append("\n")
+            used = 0
         out.append("■ ", color)
-        label = "data wait" if name == "data_wait" else name
-        out.append(safe_text(str(label), 30))
+        out.append(label)
         out.append(f" {share:.0%}   ", "bold")
+        used += item_w
     dropped = t.get("dropped") or 0
     if dropped:
         out.append(f"\n{dropped:,} records dropped (ring overrun)", "yellow")
