@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 
 from ..channel import ChannelError
 from ..monitor.target import open_channel
@@ -53,7 +52,6 @@ def record(pid: int, path: str, seconds: float, interval: float, note: str = "")
     except KeyboardInterrupt:
         pass
     poller.stop()
-    time.sleep(0)  # let a cycle in flight finish writing
     rec.close()
     gpus.close()
     print(f"recorded {poller.cycles} cycles to {path}")

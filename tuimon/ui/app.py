@@ -40,7 +40,6 @@ class TuimonApp(App):
         self.state = state or MonitorState()
         self.paused = False
         self.capture_steps = 10
-        self._drawn_version = -1
 
     def on_mount(self) -> None:
         self.push_screen(MainScreen())
@@ -77,7 +76,6 @@ class TuimonApp(App):
                 screen.show_view(self.state.view(self.paused), self.label)
         except NoMatches:
             return  # the screen is still composing; the next update draws it
-        self._drawn_version = self.state.version
 
     def action_pause(self) -> None:
         self.paused = not self.paused
