@@ -18,6 +18,7 @@ from ..channel import ChannelError, SegmentReader, list_segments, segment_path
 from ..channel import layout as L
 from ..channel.discovery import segment_state
 from ..channel.paths import captures_dir, safe_file_part
+from ..channel.text import safe_text
 from ..monitor.session import LiveSession, ReplaySession
 from ..monitor.target import open_channel
 from ..monitor.training import TrainingView
@@ -159,7 +160,7 @@ def cmd_capture(args) -> int:
         print(f"asked PID {info.pid} for a {kind} capture of {what} (request {seq})")
         if not args.wait:
             return 0
-        st = client.wait(seq, args.timeout, on_change=lambda s: print(f"  {s.name}: steps {s.first_step}..{s.last_step} {s.message}"))
+        st = client.wait(seq, args.timeout, on_change=lambda s: print("  " + _progress_line(s)))
         if st.state != L.STATE_DONE:
             print(f"tuimon: capture {st.name}: {st.message}", file=sys.stderr)
             return 1
@@ -175,6 +176,12 @@ def cmd_capture(args) -> int:
     except (ChannelError, CaptureRefused) as e:
         print(f"tuimon: {e}", file=sys.stderr)
         return 2
+
+
+def _progress_line(st) -> str:
+    """'capturing: steps 12..15 capturing'; an armed window has no steps yet, so none are shown."""
+    steps = f"steps {st.first_step}..{st.last_step} " if st.name in ("capturing", "writing", "done") else ""
+    return f"{st.name}: {steps}{safe_text(st.message, 200)}"
 
 
 def _wait_for_report(report: str, timeout: float) -> bool:
