@@ -101,12 +101,18 @@ def test_writer_never_blocks_or_raises_without_a_reader():
     assert w.records_written == 100_000 and w.enabled
     w.emit(L.RANGE, 0, 2**40, 0, 0, 0, 0, 0.0)  # a value out of range: dropped, not raised
     assert not w.enabled and "error" in w.error
-    w.enabled = True
+    for bad in ((L.RANGE, 0, -1, 0, 0, 0, 0, 0.0), (256, 0, 1, 0, 0, 0, 0, 0.0), ("x", 0, 1, 0, 0, 0, 0),
+                (L.RANGE, 0, 1, 0, 0, 0, 0, 0.0, 0.0), (L.RANGE, 0, 1, 0, 0, 0, 0, "v")):
+        w = SegmentWriter.create({}, 64)
+        w.emit(*bad)
+        assert not w.enabled and w.error and w.records_written == 0, bad
+    w = SegmentWriter.create({}, 64)
     w._mm = mmap.mmap(w._fd, 4096, prot=mmap.PROT_READ)  # a mapping we can no longer write:
-    w.emit(*fields(0))
     w.intern("after")
     w.set_steps(3, 1)
     assert not w.enabled and "read-write" in w.error  # the writer disables itself instead of raising
+    w.emit(*fields(0))
+    assert w.records_written == 0
 
 
 def test_full_tmpfs_is_a_clear_error_and_leaves_nothing(monkeypatch, shm_dir):

@@ -174,3 +174,6 @@ def test_doctor_reports_and_never_crashes():
         assert what in p.stdout
     if "[FAIL] NVML" in p.stdout:
         assert "fix:" in p.stdout
+    pure = subprocess.run(tuimon_cmd("doctor"), capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "TUIMON_PURE_PYTHON": "1"})
+    assert "[warn] probe hot path   pure Python" in pure.stdout

@@ -1,16 +1,31 @@
 """The probe inside real processes: ranges, steps, data waits, hooks, threads and forks."""
 
+import os
 import textwrap
 
+import pytest
+
 from tests.conftest import run_python, seg_path
-from tuimon.channel import SegmentReader
+from tuimon.channel import SegmentReader, ring
 from tuimon.channel import layout as L
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def hot_path(request, monkeypatch):
+    """Every scenario runs with the C hot path and with the pure-Python one."""
+    if request.param == "c" and ring.IMPLEMENTATION != "c":
+        pytest.skip(f"C hot path unavailable: {ring.C_UNAVAILABLE}")
+    monkeypatch.setenv("TUIMON_PURE_PYTHON", "1" if request.param == "python" else "0")
+    return request.param
 
 
 def run_scenario(shm_dir, body: str, timeout=120):
     """Run body in a fresh instrumented Python; return (records as dicts, reader, stdout)."""
+    want = "python" if os.environ.get("TUIMON_PURE_PYTHON") == "1" else "c"
     script = "import os, sys, time, threading\nimport tuimon\nst = tuimon.instrument()\n" \
-             "assert st.enabled, st\nprint('PID', os.getpid(), flush=True)\n" + textwrap.dedent(body)
+             "assert st.enabled, st\nprint('PID', os.getpid(), flush=True)\n" \
+             f"from tuimon.channel import ring\nassert ring.IMPLEMENTATION == {want!r}, ring.C_UNAVAILABLE\n" \
+             + textwrap.dedent(body)
     p = run_python(script, timeout=timeout)
     assert p.returncode == 0, p.stderr
     pid = int(p.stdout.split("PID ")[1].split()[0])

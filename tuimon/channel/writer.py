@@ -17,8 +17,7 @@ from . import layout as L
 from . import procinfo
 from .errors import ChannelError
 from .paths import segment_path, shm_dir
-
-_RING = L.RING_OFFSET
+from .ring import RingWriter
 
 
 def truncate_name(name: str) -> bytes:
@@ -30,22 +29,26 @@ def truncate_name(name: str) -> bytes:
 
 
 class SegmentWriter:
-    """One process's segment. Thread-safe: records are written under a lock that only this
-    process's own threads ever hold, for a few hundred nanoseconds and with no I/O."""
+    """One process's segment. Thread-safe. Records go through a RingWriter (ring.py: C when built,
+    else Python); the name table is appended under a lock only this process's threads hold."""
 
     def __init__(self, path: str, fd: int, mm: mmap.mmap, ring_records: int):
         self.path = path
         self._fd = fd
         self._mm = mm
-        self._mask = ring_records - 1
-        self._head = 0
+        self.ring = RingWriter(mm, L.RING_OFFSET, ring_records, L.OFF_RING_HEAD, L.OFF_STEPS)
+        self.emit = self.ring.emit  # emit(kind, depth, name_id, tid, step, t0, t1, value=0.0)
         self.names: dict[str, int] = {}
         self.names_used = 0
         self._lock = threading.Lock()
-        self._head_view = memoryview(mm)[L.OFF_RING_HEAD : L.OFF_RING_HEAD + 8].cast("Q")
-        self._pack_record = L.RECORD.pack_into
-        self.enabled = True
-        self.error: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.ring.enabled
+
+    @property
+    def error(self) -> str | None:
+        return self.ring.error
 
     @classmethod
     def create(
@@ -115,21 +118,7 @@ class SegmentWriter:
         mm[0:8] = L.MAGIC
         return cls(path, fd, mm, ring_records)
 
-    # -- hot path ---------------------------------------------------------------------------
-
-    def emit(self, kind, depth, name_id, tid, step, t0, t1, value=0.0):
-        """Append one record. Never raises, never blocks on anything outside this process."""
-        if self.enabled:
-            try:
-                with self._lock:
-                    h = self._head
-                    self._pack_record(self._mm, _RING + (h & self._mask) * 48, kind,
-                                      depth if depth < 255 else 255, 0, name_id, tid, step,
-                                      t0, t1, value, h)
-                    self._head = h = h + 1
-                    self._head_view[0] = h  # published after the record (x86-64 keeps store order)
-            except Exception as e:  # noqa: BLE001 - must never reach the training loop
-                self._fail(e)
+    # -- names --------------------------------------------------------------------------------
 
     def intern(self, name: str) -> int:
         """The name's id in the table (1-based); 0 when the table is full."""
@@ -178,7 +167,7 @@ class SegmentWriter:
 
     @property
     def records_written(self) -> int:
-        return self._head
+        return self.ring.head
 
     def mark_closed(self) -> None:
         """The process is exiting cleanly: say so, keep the segment for a last look."""
@@ -192,15 +181,18 @@ class SegmentWriter:
     def detach(self) -> None:
         """Stop writing without touching the segment (a forked child shares the parent's
         mapping: it must neither write into it nor unmap it)."""
-        self.enabled = False
+        self.ring.disable(None)
         self._lock = threading.Lock()  # the parent's may have been held at fork
 
     def unlink(self) -> None:
         _unlink_quietly(self.path)
 
+    def fail(self, reason: str) -> None:
+        """Stop writing, and keep the reason for `tuimon.status()`."""
+        self.ring.disable(reason)
+
     def _fail(self, e: Exception) -> None:
-        self.enabled = False
-        self.error = f"{type(e).__name__}: {e}"
+        self.fail(f"{type(e).__name__}: {e}")
 
 
 def _unlink_quietly(path: str) -> None:

@@ -97,6 +97,16 @@ def _shm_checks():
         "" if ok and free >= need else "free space in /dev/shm (docker: --shm-size) or set TUIMON_SHM_DIR"
 
 
+def _probe_checks():
+    from ..channel import ring
+
+    if ring.IMPLEMENTATION == "c":
+        yield True, "probe hot path", "C extension (benchmarks/probe_overhead.py measures it)", ""
+    else:
+        yield None, "probe hot path", f"pure Python, several times slower per range: {ring.C_UNAVAILABLE}", \
+            "unset TUIMON_PURE_PYTHON, or reinstall tuimon where a C compiler and Python headers exist"
+
+
 def _proc_checks():
     try:
         scope = open("/proc/sys/kernel/yama/ptrace_scope").read().strip()
@@ -114,7 +124,7 @@ def _proc_checks():
 
 def run_doctor() -> int:
     rows = []
-    for group in (_nvml_checks, _nsys_checks, _shm_checks, _proc_checks):
+    for group in (_nvml_checks, _nsys_checks, _shm_checks, _probe_checks, _proc_checks):
         try:
             rows.extend(group())
         except Exception as e:  # noqa: BLE001 - a check that breaks is itself a finding

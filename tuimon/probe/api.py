@@ -9,15 +9,14 @@ import socket
 import sys
 import threading
 from dataclasses import dataclass
-from time import monotonic_ns as _now
 
 from ..channel import layout as L
-from ..channel import procinfo
+from ..channel import procinfo, ring
 from ..channel.errors import ChannelError
 from ..channel.writer import SegmentWriter
 from . import hooks
 from .capture import Capturer, control_thread
-from .core import Probe, thread_state
+from .core import Probe
 
 _probe: Probe | None = None
 _disabled_reason: str | None = None
@@ -87,7 +86,10 @@ def instrument(ring_records: int | None = None, nvtx_forward: bool | None = None
             print(f"tuimon: probe disabled: {e}", file=sys.stderr)
         _disabled_reason = str(e)
         return status()
-    _probe = Probe(writer, _nvtx_domain(nvtx_forward))
+    _probe = p = Probe(writer, _nvtx_domain(nvtx_forward))
+    forward = p._nvtx is not None
+    ring.bind(writer.ring, writer.names, writer.intern, p.nvtx_push if forward else None,
+              p.nvtx_pop if forward else None)
     _start_capture_control(_probe)
     atexit.register(_at_exit, _probe)
     if not _fork_hook_registered:
@@ -134,8 +136,9 @@ def _after_fork_in_child() -> None:
         _probe.writer.detach()
         _probe = None
         _disabled_reason = "forked child of an instrumented process"
+    ring.bind(None)
     hooks.forget_probe()
-    thread_state().depth = 0
+    ring.set_depth(0)
 
 
 def step() -> None:
@@ -152,43 +155,16 @@ def count(name: str, n: float = 1) -> None:
         p.count(name, n)
 
 
-class range:  # noqa: A001 - mirrors nvtx.annotate / torch.cuda.nvtx.range
+class range(ring.Range):  # noqa: A001 - mirrors nvtx.annotate / torch.cuda.nvtx.range
     """A named range on the current thread, as a context manager or a decorator:
 
         with tuimon.range("forward"): ...
         @tuimon.range("load")
         def load(): ...
-    """
 
-    __slots__ = ("name", "_t0", "_depth", "_p", "_st")
+    Enter and exit are channel.ring.Range's (C when built): the record is written on exit."""
 
-    def __init__(self, name: str):
-        self.name = name
-
-    def __enter__(self):
-        p = self._p = _probe
-        if p is not None:
-            st = self._st = thread_state()
-            self._depth = st.depth
-            st.depth += 1
-            if p._nvtx is not None:
-                p.nvtx_push(self.name)
-            self._t0 = _now()
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        p = self._p
-        if p is not None:
-            t1 = _now()
-            if p._nvtx is not None:
-                p.nvtx_pop()
-            st = self._st
-            st.depth = d = self._depth
-            nid = p.names.get(self.name)
-            if nid is None:
-                nid = p.intern(str(self.name))
-            p.emit(1, d, nid, st.tid, p.step_no, self._t0, t1, 0.0)  # 1: layout.RANGE
-        return False
+    __slots__ = ()
 
     def __call__(self, fn):
         name = self.name

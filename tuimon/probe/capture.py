@@ -185,4 +185,7 @@ def control_thread(capturer: Capturer, writer, stop: threading.Event, period: fl
             capturer.poll()
             writer.heartbeat(time.monotonic_ns())
         except Exception as e:  # noqa: BLE001 - never into the training process
-            writer.error = f"capture control: {e}"
+            try:  # tell the monitor, which shows the control block's state
+                capturer._set(L.STATE_FAILED, message=f"capture control: {type(e).__name__}: {e}"[:250])
+            except Exception:  # noqa: BLE001
+                pass

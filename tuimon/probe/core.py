@@ -1,7 +1,8 @@
 """The probe inside the training process: ranges, steps, data waits, counters.
 
-Hot-path rule: a range costs two clock reads, a dict lookup and one locked record write. Nothing
-here may raise into the training loop, block on the monitor, or import torch.
+Hot path: tuimon.range is channel.ring.Range (C when built). What is here runs per step or per
+push/pop-style range. Nothing here may raise into the training loop, block on the monitor, or
+import torch. Nesting depth per thread lives in channel.ring, shared by every kind of range.
 """
 
 from __future__ import annotations
@@ -11,16 +12,16 @@ import weakref
 from time import monotonic_ns as _now
 
 from ..channel import layout as L
+from ..channel import ring
 from ..channel.writer import SegmentWriter
 
 _tls = threading.local()
 
 
 class _ThreadState:
-    __slots__ = ("depth", "tid", "stack")
+    __slots__ = ("tid", "stack")
 
     def __init__(self):
-        self.depth = 0
         self.tid = threading.get_native_id() & 0xFFFFFFFF
         self.stack: list = []  # open push_range-style ranges: (name id, t0, depth)
 
@@ -67,15 +68,14 @@ class Probe:
 
     def push(self, name: str) -> None:
         """Start a range on this thread (push_range-style APIs)."""
-        st = thread_state()
-        st.stack.append((self.intern(str(name)), _now(), st.depth))
-        st.depth += 1
+        nid = self.intern(str(name))
+        thread_state().stack.append((nid, _now(), ring.depth_enter()))
 
     def unpush(self) -> None:
         """Forget the innermost pushed range without recording it (its push failed)."""
         st = thread_state()
         if st.stack:
-            st.depth = st.stack.pop()[2]
+            ring.set_depth(st.stack.pop()[2])
 
     def pop(self) -> None:
         """End the innermost range pushed on this thread; an unmatched pop is ignored."""
@@ -84,7 +84,7 @@ class Probe:
         if not st.stack:
             return
         nid, t0, depth = st.stack.pop()
-        st.depth = depth
+        ring.set_depth(depth)
         self.emit(L.RANGE, depth, nid, st.tid, self.step_no, t0, t1, 0.0)
 
     # -- steps ----------------------------------------------------------------------------------
@@ -125,9 +125,9 @@ class Probe:
         if not self.step_t0:
             self.step_t0 = t0  # the first step starts at its first batch, not at import time
         st = thread_state()
-        self.emit(L.DATA_WAIT, st.depth, 0, st.tid, self.step_no, t0, t1, 0.0)
+        self.emit(L.DATA_WAIT, ring.depth(), 0, st.tid, self.step_no, t0, t1, 0.0)
 
     def count(self, name: str, n: float) -> None:
         t = _now()
         st = thread_state()
-        self.emit(L.COUNT, st.depth, self.intern(str(name)), st.tid, self.step_no, t, t, float(n))
+        self.emit(L.COUNT, ring.depth(), self.intern(str(name)), st.tid, self.step_no, t, t, float(n))

@@ -1,0 +1,9 @@
+"""Only for the optional C hot path; everything else is in pyproject.toml.
+
+The extension is optional: where it cannot be built (no compiler), tuimon uses the pure-Python
+ring writer (tuimon/channel/ring.py) and says so in `tuimon doctor`."""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("tuimon.channel._fastring", ["tuimon/channel/_fastring.c"],
+                             extra_compile_args=["-O2", "-Wall"], optional=True)])

@@ -1,0 +1,395 @@
+/* The probe's hot path in C: appending records to a segment's ring, and tuimon.range's
+ * enter/exit. Optional: tuimon/channel/ring.py holds the same logic in Python and is used
+ * when this module was not built (or TUIMON_PURE_PYTHON=1).
+ *
+ * Why C: a Python-level context manager costs ~290 ns before it writes anything, about as much as
+ * nvtx.annotate's whole enter+exit; the budget is "no more than nvtx.annotate".
+ *
+ * Concurrency: every function here runs with the GIL held and calls no Python code between
+ * reading and publishing the head, so records from several threads never interleave (an
+ * extension that does not declare Py_mod_gil keeps the GIL on free-threaded builds too). The head
+ * is published with a release store after the record, so a reader that loads it with acquire
+ * (or on x86-64, any load) sees the whole record: the ordering holds on aarch64 as well.
+ *
+ * Nothing here raises into the training loop: a failure disables the writer and keeps a reason.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+/* layout.RECORD, "<BBHIIIqqdQ": 48 bytes, naturally aligned, little-endian hosts only. */
+typedef struct {
+    uint8_t kind;
+    uint8_t depth;
+    uint16_t flags;
+    uint32_t name_id;
+    uint32_t tid;
+    uint32_t step;
+    int64_t t0;
+    int64_t t1;
+    double value;
+    uint64_t seq;
+} Record;
+_Static_assert(sizeof(Record) == 48, "layout.RECORD is 48 bytes");
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the segment layout is little-endian"
+#endif
+
+#define KIND_RANGE 1
+
+static inline int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* time.monotonic_ns() reads the same clock */
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Per-thread nesting depth and OS thread id, shared by every kind of range on a thread. */
+static _Thread_local int t_depth;
+static _Thread_local uint32_t t_tid;
+
+static inline uint32_t thread_id(void) {
+    if (!t_tid)
+        t_tid = (uint32_t)syscall(SYS_gettid); /* threading.get_native_id() on Linux */
+    return t_tid;
+}
+
+/* ---- RingWriter ----------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;
+    int has_view;
+    char *ring;
+    uint64_t mask;
+    uint64_t head;
+    uint64_t *head_ptr;
+    const uint64_t *steps_ptr;
+    int enabled;
+    PyObject *error; /* str or None */
+} RingWriter;
+
+static void ring_fail(RingWriter *w, const char *why) {
+    w->enabled = 0;
+    PyObject *msg = PyUnicode_FromString(why);
+    if (msg) {
+        Py_XSETREF(w->error, msg);
+    }
+    PyErr_Clear();
+}
+
+static inline void ring_append(RingWriter *w, uint8_t kind, int depth, uint32_t name_id, uint32_t tid,
+                               uint32_t step, int64_t t0, int64_t t1, double value) {
+    uint64_t h = w->head;
+    Record *r = (Record *)(w->ring + (h & w->mask) * sizeof(Record));
+    Record rec = {kind, (uint8_t)(depth < 0 ? 0 : depth > 255 ? 255 : depth), 0, name_id, tid, step,
+                  t0, t1, value, h};
+    memcpy(r, &rec, sizeof rec);
+    w->head = ++h;
+    __atomic_store_n(w->head_ptr, h, __ATOMIC_RELEASE);
+}
+
+/* The step a record made now belongs to: the header's completed steps + 1. */
+static inline uint32_t current_step(RingWriter *w) {
+    return (uint32_t)(__atomic_load_n(w->steps_ptr, __ATOMIC_RELAXED) + 1);
+}
+
+static int RingWriter_init(RingWriter *w, PyObject *args, PyObject *kw) {
+    static char *names[] = {"buffer", "ring_offset", "ring_records", "head_offset", "steps_offset", NULL};
+    PyObject *buf;
+    Py_ssize_t ring_offset, ring_records, head_offset, steps_offset;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Onnnn", names, &buf, &ring_offset, &ring_records,
+                                     &head_offset, &steps_offset))
+        return -1;
+    if (w->has_view) {
+        PyErr_SetString(PyExc_RuntimeError, "RingWriter already initialised");
+        return -1;
+    }
+    if (ring_records <= 0 || (ring_records & (ring_records - 1))) {
+        PyErr_SetString(PyExc_ValueError, "ring_records must be a power of two");
+        return -1;
+    }
+    if (PyObject_GetBuffer(buf, &w->view, PyBUF_WRITABLE) < 0)
+        return -1;
+    w->has_view = 1;
+    Py_ssize_t len = w->view.len;
+    if (ring_offset < 0 || ring_offset % 8 || ring_offset + ring_records * (Py_ssize_t)sizeof(Record) > len ||
+        head_offset < 0 || head_offset % 8 || head_offset + 8 > len || steps_offset < 0 ||
+        steps_offset % 8 || steps_offset + 8 > len || ((uintptr_t)w->view.buf) % 8) {
+        PyErr_SetString(PyExc_ValueError, "offsets outside the buffer or not 8-byte aligned");
+        return -1;
+    }
+    w->ring = (char *)w->view.buf + ring_offset;
+    w->mask = (uint64_t)ring_records - 1;
+    w->head_ptr = (uint64_t *)((char *)w->view.buf + head_offset);
+    w->steps_ptr = (const uint64_t *)((char *)w->view.buf + steps_offset);
+    w->head = *w->head_ptr;
+    w->enabled = 1;
+    Py_XSETREF(w->error, Py_NewRef(Py_None));
+    return 0;
+}
+
+static void RingWriter_dealloc(RingWriter *w) {
+    if (w->has_view)
+        PyBuffer_Release(&w->view);
+    Py_XDECREF(w->error);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+/* A non-negative int no larger than max (what struct.pack_into would accept for the field). */
+static inline int as_uint(PyObject *o, unsigned long long max, unsigned long long *out) {
+    *out = PyLong_AsUnsignedLongLong(o);
+    return !(*out == (unsigned long long)-1 && PyErr_Occurred()) && *out <= max;
+}
+
+/* emit(kind, depth, name_id, tid, step, t0, t1, value=0.0): append one record. Never raises. */
+static PyObject *RingWriter_emit(RingWriter *w, PyObject *const *args, Py_ssize_t nargs) {
+    if (!w->enabled)
+        Py_RETURN_NONE;
+    if (nargs != 7 && nargs != 8) {
+        ring_fail(w, "TypeError: emit() takes 7 or 8 arguments");
+        Py_RETURN_NONE;
+    }
+    unsigned long long kind, name_id, tid, step;
+    long long depth, t0, t1;
+    double value = 0.0;
+    if (!as_uint(args[0], 255, &kind) || (depth = PyLong_AsLongLong(args[1]), depth == -1 && PyErr_Occurred()) ||
+        !as_uint(args[2], UINT32_MAX, &name_id) || !as_uint(args[3], UINT32_MAX, &tid) ||
+        !as_uint(args[4], UINT32_MAX, &step) ||
+        (t0 = PyLong_AsLongLong(args[5]), t0 == -1 && PyErr_Occurred()) ||
+        (t1 = PyLong_AsLongLong(args[6]), t1 == -1 && PyErr_Occurred()) ||
+        (nargs == 8 && (value = PyFloat_AsDouble(args[7]), value == -1.0 && PyErr_Occurred()))) {
+        ring_fail(w, "error: emit() got a value of the wrong type or out of range");
+        Py_RETURN_NONE;
+    }
+    ring_append(w, (uint8_t)kind, (int)(depth > 255 ? 255 : depth), (uint32_t)name_id, (uint32_t)tid,
+                (uint32_t)step, t0, t1, value);
+    Py_RETURN_NONE;
+}
+
+static PyObject *RingWriter_disable(RingWriter *w, PyObject *why) {
+    w->enabled = 0;
+    if (why != Py_None) {
+        Py_XSETREF(w->error, Py_NewRef(why));
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *RingWriter_get_head(RingWriter *w, void *c) { return PyLong_FromUnsignedLongLong(w->head); }
+static PyObject *RingWriter_get_enabled(RingWriter *w, void *c) { return PyBool_FromLong(w->enabled); }
+static PyObject *RingWriter_get_error(RingWriter *w, void *c) { return Py_NewRef(w->error ? w->error : Py_None); }
+
+static PyMethodDef RingWriter_methods[] = {
+    {"emit", (PyCFunction)(void (*)(void))RingWriter_emit, METH_FASTCALL,
+     "emit(kind, depth, name_id, tid, step, t0, t1, value=0.0): append one record; never raises"},
+    {"disable", (PyCFunction)RingWriter_disable, METH_O, "disable(reason or None): stop writing"},
+    {NULL}};
+
+static PyGetSetDef RingWriter_getset[] = {
+    {"head", (getter)RingWriter_get_head, NULL, "records ever written", NULL},
+    {"enabled", (getter)RingWriter_get_enabled, NULL, "False once disabled or failed", NULL},
+    {"error", (getter)RingWriter_get_error, NULL, "why it was disabled, or None", NULL},
+    {NULL}};
+
+static PyTypeObject RingWriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tuimon.channel._fastring.RingWriter",
+    .tp_basicsize = sizeof(RingWriter),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "RingWriter(buffer, ring_offset, ring_records, head_offset, steps_offset)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)RingWriter_init,
+    .tp_dealloc = (destructor)RingWriter_dealloc,
+    .tp_methods = RingWriter_methods,
+    .tp_getset = RingWriter_getset,
+};
+
+/* ---- the bound probe: what tuimon.range writes to --------------------------------------- */
+
+static RingWriter *bound_ring;  /* NULL: no probe, ranges cost almost nothing */
+static PyObject *bound_names;   /* dict name -> id (the writer's, read without a lock) */
+static PyObject *bound_intern;  /* intern(name) -> id, for names not yet in the table */
+static PyObject *bound_push;    /* nvtx_push(name) or NULL: forwarding to NVTX */
+static PyObject *bound_pop;     /* nvtx_pop() or NULL */
+
+static PyObject *fr_bind(PyObject *m, PyObject *args) {
+    PyObject *ring, *names = Py_None, *intern = Py_None, *push = Py_None, *pop = Py_None;
+    if (!PyArg_ParseTuple(args, "O|OOOO", &ring, &names, &intern, &push, &pop))
+        return NULL;
+    if (ring != Py_None && (!PyObject_TypeCheck(ring, &RingWriterType) || !PyDict_Check(names) ||
+                            !PyCallable_Check(intern))) {
+        PyErr_SetString(PyExc_TypeError, "bind(RingWriter, dict, callable[, push, pop]) or bind(None)");
+        return NULL;
+    }
+    if (ring == Py_None) {
+        Py_CLEAR(bound_ring);
+        Py_CLEAR(bound_names);
+        Py_CLEAR(bound_intern);
+        Py_CLEAR(bound_push);
+        Py_CLEAR(bound_pop);
+        Py_RETURN_NONE;
+    }
+    Py_XSETREF(bound_ring, (RingWriter *)Py_NewRef(ring));
+    Py_XSETREF(bound_names, Py_NewRef(names));
+    Py_XSETREF(bound_intern, Py_NewRef(intern));
+    Py_XSETREF(bound_push, push == Py_None ? NULL : Py_NewRef(push));
+    Py_XSETREF(bound_pop, pop == Py_None ? NULL : Py_NewRef(pop));
+    Py_RETURN_NONE;
+}
+
+/* ---- Range: tuimon.range's enter and exit --------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *name; /* str */
+    RingWriter *ring; /* the ring bound at enter (a borrowed-then-owned reference) */
+    int64_t t0;
+    int depth;
+} Range;
+
+static int Range_init(Range *self, PyObject *args, PyObject *kw) {
+    PyObject *name;
+    if (kw && PyDict_GET_SIZE(kw)) {
+        static char *names[] = {"name", NULL};
+        if (!PyArg_ParseTupleAndKeywords(args, kw, "O", names, &name))
+            return -1;
+    } else if (PyTuple_GET_SIZE(args) != 1) {
+        PyErr_SetString(PyExc_TypeError, "range(name) takes exactly one argument");
+        return -1;
+    } else {
+        name = PyTuple_GET_ITEM(args, 0);
+    }
+    PyObject *s = PyUnicode_CheckExact(name) ? Py_NewRef(name) : PyObject_Str(name);
+    if (!s)
+        return -1;
+    Py_XSETREF(self->name, s);
+    return 0;
+}
+
+static void Range_dealloc(Range *self) {
+    PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->name);
+    Py_CLEAR(self->ring);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Range_traverse(Range *self, visitproc visit, void *arg) {
+    Py_VISIT(self->name);
+    Py_VISIT(self->ring);
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static PyObject *Range_enter(Range *self, PyObject *unused) {
+    RingWriter *w = bound_ring;
+    if (w && w->enabled) {
+        Py_XSETREF(self->ring, (RingWriter *)Py_NewRef(w));
+        self->depth = t_depth++;
+        if (bound_push) {
+            PyObject *r = PyObject_CallOneArg(bound_push, self->name);
+            if (r)
+                Py_DECREF(r);
+            else
+                PyErr_Clear(); /* a failing NVTX never reaches the loop */
+        }
+        self->t0 = now_ns();
+    }
+    return Py_NewRef(self);
+}
+
+static PyObject *Range_exit(Range *self, PyObject *const *args, Py_ssize_t nargs) {
+    RingWriter *w = self->ring;
+    if (!w)
+        Py_RETURN_FALSE;
+    int64_t t1 = now_ns();
+    self->ring = NULL; /* owned reference, released below */
+    t_depth = self->depth;
+    if (w == bound_ring) { /* still the same probe (not re-bound or forked meanwhile) */
+        if (bound_pop) {
+            PyObject *r = PyObject_CallNoArgs(bound_pop);
+            if (r)
+                Py_DECREF(r);
+            else
+                PyErr_Clear();
+        }
+        uint32_t nid = 0;
+        PyObject *id = PyDict_GetItemWithError(bound_names, self->name); /* borrowed */
+        if (id) {
+            nid = (uint32_t)PyLong_AsUnsignedLongMask(id);
+        } else if (!PyErr_Occurred() && bound_intern) {
+            PyObject *r = PyObject_CallOneArg(bound_intern, self->name);
+            if (r) {
+                nid = (uint32_t)PyLong_AsUnsignedLongMask(r);
+                Py_DECREF(r);
+            }
+        }
+        PyErr_Clear();
+        if (w->enabled)
+            ring_append(w, KIND_RANGE, self->depth, nid, thread_id(), current_step(w), self->t0, t1, 0.0);
+    }
+    Py_DECREF(w);
+    Py_RETURN_FALSE;
+}
+
+static PyMethodDef Range_methods[] = {
+    {"__enter__", (PyCFunction)Range_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))Range_exit, METH_FASTCALL, NULL},
+    {NULL}};
+
+static PyMemberDef Range_members[] = {
+    {"name", T_OBJECT_EX, offsetof(Range, name), READONLY, "the range's name"},
+    {NULL}};
+
+static PyTypeObject RangeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tuimon.channel._fastring.Range",
+    .tp_basicsize = sizeof(Range),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Range(name): a named range on the current thread, written to the bound ring on exit",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Range_init,
+    .tp_dealloc = (destructor)Range_dealloc,
+    .tp_traverse = (traverseproc)Range_traverse,
+    .tp_methods = Range_methods,
+    .tp_members = Range_members,
+};
+
+/* ---- per-thread depth, for ranges that are not Range objects (push/pop APIs) ------------- */
+
+static PyObject *fr_depth_enter(PyObject *m, PyObject *unused) { return PyLong_FromLong(t_depth++); }
+static PyObject *fr_depth(PyObject *m, PyObject *unused) { return PyLong_FromLong(t_depth); }
+static PyObject *fr_set_depth(PyObject *m, PyObject *arg) {
+    long d = PyLong_AsLong(arg);
+    if (d == -1 && PyErr_Occurred())
+        return NULL;
+    t_depth = (int)d;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"bind", fr_bind, METH_VARARGS,
+     "bind(ring, names, intern, nvtx_push=None, nvtx_pop=None): where Range records go; bind(None) stops"},
+    {"depth_enter", fr_depth_enter, METH_NOARGS, "this thread's depth, then one deeper"},
+    {"depth", fr_depth, METH_NOARGS, "this thread's current depth"},
+    {"set_depth", fr_set_depth, METH_O, "set this thread's depth"},
+    {NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastring", NULL, -1, module_methods};
+
+PyMODINIT_FUNC PyInit__fastring(void) {
+    if (PyType_Ready(&RingWriterType) < 0 || PyType_Ready(&RangeType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "RingWriter", (PyObject *)&RingWriterType) < 0 ||
+        PyModule_AddObjectRef(m, "Range", (PyObject *)&RangeType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,32 @@
+"""Appending records to a segment's ring, and the enter/exit of a named range: the probe's hot path.
+
+Two implementations of one interface: the C extension `_fastring` (built by `pip install`; see
+_fastring.c for why) and `ring_py`, used when the extension is missing or TUIMON_PURE_PYTHON=1.
+The tests run both; IMPLEMENTATION says which one this process uses.
+
+- RingWriter(buffer, ring_offset, ring_records, head_offset, steps_offset): .emit(kind, depth,
+  name_id, tid, step, t0, t1, value=0.0) appends one record and never raises (a bad value disables
+  the writer with a reason); .disable(reason), .head, .enabled, .error.
+- bind(ring, names, intern, nvtx_push=None, nvtx_pop=None): where Range records go; bind(None) stops.
+- Range(name): context manager; on exit writes a RANGE record stamped with the header's current
+  step (completed steps + 1), this thread's depth and OS thread id.
+- depth_enter(), depth(), set_depth(d): the per-thread nesting depth every kind of range shares.
+"""
+
+from __future__ import annotations
+
+import os
+
+IMPLEMENTATION = "python"
+C_UNAVAILABLE: str | None = "TUIMON_PURE_PYTHON=1"  # why the C path is not in use, if it is not
+
+if os.environ.get("TUIMON_PURE_PYTHON") != "1":
+    try:
+        from ._fastring import Range, RingWriter, bind, depth, depth_enter, set_depth
+
+        IMPLEMENTATION, C_UNAVAILABLE = "c", None
+    except ImportError as e:
+        C_UNAVAILABLE = f"the C extension was not built ({e})"
+
+if IMPLEMENTATION == "python":
+    from .ring_py import Range, RingWriter, bind, depth, depth_enter, set_depth  # noqa: F401

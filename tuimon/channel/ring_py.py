@@ -1,0 +1,140 @@
+"""The pure-Python ring writer and range: what ring.py uses when the C extension is missing
+(or TUIMON_PURE_PYTHON=1). Same interface and behaviour as _fastring.c; ring.py documents it."""
+
+from __future__ import annotations
+
+import threading
+from time import monotonic_ns as _now
+
+from . import layout as L
+
+_tls = threading.local()
+
+
+class _Thread:
+    __slots__ = ("depth", "tid")
+
+    def __init__(self):
+        self.depth = 0
+        self.tid = threading.get_native_id() & 0xFFFFFFFF
+
+
+def _thread() -> _Thread:
+    try:
+        return _tls.t
+    except AttributeError:
+        _tls.t = t = _Thread()
+        return t
+
+
+def depth_enter() -> int:
+    t = _thread()
+    d = t.depth
+    t.depth = d + 1
+    return d
+
+
+def depth() -> int:
+    return _thread().depth
+
+
+def set_depth(d: int) -> None:
+    _thread().depth = d
+
+
+class RingWriter:
+    """Records go in under a lock that only this process's threads ever hold (no I/O inside);
+    the head is published after the record."""
+
+    def __init__(self, buffer, ring_offset: int, ring_records: int, head_offset: int, steps_offset: int):
+        if ring_records <= 0 or ring_records & (ring_records - 1):
+            raise ValueError("ring_records must be a power of two")
+        self._mm = buffer
+        self._ring = ring_offset
+        self._mask = ring_records - 1
+        self._head_view = memoryview(buffer)[head_offset : head_offset + 8].cast("Q")
+        self._steps_view = memoryview(buffer)[steps_offset : steps_offset + 8].cast("Q")
+        self.head = self._head_view[0]
+        self._lock = threading.Lock()
+        self._pack = L.RECORD.pack_into
+        self.enabled = True
+        self.error: str | None = None
+
+    def emit(self, kind, depth, name_id, tid, step, t0, t1, value=0.0):
+        if self.enabled:
+            try:
+                with self._lock:
+                    h = self.head
+                    self._pack(self._mm, self._ring + (h & self._mask) * 48, kind,
+                               depth if depth < 255 else 255, 0, name_id, tid, step, t0, t1, value, h)
+                    self.head = h = h + 1
+                    self._head_view[0] = h  # after the record (x86-64 keeps store order)
+            except Exception as e:  # noqa: BLE001 - must never reach the training loop
+                self.disable(f"{type(e).__name__}: {e}")
+
+    def current_step(self) -> int:
+        return self._steps_view[0] + 1
+
+    def disable(self, reason: str | None) -> None:
+        self.enabled = False
+        self._lock = threading.Lock()  # after a fork the parent's may have been held
+        if reason is not None:
+            self.error = reason
+
+
+class _Binding:
+    __slots__ = ("ring", "names", "intern", "push", "pop")
+
+    def __init__(self, ring, names, intern, push, pop):
+        self.ring, self.names, self.intern, self.push, self.pop = ring, names, intern, push, pop
+
+
+_bound: _Binding | None = None
+
+
+def bind(ring, names=None, intern=None, nvtx_push=None, nvtx_pop=None) -> None:
+    global _bound
+    _bound = None if ring is None else _Binding(ring, names, intern, nvtx_push, nvtx_pop)
+
+
+class Range:
+    __slots__ = ("name", "_b", "_t0", "_depth", "_th")
+
+    def __init__(self, name):
+        self.name = name if type(name) is str else str(name)
+        self._b = None
+
+    def __enter__(self):
+        b = _bound
+        if b is not None and b.ring.enabled:
+            self._b = b
+            th = self._th = _thread()
+            self._depth = th.depth
+            th.depth += 1
+            if b.push is not None:
+                try:
+                    b.push(self.name)
+                except Exception:  # noqa: BLE001 - a failing NVTX never reaches the loop
+                    pass
+            self._t0 = _now()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        b = self._b
+        if b is None:
+            return False
+        t1 = _now()
+        self._b = None
+        th = self._th
+        th.depth = d = self._depth
+        if b is _bound:  # still the same probe (not re-bound or forked meanwhile)
+            if b.pop is not None:
+                try:
+                    b.pop()
+                except Exception:  # noqa: BLE001
+                    pass
+            nid = b.names.get(self.name)
+            if nid is None:
+                nid = b.intern(self.name)
+            b.ring.emit(1, d, nid, th.tid, b.ring.current_step(), self._t0, t1, 0.0)  # 1: layout.RANGE
+        return False
