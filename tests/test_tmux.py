@@ -33,8 +33,10 @@ class Tmux:
                      ["respawn-pane", "-k", "-t", self.name, f"env {env} TERM=xterm-256color {command}"]):
             subprocess.run(["tmux", *args], check=True, capture_output=True)
 
-    def screen(self) -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True).stdout
+    def screen(self, escapes=False) -> str:
+        """The visible screen; escapes=True keeps the SGR sequences (colours, bold)."""
+        return subprocess.run(["tmux", "capture-pane", "-p", *(["-e"] if escapes else []), "-t", self.name],
+                              capture_output=True, text=True).stdout
 
     def keys(self, *keys):
         subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
@@ -103,3 +105,26 @@ def test_a_closed_terminal_ends_tuimon():
     finally:
         t.kill()
         time.sleep(0)
+
+
+def colour_codes(screen: str) -> set[str]:
+    """SGR parameters on screen other than reset, bold/dim/italic/underline/reverse and the
+    terminal's default colours: what NO_COLOR must leave out."""
+    plain = {"", "0", "1", "2", "3", "4", "7", "22", "23", "24", "27", "39", "49"}
+    return {p for seq in re.findall(r"\x1b\[([0-9;:]*)m", screen) for p in re.split("[;:]", seq)} - plain
+
+
+@pytest.mark.parametrize("no_color", [False, True])
+def test_no_color_is_honoured_on_every_screen(no_color):
+    replay = " ".join(shlex.quote(x) for x in tuimon_cmd("replay", ROOT / "tests" / "fixtures" / "h200_demo.jsonl"))
+    t = Tmux(("NO_COLOR=1 " if no_color else "") + replay)
+    try:
+        main = wait_for(lambda: "GPU 0" in (s := t.screen(escapes=True)) and "Where the step goes" in s and s,
+                        timeout=30, what="the replay's main screen")
+        t.keys("g")
+        gpu = wait_for(lambda: "samples ago" in (s := t.screen(escapes=True)) and s, timeout=10,
+                       what="the GPU detail plot")
+        for screen in (main, gpu):
+            assert (colour_codes(screen) == set()) == no_color, sorted(colour_codes(screen))
+    finally:
+        t.kill()

@@ -121,11 +121,13 @@ class GpuScreen(Screen):
             Text(f"GPU {g.latest.get('index')} of {len(view.gpus)} (n: next GPU, esc: back)", "bold"))
         summary.show(render.gpu_block(g, summary.text_width, g.latest.get("index") in view.target_gpus))
         plot = self.query_one("#gpu-plot", Panel)
-        plot.show(gpu_history_plot(g, max(40, plot.text_width - 1), max(12, self.app.size.height - 14)))
+        plot.show(gpu_history_plot(g, max(40, plot.text_width - 1), max(12, self.app.size.height - 14),
+                                   color=not self.app.no_color))
 
 
-def gpu_history_plot(g, width: int, height: int) -> Text:
-    """Longer histories as a plotext line chart (0-100%)."""
+def gpu_history_plot(g, width: int, height: int, color: bool = True) -> Text:
+    """Longer histories as a plotext line chart (0-100%). color=False (NO_COLOR: Textual reads and
+    removes it from the environment at start-up, so ask the app) draws it in plain text."""
     import plotext as plt
 
     h = g.history
@@ -136,7 +138,7 @@ def gpu_history_plot(g, width: int, height: int) -> Text:
         series.append(("Power % of limit", [None if v is None else 100 * v / limit for v in h["power_w"]]))
     plt.clear_figure()
     plt.plotsize(width, height)
-    plt.theme("clear" if os.environ.get("NO_COLOR") else "pro")
+    plt.theme("pro" if color else "clear")
     n = max((len(v) for _, v in series), default=0)
     for name, vals in series:
         pts = [(i - n + 1, v) for i, v in enumerate(vals) if v is not None]
