@@ -78,7 +78,8 @@ def test_attach_in_a_real_terminal_shows_steps_moving_and_the_planted_wait(shm_d
                           what=f"the planted 70% data wait (last screen said {share(t.screen())}%)")
         later = wait_for(lambda: (n := step_of(t.screen())) and n > first and n, timeout=20, what="steps moving")
         assert later > first
-        assert f"PID {job.pid} python planted_wait.py 400 0.1 0.015" in screen
+        python = os.path.basename(sys.executable)  # "python" here, "python3" on the GPU machine
+        assert f"PID {job.pid} {python} planted_wait.py 400 0.1 0.015" in screen
         t.keys("r")
         wait_for(lambda: "Ranges over the last steps" in t.screen(), timeout=10, what="the ranges screen")
         t.keys("Escape")  # alone: Escape then q at once would arrive as Alt+q

@@ -36,15 +36,15 @@ async def test_main_screen_from_the_recording():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         assert isinstance(app.screen, MainScreen)
-        assert "PID 422" in text(app, "#header") and "step 1,125" in text(app, "#header")
+        assert "PID 2348" in text(app, "#header") and "step 1,419" in text(app, "#header")
         v = text(app, "#verdict")
-        assert "INPUT-BOUND" in v and "data wait 63% of step time" in v and "SM activity 32%" in v
+        assert "INPUT-BOUND" in v and "data wait 54% of step time" in v and "SM activity 39%" in v
         gpus = text(app, "#gpus")
-        assert "GPU 0 NVIDIA H200" in gpus and "◆ target" in gpus and "293/700 W" in gpus
+        assert "GPU 0 NVIDIA H200" in gpus and "◆ target" in gpus and "318/700 W" in gpus
         assert "SM active" in gpus and "Tensor" in gpus and "DRAM bw" in gpus
-        assert "processes 422 3.5 GiB SM 36%" in gpus
-        assert "p50 25.4" in text(app, "#steps")
-        assert "data wait 63%" in text(app, "#breakdown") and "unaccounted" in text(app, "#breakdown")
+        assert "processes 2348 3.5 GiB SM 44%" in gpus
+        assert "p50 20.9" in text(app, "#steps")
+        assert "data wait 54%" in text(app, "#breakdown") and "unaccounted" in text(app, "#breakdown")
         assert "workers 2" in text(app, "#process")
 
 
@@ -76,7 +76,7 @@ async def test_keys_and_screens():
         version = app.state.version
         app.apply_entries([("training", {"steps": 99999})])
         assert app.state.version == version + 1 and "PAUSED" in text(app, "#header")
-        assert "step 1,125" in text(app, "#header")  # paused: the display holds
+        assert "step 1,419" in text(app, "#header")  # paused: the display holds
         await pilot.press("p")
         await settle(app, pilot)
         assert "PAUSED" not in text(app, "#header")
@@ -141,12 +141,12 @@ async def test_untrusted_names_are_shown_literally(shm_dir):
 @pytest.mark.asyncio
 async def test_a_target_that_exits_keeps_its_last_numbers():
     state = state_from_recording(FIXTURE)
-    state.apply("process", {"t": 1, "pid": 422, "alive": False, "exited_at": 0, "exit_code": 3, "procs": []})
+    state.apply("process", {"t": 1, "pid": 2348, "alive": False, "exited_at": 0, "exit_code": 3, "procs": []})
     app = make_app(None, "replay", state)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         assert "PROCESS EXITED" in text(app, "#header") and "(code 3)" in text(app, "#header")
-        assert "INPUT-BOUND" in text(app, "#verdict") and "p50 25.4" in text(app, "#steps")
+        assert "INPUT-BOUND" in text(app, "#verdict") and "p50 20.9" in text(app, "#steps")
 
 
 @pytest.mark.asyncio

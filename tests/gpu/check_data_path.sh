@@ -17,15 +17,28 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
 command -v nsys && nsys --version
 
+hr "probe hot path: build the C extension here when a compiler is found"
+if command -v gcc >/dev/null && $PY -c "import setuptools" 2>/dev/null; then
+  $PY setup.py -q build_ext --inplace 2>&1 | grep -v "unused parameter\|^\s*|\|^\s*[0-9]* |\|~~~\|In function" | tail -3
+else
+  echo "no gcc or setuptools here: using whatever _fastring build was carried"
+fi
+$PY -c "from tuimon.channel import ring; print('hot path:', ring.IMPLEMENTATION, ring.C_UNAVAILABLE or '')" | tee "$OUT/hot_path.txt"
+row "probe hot path in use" "$(sed -n 's/hot path: //p' "$OUT/hot_path.txt")"
+
 hr "probe overhead, no NVTX tool"
 $PY benchmarks/probe_overhead.py --n 200000 | tee "$OUT/probe_overhead.txt"
-row "probe: tuimon.range / nvtx.annotate (no tool)" "$(awk '/^tuimon.range  /{print $3"x, "$2" ns"}' "$OUT/probe_overhead.txt")"
-row "probe: + NVTX forwarding (no tool)" "$(awk '/forwarding/{print $6"x, "$5" ns"}' "$OUT/probe_overhead.txt")"
+# Columns: the variant's name, ns/range, x annotate (the last two fields).
+ratio() { awk -v pat="$1" 'index($0, pat) == 1 {print $NF"x, "$(NF-1)" ns"}' "$2"; }
+row "probe [c]: tuimon.range / annotate (no tool)" "$(ratio 'tuimon.range [c]  ' "$OUT/probe_overhead.txt")"
+row "probe [c]: + NVTX forwarding (no tool)" "$(ratio 'tuimon.range [c] + NVTX' "$OUT/probe_overhead.txt")"
+row "probe [python]: tuimon.range (no tool)" "$(ratio 'tuimon.range [python]  ' "$OUT/probe_overhead.txt")"
+row "probe [python]: + NVTX forwarding (no tool)" "$(ratio 'tuimon.range [python] + NVTX' "$OUT/probe_overhead.txt")"
 
 hr "probe overhead under nsys (NVTX tool attached)"
 nsys profile -t nvtx -o "$OUT/bench_nsys" -f true $PY benchmarks/probe_overhead.py --n 50000 --repeat 5 2>&1 | grep -v "^Collecting\|^Generating\|^Processing\|^\s*$" | tee "$OUT/probe_overhead_nsys.txt"
-row "probe under nsys: tuimon.range / annotate" "$(awk '/^tuimon.range  /{print $3"x, "$2" ns"}' "$OUT/probe_overhead_nsys.txt")"
-row "probe under nsys: + forwarding / annotate" "$(awk '/forwarding/{print $6"x, "$5" ns"}' "$OUT/probe_overhead_nsys.txt")"
+row "probe [c] under nsys: tuimon.range / annotate" "$(ratio 'tuimon.range [c]  ' "$OUT/probe_overhead_nsys.txt")"
+row "probe [c] under nsys: + forwarding / annotate" "$(ratio 'tuimon.range [c] + NVTX' "$OUT/probe_overhead_nsys.txt")"
 
 hr "drain"
 $PY benchmarks/channel_drain.py | tee "$OUT/drain.txt"
