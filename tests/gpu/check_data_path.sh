@@ -81,12 +81,9 @@ nsys stats --report nvtx_sum --format csv "$OUT/demo_nsys.nsys-rep" 2>/dev/null 
 nsys stats --report cuda_gpu_kern_sum --format csv "$OUT/demo_nsys.nsys-rep" 2>/dev/null | head -4
 row "nsys nvtx_sum has probe ranges" "$(grep -oE '(forward|backward|optimizer|h2d|sync)' "$OUT/nvtx_sum.csv" | sort -u | tr '\n' ' ')"
 
-hr "step overhead of the probe on a GPU training step"
-for i in 1 2 3; do
-  $PY -m tuimon.workloads.demo_train --steps 300 --delay 0 --report | grep mean_step_ms | sed 's/^/plain  /'
-  $PY -m tuimon run --headless -- $PY -m tuimon.workloads.demo_train --steps 300 --delay 0 --report | grep mean_step_ms | sed 's/^/probe  /'
-done | tee "$OUT/step_overhead.txt"
-row "step overhead (probe/plain mean step)" "$(awk '/^plain/{p+=$3;np++} /^probe/{q+=$3;nq++} END{printf "%.4fx (%.3f vs %.3f ms)", (q/nq)/(p/np), q/nq, p/np}' "$OUT/step_overhead.txt")"
+hr "step overhead of the probe on a GPU training step, monitor attached (one process, alternating blocks)"
+$PY benchmarks/step_overhead.py --pairs 12 --block-steps 50 | tee "$OUT/step_overhead.txt"
+row "step overhead (probe on/off, median blocks)" "$(awk '/^ratio/{r=$NF} /^per-pair/{q=$(NF-2)".."$NF} END{print r"x, per-pair p25..p75 "q}' "$OUT/step_overhead.txt")"
 
 hr "test suite"
 $PY -m pytest -q -p no:cacheprovider tests 2>&1 | tail -4 | tee "$OUT/pytest.txt"

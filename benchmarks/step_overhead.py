@@ -1,0 +1,133 @@
+"""What the probe costs a real training step, with a monitor attached (budget: <= 1%).
+
+    python benchmarks/step_overhead.py [--pairs 12] [--block-steps 50] [--device auto]
+
+One process trains the demo model (tuimon/workloads/demo_train.py) on batches made ahead of time,
+so the step is the model's own work and not the input pipeline's. The probe is instrumented
+once; blocks of steps then alternate between the probe on and the probe off (its hooks told to
+forget it, its ranges unbound: what a process without `tuimon.instrument()` pays for the
+annotations it carries), in on-off-off-on order so slow drifts cancel. `tuimon record` runs
+beside it the whole time as the attached monitor (channel drain, NVML, psutil at 1 Hz).
+The table: median block mean step time with the probe on and off, their ratio, and the spread
+of the per-pair ratios.
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pairs", type=int, default=12, help="on/off block pairs")
+    ap.add_argument("--block-steps", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=40)
+    ap.add_argument("--device", default="auto")
+    a = ap.parse_args()
+    os.environ.setdefault("TUIMON_SHM_DIR", tempfile.mkdtemp())
+
+    import tuimon
+    from tuimon.channel import ring
+    from tuimon.probe import api, hooks
+
+    assert tuimon.instrument().enabled
+    probe = api._probe
+
+    def probe_on(on: bool):
+        if on:
+            api._probe = probe
+            hooks.install(probe)
+            ring.bind(probe.writer.ring, probe.writer.names, probe.writer.intern)
+        else:
+            api._probe = None
+            hooks.forget_probe()
+            ring.bind(None)
+
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader
+
+    from tuimon.workloads.demo_train import model
+
+    cuda = a.device in ("auto", "cuda") and torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    batch, size, width = (256, 64, 128) if cuda else (32, 32, 16)
+    if not cuda:
+        torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    made = [(torch.randn(batch, 3, size, size, generator=g), torch.randint(0, 10, (batch,), generator=g))
+            for _ in range(8)]
+    if cuda:
+        made = [(x.pin_memory(), y.pin_memory()) for x, y in made]
+
+    class Ready(torch.utils.data.Dataset):  # batches made ahead: the step is the model's work
+        def __len__(self):
+            return 10**9
+
+        def __getitem__(self, i):
+            return made[i % len(made)]
+
+    net = model(width).to(device)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    batches = iter(DataLoader(Ready(), batch_size=None, num_workers=0))
+
+    def steps(n):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            x, y = next(batches)
+            with tuimon.range("h2d"):
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            with tuimon.range("forward"):
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+                    loss = nn.functional.cross_entropy(net(x), y)
+            with tuimon.range("backward"):
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+            with tuimon.range("optimizer"):
+                opt.step()
+            if cuda:
+                with tuimon.range("sync"):
+                    torch.cuda.synchronize()
+            tuimon.count("samples", batch)
+        return (time.perf_counter() - t0) / n * 1e3
+
+    monitor = subprocess.Popen([sys.executable, "-m", "tuimon", "record", str(os.getpid()), "-o",
+                                os.path.join(tempfile.mkdtemp(), "bench.jsonl"), "--interval", "1"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        steps(a.warmup)
+        on, off = [], []
+        for _ in range(a.pairs):
+            for state in (True, False, False, True):
+                probe_on(state)
+                (on if state else off).append(steps(a.block_steps))
+        probe_on(True)
+        alive = monitor.poll() is None
+    finally:
+        monitor.terminate()
+        err = monitor.communicate(timeout=30)[1]
+    # each on-off-off-on group gives two pairs
+    ratios = [x / y for x, y in zip(on, off, strict=True)]
+    m_on, m_off = statistics.median(on), statistics.median(off)
+    print(f"device {device}{' ' + torch.cuda.get_device_name(0) if cuda else ''}, hot path {ring.IMPLEMENTATION}, "
+          f"{len(on)} blocks of {a.block_steps} steps each way, monitor attached: {alive}")
+    if not alive:
+        print(f"  the monitor stopped early: {err.strip()[-300:]}")
+    print(f"{'':<28}{'ms/step':>10}")
+    print(f"{'probe off (median block)':<28}{m_off:>10.3f}")
+    print(f"{'probe on (median block)':<28}{m_on:>10.3f}")
+    print(f"{'ratio on/off (medians)':<28}{m_on / m_off:>10.4f}")
+    q = statistics.quantiles(ratios, n=4)
+    print(f"{'per-pair ratio p25..p75':<28}{q[0]:>10.4f} .. {q[2]:.4f}")
+    print(f"records written {probe.writer.records_written}, probe enabled {probe.writer.enabled}")
+    probe.writer.unlink()
+
+
+if __name__ == "__main__":
+    main()
