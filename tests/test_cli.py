@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, seg_path, tuimon_cmd, wait_for
-from tuimon.channel import SegmentWriter, procinfo
+from tuimon.channel import SegmentWriter, procinfo, ring
 from tuimon.channel import layout as L
 
 PLANTED = str(ROOT / "tests" / "workloads" / "planted_wait.py")
@@ -49,6 +49,7 @@ def test_planted_data_wait_through_tuimon_run(shm_dir):
     assert 45 <= st["mean"] <= 60 and st["p50"] <= st["p95"] <= st["p99"]
     assert snap["ranges"] == []  # no ranges in this loop: only steps and waits
     assert snap["argv"][-4:] == [PLANTED, "40", str(BATCH_DELAY), str(COMPUTE)]
+    assert snap["probe_hot_path"] == ring.IMPLEMENTATION  # the job's probe says which one it runs
 
 
 def test_run_shows_a_live_summary_and_cleans_up(shm_dir):

@@ -35,6 +35,7 @@ class TrainingView:
             "rank": meta.get("rank"),
             "world_size": meta.get("world_size"),
             "capture_kind": meta.get("capture_kind"),
+            "probe_hot_path": meta.get("hot_path"),
             "uptime_s": round((time.monotonic_ns() - info.created_ns) / 1e9, 3),
             "steps": r.steps,
             "window_steps": len(steps),

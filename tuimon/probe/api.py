@@ -45,6 +45,7 @@ def _meta() -> dict:
         "launched_by_tuimon": env.get("TUIMON_RUN") == "1",
         "capture_kind": "nsys" if env.get("TUIMON_NSYS") == "1" else "torch.profiler",
         "nsys_output": env.get("TUIMON_NSYS_OUTPUT"),
+        "hot_path": ring.IMPLEMENTATION,  # "c", or "python" where the extension is missing
     }
 
 
