@@ -143,3 +143,17 @@ def test_a_raising_body_still_records_and_propagates(impl, buf):
         with impl.Range("a"):
             raise ZeroDivisionError
     assert w.head == 1 and impl.depth() == 0
+
+
+def test_rebinding_from_inside_a_callback_is_safe(impl, buf):
+    """The NVTX pop and intern callbacks run Python code, which may drop the binding (another
+    thread, a fork handler): the range in flight still ends cleanly."""
+    w = impl.RingWriter(buf, RING_AT, RECORDS, HEAD_AT, STEPS_AT)
+    impl.bind(w, {}, lambda n: impl.bind(None) or 7, None, lambda: impl.bind(w, {}, lambda n: impl.bind(None) or 7))
+    with impl.Range("a"):
+        pass
+    assert w.head == 1 and records(buf)[0][3] == 7
+    impl.bind(w, {"b": 2}, lambda n: 0, None, lambda: impl.bind(None))
+    with impl.Range("b"):
+        pass
+    assert w.head == 2 and records(buf)[1][3] == 2

@@ -309,25 +309,31 @@ static PyObject *Range_exit(Range *self, PyObject *const *args, Py_ssize_t nargs
     self->ring = NULL; /* owned reference, released below */
     t_depth = self->depth;
     if (w == bound_ring) { /* still the same probe (not re-bound or forked meanwhile) */
-        if (bound_pop) {
-            PyObject *r = PyObject_CallNoArgs(bound_pop);
+        /* Own what we use: the NVTX pop and intern calls run Python code, during which another
+         * thread may re-bind and drop the bound objects. */
+        PyObject *names = Py_NewRef(bound_names), *intern = Py_XNewRef(bound_intern), *pop = Py_XNewRef(bound_pop);
+        if (pop) {
+            PyObject *r = PyObject_CallNoArgs(pop);
             if (r)
                 Py_DECREF(r);
             else
                 PyErr_Clear();
         }
         uint32_t nid = 0;
-        PyObject *id = PyDict_GetItemWithError(bound_names, self->name); /* borrowed */
+        PyObject *id = PyDict_GetItemWithError(names, self->name); /* borrowed */
         if (id) {
             nid = (uint32_t)PyLong_AsUnsignedLongMask(id);
-        } else if (!PyErr_Occurred() && bound_intern) {
-            PyObject *r = PyObject_CallOneArg(bound_intern, self->name);
+        } else if (!PyErr_Occurred() && intern) {
+            PyObject *r = PyObject_CallOneArg(intern, self->name);
             if (r) {
                 nid = (uint32_t)PyLong_AsUnsignedLongMask(r);
                 Py_DECREF(r);
             }
         }
         PyErr_Clear();
+        Py_DECREF(names);
+        Py_XDECREF(intern);
+        Py_XDECREF(pop);
         if (w->enabled)
             ring_append(w, KIND_RANGE, self->depth, nid, thread_id(), current_step(w), self->t0, t1, 0.0);
     }
