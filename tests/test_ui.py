@@ -18,6 +18,7 @@ from tuimon.ui.screens import GpuScreen, HelpScreen, MainScreen, RangesScreen
 from tuimon.ui.widgets import Panel
 
 FIXTURE = str(ROOT / "tests" / "fixtures" / "h200_demo.jsonl")
+TWO_GPUS = str(ROOT / "tests" / "fixtures" / "h200x2_gpu1.jsonl")  # the demo on GPU 1 of 2 (real)
 
 
 def text(app, wid):
@@ -46,6 +47,25 @@ async def test_main_screen_from_the_recording():
         assert "p50 20.9" in text(app, "#steps")
         assert "data wait 54%" in text(app, "#breakdown") and "unaccounted" in text(app, "#breakdown")
         assert "workers 2" in text(app, "#process")
+
+
+@pytest.mark.asyncio
+async def test_a_target_on_the_second_of_two_gpus():
+    app = make_app(None, "replay", state_from_recording(TWO_GPUS))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        gpus = text(app, "#gpus")
+        assert gpus.startswith("GPU 1 NVIDIA H200  ◆ target") and "GPU 0" not in gpus
+        assert "processes 562 3.5 GiB" in gpus and "1 other GPU(s) not used by the target" in gpus
+        await pilot.press("g")
+        await settle(app, pilot)
+        title = lambda: str(app.screen.query_one("#gpu-title").render())  # noqa: E731
+        assert title().startswith("GPU 1 of 2")  # the detail opens on the target's GPU
+        assert "◆ target" in app.screen.query_one("#gpu-summary", Panel)._last.plain
+        await pilot.press("n")
+        await settle(app, pilot)
+        assert title().startswith("GPU 0 of 2")
+        assert "processes: none" in app.screen.query_one("#gpu-summary", Panel)._last.plain  # idle, no jobs
 
 
 @pytest.mark.asyncio

@@ -95,7 +95,7 @@ class GpuScreen(Screen):
 
     def __init__(self):
         super().__init__()
-        self.index = 0
+        self.index: int | None = None  # set at the first view: the target's first GPU
         self._view: View | None = None
 
     def compose(self) -> ComposeResult:
@@ -115,6 +115,8 @@ class GpuScreen(Screen):
         if not view.gpus:
             self.query_one("#gpu-summary", Panel).show(Text(view.gpu_note or "no GPU data", "dim"))
             return
+        if self.index is None:
+            self.index = next((i for i, g in enumerate(view.gpus) if g.latest.get("index") in view.target_gpus), 0)
         g = view.gpus[self.index % len(view.gpus)]
         summary = self.query_one("#gpu-summary", Panel)
         self.query_one("#gpu-title", Static).update(
