@@ -30,7 +30,10 @@ class Tmux:
         for args in (["new-session", "-d", "-s", self.name, "-x", x, "-y", y, "sleep 600"],
                      ["set-option", "-t", self.name, "window-size", "manual"],
                      ["resize-window", "-t", self.name, "-x", x, "-y", y],
-                     ["respawn-pane", "-k", "-t", self.name, f"env {env} TERM=xterm-256color {command}"]):
+                     # COLUMNS/LINES (set in this test process, and copied into the tmux server's
+                     # environment) would override the pty's size in Textual: drop them.
+                     ["respawn-pane", "-k", "-t", self.name,
+                      f"env -u COLUMNS -u LINES {env} TERM=xterm-256color {command}"]):
             subprocess.run(["tmux", *args], check=True, capture_output=True)
 
     def screen(self, escapes=False) -> str:
@@ -129,3 +132,29 @@ def test_no_color_is_honoured_on_every_screen(no_color):
             assert (colour_codes(screen) == set()) == no_color, sorted(colour_codes(screen))
     finally:
         t.kill()
+
+
+def test_c_in_a_real_terminal_takes_a_capture_of_the_running_job(shm_dir, tmp_path, monkeypatch):
+    captures = tmp_path / "captures"
+    monkeypatch.setenv("TUIMON_CAPTURE_DIR", str(captures))  # the job and the monitor both see it
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, PLANTED, 3000, 0.02, 0.004),
+                           stdout=subprocess.PIPE, text=True)
+    assert job.stdout.readline().strip() == "training"
+    t = Tmux(" ".join(shlex.quote(x) for x in tuimon_cmd("attach", job.pid, "--interval", "0.5")))
+    try:
+        wait_for(lambda: "c: capture 10 steps with torch.profiler" in t.screen(), timeout=30,
+                 what="the capture line saying what c will take")
+        t.keys(*"-----")  # 10 -> 5 steps, one at a time below 10
+        wait_for(lambda: "c: capture 5 steps" in t.screen(), timeout=10, what="- to shorten the window")
+        t.keys("c")
+        screen = wait_for(lambda: "last capture 1: steps" in (s := t.screen()) and "top operators" in s and s,
+                          timeout=60, what="the finished capture and its summary on screen")
+        first, last = map(int, re.search(r"last capture 1: steps (\d+)\.\.(\d+)", screen).groups())
+        assert last - first + 1 == 5
+        traces = list(captures.glob("*.pt.trace.json.gz"))
+        assert len(traces) == 1 and traces[0].name[:40] in screen  # the file it names exists
+        assert job.poll() is None
+    finally:
+        t.kill()
+        job.kill()
+        job.wait()
