@@ -4,6 +4,8 @@ import mmap
 import threading
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from tuimon.channel import layout as L
 from tuimon.channel import ring_py
@@ -157,3 +159,29 @@ def test_rebinding_from_inside_a_callback_is_safe(impl, buf):
     with impl.Range("b"):
         pass
     assert w.head == 2 and records(buf)[1][3] == 2
+
+
+def test_unpack_records_keeps_what_checks_out(impl):
+    recs = [(L.RANGE, 1, 0, 5, 7, 3, 10**12 + i, 10**12 + i + 5, i / 4, 100 + i) for i in range(10)]
+    data = bytearray(b"".join(L.RECORD.pack(*r) for r in recs))
+    assert impl.unpack_records(bytes(data), 100) == (recs, 0)
+    assert impl.unpack_records(b"", 5) == ([], 0)
+    data[3 * 48 + 40] ^= 1  # record 3: wrong sequence number (torn or overwritten)
+    data[7 * 48] = 99  # record 7: unknown kind
+    kept, corrupt = impl.unpack_records(bytes(data), 100)
+    assert corrupt == 2 and kept == [r for i, r in enumerate(recs) if i not in (3, 7)]
+    assert impl.unpack_records(bytes(data), 101) == ([], 10)  # every position off by one
+
+
+@pytest.mark.skipif(_fastring is None, reason="C extension not built")
+@settings(max_examples=300, deadline=None)
+# sequence numbers never wrap: the record after 2**64 - 1 is not number 0
+@example(raw=L.RECORD.pack(1, 0, 0, 0, 0, 0, 0, 0, 0.0, 2**64 - 1) + L.RECORD.pack(1, 0, 0, 0, 0, 0, 0, 0, 0.0, 0),
+         first=2**64 - 1, draw=None)
+@given(st.binary(max_size=48 * 8), st.integers(0, 2**64 - 1), st.data())
+def test_unpack_records_c_and_python_agree_on_any_bytes(raw, first, draw):
+    data = raw[: len(raw) - len(raw) % 48]
+    if data and draw is not None and draw.draw(st.booleans()):  # often make the sequence numbers line up
+        data = b"".join(data[i:i + 40] + ((first + i // 48) % 2**64).to_bytes(8, "little")
+                        for i in range(0, len(data), 48))
+    assert _fastring.unpack_records(data, first) == ring_py.unpack_records(data, first)

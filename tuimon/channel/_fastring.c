@@ -376,7 +376,66 @@ static PyObject *fr_set_depth(PyObject *m, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* ---- the reader's side: records out of a copied run of the ring ------------------------ */
+
+/* unpack_records(data, first_seq) -> (list of layout.RECORD tuples, corrupt): keeps the records
+ * whose sequence number is their position (first_seq, first_seq + 1, ...) and whose kind is known
+ * (layout.KINDS: 1..4); the rest are counted. ring_py.unpack_records is the same in Python. */
+static PyObject *fr_unpack_records(PyObject *m, PyObject *args) {
+    Py_buffer buf;
+    unsigned long long first;
+    if (!PyArg_ParseTuple(args, "y*K", &buf, &first))
+        return NULL;
+    Py_ssize_t n = buf.len / (Py_ssize_t)sizeof(Record), kept = 0, corrupt = 0;
+    PyObject *list = PyList_New(n);
+    if (!list) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Record r;
+        memcpy(&r, (const char *)buf.buf + i * sizeof(Record), sizeof r);
+        unsigned long long want = first + (unsigned long long)i;
+        if (want < first || r.seq != want || r.kind < 1 || r.kind > 4) { /* (want < first: wrapped) */
+            corrupt++;
+            continue;
+        }
+        PyObject *t = PyTuple_New(10);
+        if (!t)
+            goto fail;
+        PyObject *items[10] = {
+            PyLong_FromLong(r.kind), PyLong_FromLong(r.depth), PyLong_FromLong(r.flags),
+            PyLong_FromUnsignedLong(r.name_id), PyLong_FromUnsignedLong(r.tid), PyLong_FromUnsignedLong(r.step),
+            PyLong_FromLongLong(r.t0), PyLong_FromLongLong(r.t1), PyFloat_FromDouble(r.value),
+            PyLong_FromUnsignedLongLong(r.seq)};
+        for (int k = 0; k < 10; k++) {
+            if (!items[k]) { /* out of memory: nothing is in the tuple yet */
+                for (int j = 0; j < 10; j++)
+                    Py_XDECREF(items[j]);
+                Py_DECREF(t);
+                goto fail;
+            }
+        }
+        for (int k = 0; k < 10; k++)
+            PyTuple_SET_ITEM(t, k, items[k]);
+        PyList_SET_ITEM(list, kept++, t);
+    }
+    PyBuffer_Release(&buf);
+    if (kept < n && PyList_SetSlice(list, kept, n, NULL) < 0) {
+        Py_DECREF(list);
+        return NULL;
+    }
+    return Py_BuildValue("(Nn)", list, corrupt);
+fail:
+    /* unfilled slots are NULL, which list_dealloc skips */
+    PyBuffer_Release(&buf);
+    Py_DECREF(list);
+    return NULL;
+}
+
 static PyMethodDef module_methods[] = {
+    {"unpack_records", fr_unpack_records, METH_VARARGS,
+     "unpack_records(data, first_seq) -> (records, corrupt): checked layout.RECORD tuples"},
     {"bind", fr_bind, METH_VARARGS,
      "bind(ring, names, intern, nvtx_push=None, nvtx_pop=None): where Range records go; bind(None) stops"},
     {"depth_enter", fr_depth_enter, METH_NOARGS, "this thread's depth, then one deeper"},

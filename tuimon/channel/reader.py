@@ -18,6 +18,7 @@ from . import layout as L
 from . import procinfo
 from .errors import ChannelError, CorruptSegment, ForeignSegment, IncompatibleSegment, NoSegment
 from .paths import parse_segment_name
+from .ring import unpack_records
 from .text import safe_json_value, safe_text
 
 
@@ -193,12 +194,7 @@ class SegmentReader:
             lost += skip
             data = data[skip * L.RECORD_SIZE :]
             tail += skip
-        records = list(L.RECORD.iter_unpack(data))
-        corrupt = 0
-        if records and not _all_in_order(data, tail):
-            good = [r for i, r in enumerate(records) if r[9] == tail + i and r[0] in L.KINDS]
-            corrupt = len(records) - len(good)
-            records = good
+        records, corrupt = unpack_records(data, tail)
         self.tail = h1
         self.total_lost += lost
         self.total_corrupt += corrupt
@@ -248,17 +244,4 @@ class SegmentReader:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-_KIND_BYTES = bytes(L.KINDS)
-_SEQ_WORD, _WORDS = 40 // 8, L.RECORD_SIZE // 8  # the sequence number is a record's 6th u64
-
-
-def _all_in_order(data: bytes, first_seq: int) -> bool:
-    """Every record carries its own sequence number (first_seq, first_seq + 1, ...) and a known
-    kind. Checked a column at a time (C loops), not record by record: half the cost. Native u64
-    order is the layout's little-endian on every host tuimon supports (x86-64, aarch64)."""
-    seqs = memoryview(data).cast("Q")[_SEQ_WORD::_WORDS].tolist()
-    return seqs == list(range(first_seq, first_seq + len(seqs))) and \
-        not data[0::L.RECORD_SIZE].translate(None, _KIND_BYTES)
 

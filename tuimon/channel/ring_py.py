@@ -138,3 +138,26 @@ class Range:
                 nid = b.intern(self.name)
             b.ring.emit(1, d, nid, th.tid, b.ring.current_step(), self._t0, t1, 0.0)  # 1: layout.RANGE
         return False
+
+
+_KIND_BYTES = bytes(L.KINDS)
+_SEQ_WORD, _WORDS = 40 // 8, L.RECORD_SIZE // 8  # the sequence number is a record's 6th u64
+
+
+def unpack_records(data: bytes, first_seq: int) -> tuple[list, int]:
+    """(records, corrupt): the layout.RECORD tuples of data whose sequence number is their
+    position (first_seq, first_seq + 1, ...) and whose kind is known; the rest are counted."""
+    records = list(L.RECORD.iter_unpack(data))
+    if not records or _all_in_order(data, first_seq):
+        return records, 0
+    good = [r for i, r in enumerate(records) if r[9] == first_seq + i and r[0] in L.KINDS]
+    return good, len(records) - len(good)
+
+
+def _all_in_order(data: bytes, first_seq: int) -> bool:
+    """The common case, checked a column at a time (C loops) rather than record by record. Native
+    u64 order is the layout's little-endian on every host tuimon supports (x86-64, aarch64)."""
+    seqs = memoryview(data).cast("Q")[_SEQ_WORD::_WORDS].tolist()
+    return seqs == list(range(first_seq, first_seq + len(seqs))) and \
+        not data[0::L.RECORD_SIZE].translate(None, _KIND_BYTES)
+
