@@ -72,7 +72,10 @@ def main():
         time.sleep(1 / a.hz)
     out = w.stdout.read().split()
     written, achieved = int(out[1]), int(out[2])
-    print(f"ring {L.DEFAULT_RING_RECORDS} records, drains at {a.hz:g} Hz for {a.seconds:g} s")
+    from tuimon.channel import ring
+
+    print(f"ring {L.DEFAULT_RING_RECORDS} records, drains at {a.hz:g} Hz for {a.seconds:g} s, "
+          f"hot path {ring.IMPLEMENTATION}")
     print(f"{'writer rate (ranges/s)':<28}{achieved:>14,}")
     print(f"{'records written':<28}{written:>14,}")
     print(f"{'records read':<28}{read:>14,}")
