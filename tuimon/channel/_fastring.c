@@ -1,6 +1,7 @@
-/* The probe's hot path in C: appending records to a segment's ring, and tuimon.range's
- * enter/exit. Optional: tuimon/channel/ring.py holds the same logic in Python and is used
- * when this module was not built (or TUIMON_PURE_PYTHON=1).
+/* The channel's hot paths in C: appending records to a segment's ring and tuimon.range's
+ * enter/exit (in the training process), and unpacking drained records (in the monitor).
+ * Optional: ring_py.py holds the same logic in Python; ring.py picks one (Python when this
+ * module was not built, or TUIMON_PURE_PYTHON=1).
  *
  * Why C: a Python-level context manager costs ~290 ns before it writes anything, about as much as
  * nvtx.annotate's whole enter+exit; the budget is "no more than nvtx.annotate".
