@@ -158,3 +158,25 @@ def test_c_in_a_real_terminal_takes_a_capture_of_the_running_job(shm_dir, tmp_pa
         t.kill()
         job.kill()
         job.wait()
+
+
+def test_run_in_a_real_terminal_keeps_the_jobs_output_in_a_named_file(shm_dir):
+    job = "import time, tuimon; print('hello from the job', flush=True); [tuimon.step() or time.sleep(0.05) for _ in range(2000)]"
+    run = " ".join(shlex.quote(x) for x in tuimon_cmd("run", "--", sys.executable, "-c", job))
+    t = Tmux(f"sh -c {shlex.quote(run + '; sleep 30')}")  # the shell keeps the pane after tuimon exits
+    pid = None
+    try:
+        screen = wait_for(lambda: (s := t.screen()) and step_of(s) and s, timeout=30, what="the job's steps on screen")
+        pid = int(re.search(r"PID (\d+)", screen).group(1))
+        t.keys("q")
+        line = wait_for(lambda: re.search(r"tuimon: the job's output is in (\S+)", t.screen()), timeout=15,
+                        what="where the job's output went")
+        log = line.group(1)
+        assert os.path.basename(log).startswith("job-") and log.endswith(".log")
+        assert open(log).read().startswith("hello from the job")
+        assert os.stat(log).st_mode & 0o777 == 0o600
+        assert psutil.pid_exists(pid)  # quitting `tuimon run` leaves the job running
+    finally:
+        t.kill()
+        if pid and psutil.pid_exists(pid):
+            psutil.Process(pid).kill()

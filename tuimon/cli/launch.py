@@ -32,11 +32,11 @@ def command(argv: list[str]) -> list[str]:
 
 
 def job_log():
-    """A private file for the output of a job whose terminal the TUI holds."""
+    """(file, path): a private file for the output of a job whose terminal the TUI holds."""
     folder = os.path.join(tempfile.gettempdir(), f"tuimon-{os.getuid()}")
     os.makedirs(folder, mode=0o700, exist_ok=True)
     fd, path = tempfile.mkstemp(prefix="job-", suffix=".log", dir=folder)
-    return os.fdopen(fd, "w")
+    return os.fdopen(fd, "w"), path  # (the file object's .name would be the descriptor number)
 
 
 def program_name(cmd: list[str]) -> str:

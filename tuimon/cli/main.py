@@ -91,7 +91,7 @@ def _run(cmd: list[str], headless: bool, interval: float, plain: bool = False, s
         except OSError as e:
             print(f"tuimon: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
             return 127
-    log = None if plain else launch.job_log()  # the TUI owns the terminal: the job writes here
+    log, log_path = (None, None) if plain else launch.job_log()  # the TUI owns the terminal
     try:
         child = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
                                  start_new_session=not plain)
@@ -106,7 +106,7 @@ def _run(cmd: list[str], headless: bool, interval: float, plain: bool = False, s
         if plain:
             return _follow_plain(child, path, interval)
         _tui(LiveSession(child.pid, interval, popen=child), f"tuimon run, every {interval:g} s")
-        print(f"tuimon: the job's output is in {log.name}")
+        print(f"tuimon: the job's output is in {log_path}")
         if child.poll() is None:
             if stop_on_quit:
                 child.send_signal(signal.SIGINT)
