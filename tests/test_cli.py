@@ -168,6 +168,28 @@ def test_record_a_cpu_job_without_a_gpu(tmp_path, shm_dir):
         assert all(e["data"] == [] for e in entries if e["source"] == "gpu")
 
 
+def test_record_bad_targets_and_a_full_disk(tmp_path, sleeper):
+    def record(pid, out, seconds=1):
+        return subprocess.run(tuimon_cmd("record", pid, "-o", out, "--seconds", seconds, "--interval", "0.2"),
+                              capture_output=True, text=True, timeout=60)
+
+    p = record(4194304, tmp_path / "x.jsonl")
+    assert p.returncode == 2 and "no process with PID 4194304" in p.stderr and not (tmp_path / "x.jsonl").exists()
+    p = record(sleeper.pid, tmp_path / "no-such-dir" / "x.jsonl")
+    assert p.returncode == 2 and "cannot write" in p.stderr and "No such file or directory" in p.stderr
+    assert "Traceback" not in p.stderr
+    if os.path.exists("/dev/full"):  # every write fails with ENOSPC: a full disk
+        p = record(sleeper.pid, "/dev/full", 3)
+        assert p.returncode == 1 and "recording stopped after" in p.stderr and "No space left" in p.stderr
+        assert "Traceback" not in p.stderr
+
+
+def test_replay_of_a_missing_file():
+    p = subprocess.run(tuimon_cmd("replay", "/no/such/recording.jsonl"), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.strip() == \
+        "tuimon: cannot read /no/such/recording.jsonl: No such file or directory"
+
+
 def test_doctor_reports_and_never_crashes():
     p = subprocess.run(tuimon_cmd("doctor"), capture_output=True, text=True, timeout=60)
     assert p.returncode in (0, 1) and p.stderr == ""

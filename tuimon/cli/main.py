@@ -209,7 +209,10 @@ def cmd_top(args) -> int:
 def cmd_replay(args) -> int:
     try:
         session = ReplaySession(args.file, args.speed)
-    except (OSError, RecordingError) as e:
+    except OSError as e:
+        print(f"tuimon: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except RecordingError as e:
         print(f"tuimon: {e}", file=sys.stderr)
         return 2
     return _tui(session, f"replay of {os.path.basename(args.file)}")

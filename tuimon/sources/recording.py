@@ -35,6 +35,9 @@ class Recorder:
     def record(self, source: str, data, t: int | None = None) -> None:
         self.write_line({"t": time.monotonic_ns() if t is None else t, "source": source, "data": data})
 
+    def flush(self) -> None:
+        self._f.flush()
+
     def close(self) -> None:
         self._f.flush()
         os.fsync(self._f.fileno())
