@@ -184,6 +184,13 @@ def test_record_bad_targets_and_a_full_disk(tmp_path, sleeper):
         assert "Traceback" not in p.stderr
 
 
+@pytest.mark.parametrize("bad", ["abc", "0.05", "nan", "inf"])
+def test_a_bad_interval_is_refused_by_name(bad):
+    p = subprocess.run(tuimon_cmd("attach", "1", "--interval", bad), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "argument --interval:" in p.stderr and "_interval" not in p.stderr
+    assert "not a number of seconds" in p.stderr or "0.1 to 3600 s" in p.stderr
+
+
 def test_replay_of_a_missing_file():
     p = subprocess.run(tuimon_cmd("replay", "/no/such/recording.jsonl"), capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.strip() == \

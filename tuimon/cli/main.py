@@ -30,9 +30,12 @@ from .record import record
 
 
 def _interval(text: str) -> float:
-    v = float(text)
-    if v < 0.1:
-        raise argparse.ArgumentTypeError("the interval is at least 0.1 s")
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0.1 <= v <= 3600:  # (also refuses nan)
+        raise argparse.ArgumentTypeError("the interval is 0.1 to 3600 s")
     return v
 
 
