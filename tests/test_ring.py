@@ -138,6 +138,14 @@ def test_range_writes_nothing_unbound_disabled_or_rebound(impl, buf):
     assert w.head == 0 and w.error == "stopped"
 
 
+def test_a_name_whose_str_fails_is_not_an_error(impl):
+    class Bad:
+        def __str__(self):
+            raise RuntimeError("no")
+
+    assert impl.Range(Bad()).name == "(unprintable name)"
+
+
 def test_a_raising_body_still_records_and_propagates(impl, buf):
     w = impl.RingWriter(buf, RING_AT, RECORDS, HEAD_AT, STEPS_AT)
     impl.bind(w, {"a": 1}, lambda n: 0)

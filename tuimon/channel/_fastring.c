@@ -265,8 +265,12 @@ static int Range_init(Range *self, PyObject *args, PyObject *kw) {
         name = PyTuple_GET_ITEM(args, 0);
     }
     PyObject *s = PyUnicode_CheckExact(name) ? Py_NewRef(name) : PyObject_Str(name);
-    if (!s)
-        return -1;
+    if (!s) { /* a name whose str() fails is not worth an exception in the training loop */
+        PyErr_Clear();
+        s = PyUnicode_FromString("(unprintable name)");
+        if (!s)
+            return -1;
+    }
     Py_XSETREF(self->name, s);
     return 0;
 }

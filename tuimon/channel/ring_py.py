@@ -101,7 +101,12 @@ class Range:
     __slots__ = ("name", "_b", "_t0", "_depth", "_th")
 
     def __init__(self, name):
-        self.name = name if type(name) is str else str(name)
+        if type(name) is not str:
+            try:
+                name = str(name)
+            except Exception:  # noqa: BLE001 - not worth an exception in the training loop
+                name = "(unprintable name)"
+        self.name = name
         self._b = None
 
     def __enter__(self):
