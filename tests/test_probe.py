@@ -237,3 +237,14 @@ print(st.enabled, st.reason)
     assert p.returncode == 0
     assert p.stdout.startswith("False no space left in")
     assert "tuimon: probe disabled: no space left" in p.stderr
+
+
+def test_bad_counts_are_dropped_not_raised(shm_dir):
+    recs, _, p = run_scenario(shm_dir, """
+        for bad in ("x", None, object()):
+            tuimon.count("tokens", bad)
+        tuimon.count("tokens", 5)
+        print("went on")
+    """)
+    assert "went on" in p.stdout and p.stderr.count("count() ignored") == 1
+    assert [(x["name"], x["value"]) for x in of(recs, "count")] == [("tokens", 5.0)]

@@ -7,6 +7,7 @@ import torch. Nesting depth per thread lives in channel.ring, shared by every ki
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from time import monotonic_ns as _now
@@ -50,6 +51,7 @@ class Probe:
         self._nvtx = nvtx_domain
         self._nvtx_attrs: dict = {}
         self.capturer = None  # capture windows (probe/capture.py), set by instrument()
+        self._bad_count_said = False
 
     # -- ranges ---------------------------------------------------------------------------------
 
@@ -129,5 +131,11 @@ class Probe:
 
     def count(self, name: str, n: float) -> None:
         t = _now()
-        st = thread_state()
-        self.emit(L.COUNT, ring.depth(), self.intern(str(name)), st.tid, self.step_no, t, t, float(n))
+        try:
+            value, label = float(n), str(name)
+        except Exception as e:  # noqa: BLE001 - a bad count is dropped, never raised into the loop
+            if not self._bad_count_said:
+                self._bad_count_said = True
+                print(f"tuimon: count() ignored (said once): {type(e).__name__}: {e}", file=sys.stderr)
+            return
+        self.emit(L.COUNT, ring.depth(), self.intern(label), thread_state().tid, self.step_no, t, t, value)
