@@ -423,6 +423,9 @@ static PyObject *fr_unpack_records(PyObject *m, PyObject *args) {
         }
         for (int k = 0; k < 10; k++)
             PyTuple_SET_ITEM(t, k, items[k]);
+        /* Ints and a float only: it can never be part of a cycle, so the collector need not walk
+         * it (it would untrack it itself, later, after walking it: ~40% of the drain's time). */
+        PyObject_GC_UnTrack(t);
         PyList_SET_ITEM(list, kept++, t);
     }
     PyBuffer_Release(&buf);
