@@ -63,3 +63,23 @@ def test_records_of_a_running_step_wait_and_history_is_bounded():
 def test_empty_window():
     assert summary.step_time_ms([]) is None and summary.data_wait_share([]) is None
     assert summary.breakdown([], NAMES) is None and summary.steps_per_second([]) is None
+
+
+def test_ranges_per_step_are_bounded_but_counts_and_shares_stay_exact():
+    from tuimon.analysis.steps import RANGE_SAMPLES
+
+    n = 3 * RANGE_SAMPLES  # a step with far more ranges of one name than are kept for p95
+    recs = [rec(RANGE, 2, 100 + k, 100 + k + (1 if k < RANGE_SAMPLES else 2), name=1) for k in range(n)]
+    acc = StepAccumulator()
+    acc.add(loop(1, 1, 1, 100) + recs + [rec(STEP, 2, 100, 100 + 10 * n)])
+    s = acc.completed[-1]
+    assert len(s.ranges[1]) == RANGE_SAMPLES and s.range_n[1] == n
+    row = summary.range_table([s], NAMES)[0]
+    assert row["count"] == n and row["mean_ms"] == round((RANGE_SAMPLES * 1 + 2 * RANGE_SAMPLES * 2) / n, 3)
+    assert row["share"] == pytest.approx((RANGE_SAMPLES + 4 * RANGE_SAMPLES) / (10 * n), abs=1e-4)
+    assert summary.breakdown([s], NAMES)["forward"] == row["share"]
+    # a loop without steps: its one open step stays bounded however long it runs
+    acc = StepAccumulator()
+    for _ in range(10):
+        acc.add([rec(RANGE, 1, 0, 1, name=1)] * 10_000)
+    assert len(acc.open[1].ranges[1]) == RANGE_SAMPLES and acc.open[1].range_n[1] == 100_000

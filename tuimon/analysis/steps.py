@@ -11,13 +11,20 @@ RANGE, STEP, DATA_WAIT, COUNT = 1, 2, 3, 4
 F_KIND, F_DEPTH, F_NAME, F_TID, F_STEP, F_T0, F_T1, F_VALUE = 0, 1, 3, 4, 5, 6, 7, 8
 
 
+# Per step and range name, durations kept for percentiles; counts and totals stay exact beyond
+# it. Bounds the monitor's memory for loops with huge numbers of ranges per step, or no steps.
+RANGE_SAMPLES = 1024
+
+
 @dataclass
 class StepRecord:
     index: int
     t0: int = 0
     t1: int = 0
     data_wait_ns: int = 0
-    ranges: dict[int, list[int]] = field(default_factory=dict)  # name id -> durations (ns)
+    ranges: dict[int, list[int]] = field(default_factory=dict)  # name id -> durations (ns), the first RANGE_SAMPLES
+    range_n: dict[int, int] = field(default_factory=dict)  # name id -> how many ranges
+    range_ns: dict[int, int] = field(default_factory=dict)  # name id -> their total time (ns)
     depth: dict[int, int] = field(default_factory=dict)  # name id -> shallowest depth seen
     counts: dict[int, float] = field(default_factory=dict)  # name id -> sum of values
 
@@ -48,8 +55,15 @@ class StepAccumulator:
             kind = r[F_KIND]
             s = self._step(r[F_STEP])
             if kind == RANGE:
-                nid = r[F_NAME]
-                s.ranges.setdefault(nid, []).append(r[F_T1] - r[F_T0])
+                nid, d = r[F_NAME], r[F_T1] - r[F_T0]
+                ds = s.ranges.get(nid)
+                if ds is None:
+                    s.ranges[nid], s.range_n[nid], s.range_ns[nid] = [d], 1, d
+                else:
+                    if len(ds) < RANGE_SAMPLES:
+                        ds.append(d)
+                    s.range_n[nid] += 1
+                    s.range_ns[nid] += d
                 if r[F_DEPTH] < s.depth.get(nid, 1 << 30):
                     s.depth[nid] = r[F_DEPTH]
             elif kind == DATA_WAIT:

@@ -39,23 +39,27 @@ def data_wait_share(steps: list[StepRecord]) -> float | None:
 
 def range_table(steps: list[StepRecord], name_of: Callable[[int], str]) -> list[dict]:
     """One row per range name over the window, largest share first. share: the range's total
-    time over the window's total step time (nested ranges overlap their parents)."""
+    time over the window's total step time (nested ranges overlap their parents). count, mean and
+    share are exact; p95 comes from the first RANGE_SAMPLES durations of each step."""
     total = sum(s.duration_ns for s in steps)
-    durations: dict[int, list[int]] = {}
+    durations: dict[int, list[int]] = {}  # samples, for the p95
+    n: dict[int, int] = {}
+    ns: dict[int, int] = {}
     depth: dict[int, int] = {}
     for s in steps:
         for nid, ds in s.ranges.items():
             durations.setdefault(nid, []).extend(ds)
+            n[nid] = n.get(nid, 0) + s.range_n[nid]
+            ns[nid] = ns.get(nid, 0) + s.range_ns[nid]
             depth[nid] = min(depth.get(nid, 1 << 30), s.depth.get(nid, 0))
     rows = []
     for nid, ds in durations.items():
-        ds_sorted = sorted(ds)
         rows.append({
             "name": name_of(nid),
-            "count": len(ds),
-            "mean_ms": round(sum(ds) / len(ds) / 1e6, 3),
-            "p95_ms": round(percentile(ds_sorted, 95) / 1e6, 3),
-            "share": round(sum(ds) / total, 4) if total > 0 else None,
+            "count": n[nid],
+            "mean_ms": round(ns[nid] / n[nid] / 1e6, 3),
+            "p95_ms": round(percentile(sorted(ds), 95) / 1e6, 3),
+            "share": round(ns[nid] / total, 4) if total > 0 else None,
             "depth": depth[nid],
         })
     rows.sort(key=lambda r: -(r["share"] or 0))
@@ -71,9 +75,9 @@ def breakdown(steps: list[StepRecord], name_of: Callable[[int], str]) -> dict | 
     wait = sum(s.data_wait_ns for s in steps)
     top: dict[int, int] = {}
     for s in steps:
-        for nid, ds in s.ranges.items():
+        for nid, total_ns in s.range_ns.items():
             if s.depth.get(nid) == 0:
-                top[nid] = top.get(nid, 0) + sum(ds)
+                top[nid] = top.get(nid, 0) + total_ns
     parts = {"data_wait": wait / total}
     for nid, ns in sorted(top.items(), key=lambda kv: -kv[1]):
         parts[name_of(nid)] = ns / total

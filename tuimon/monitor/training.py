@@ -10,7 +10,7 @@ from ..sources.channel import ChannelSource
 
 
 class TrainingView:
-    def __init__(self, source: ChannelSource, history_steps: int = 2000):
+    def __init__(self, source: ChannelSource, history_steps: int = 256):  # >= the windows below
         self.source = source
         self.steps = StepAccumulator(history_steps)
 
