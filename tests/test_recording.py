@@ -102,3 +102,15 @@ def test_poller_runs_one_poll_at_a_time_and_survives_errors():
     assert p.error == "RuntimeError: a sampler bug" and 2 not in results and len(results) >= 3
     with pytest.raises(ValueError, match="at least 0.1"):
         Poller(poll, results.append, 0.05)
+
+    def consumer(r):  # a consumer that fails once (e.g. the UI shutting down) stops nothing
+        if r == 1:
+            raise KeyError("gone")
+        results.append(r)
+
+    calls.clear()
+    results.clear()
+    p = Poller(lambda: len(calls.append(1) or calls), consumer, 0.1).start()
+    time.sleep(0.45)
+    p.stop()
+    assert p.error == "KeyError: 'gone'" and results[:2] == [2, 3]

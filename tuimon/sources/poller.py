@@ -39,7 +39,10 @@ class Poller:
             self.busy_s += time.monotonic() - t0
             self.cycles += 1
             if result is not None:
-                self._on_result(result)
+                try:
+                    self._on_result(result)
+                except Exception as e:  # noqa: BLE001 - nor may a consumer's
+                    self.error = f"{type(e).__name__}: {e}"
             next_at = max(next_at + self.interval, time.monotonic())
             self._stop.wait(next_at - time.monotonic())
 

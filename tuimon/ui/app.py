@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 
-from textual.app import App
+from textual.app import App, ScreenStackError
 from textual.binding import Binding
 from textual.css.query import NoMatches
 
@@ -85,7 +85,10 @@ class TuimonApp(App):
             self.redraw()
 
     def redraw(self) -> None:
-        screen = self.screen
+        try:
+            screen = self.screen
+        except ScreenStackError:  # shutting down: the last screen is gone
+            return
         if not hasattr(screen, "show_view") or not screen.is_mounted:
             return
         try:
