@@ -102,7 +102,7 @@ def test_writer_never_blocks_or_raises_without_a_reader():
     w.emit(L.RANGE, 0, 2**40, 0, 0, 0, 0, 0.0)  # a value out of range: dropped, not raised
     assert not w.enabled and "error" in w.error
     for bad in ((L.RANGE, 0, -1, 0, 0, 0, 0, 0.0), (256, 0, 1, 0, 0, 0, 0, 0.0), ("x", 0, 1, 0, 0, 0, 0),
-                (L.RANGE, 0, 1, 0, 0, 0, 0, 0.0, 0.0), (L.RANGE, 0, 1, 0, 0, 0, 0, "v")):
+                (L.RANGE, 0, 1, 0, 0, 0, 0, "v")):
         w = SegmentWriter.create({}, 64)
         w.emit(*bad)
         assert not w.enabled and w.error and w.records_written == 0, bad
