@@ -180,3 +180,20 @@ def test_run_in_a_real_terminal_keeps_the_jobs_output_in_a_named_file(shm_dir):
         t.kill()
         if pid and psutil.pid_exists(pid):
             psutil.Process(pid).kill()
+
+
+def test_a_dropped_terminal_also_stops_the_demo_job(shm_dir):
+    """`tuimon demo` stops its job when it quits; an SSH drop (the pty goes away) is a quit too."""
+    t = Tmux(" ".join(shlex.quote(x) for x in tuimon_cmd("demo", "--interval", "0.5")))
+    job = None
+    try:
+        screen = wait_for(lambda: (s := t.screen()) and step_of(s) and s, timeout=60, what="the demo's steps")
+        job = psutil.Process(int(re.search(r"PID (\d+)", screen).group(1)))
+        assert "tuimon.workloads.demo_train" in " ".join(job.cmdline())
+        t.kill()
+        _, alive = psutil.wait_procs([job], timeout=20)
+        assert alive == [], "the demo job outlived its monitor's terminal"
+    finally:
+        t.kill()
+        if job is not None and job.is_running():
+            job.kill()

@@ -65,6 +65,14 @@ def cmd_attach(args) -> int:
         return 2
 
 
+def _say(line: str) -> None:
+    """Print, unless the terminal is gone (SSH dropped: EIO) - what follows must still run."""
+    try:
+        print(line, flush=True)
+    except OSError:
+        pass
+
+
 def _tui(session, label: str) -> int:
     from ..ui.app import make_app  # textual loads only for the TUI
 
@@ -109,7 +117,7 @@ def _run(cmd: list[str], headless: bool, interval: float, plain: bool = False, s
         if plain:
             return _follow_plain(child, path, interval)
         _tui(LiveSession(child.pid, interval, popen=child), f"tuimon run, every {interval:g} s")
-        print(f"tuimon: the job's output is in {log_path}")
+        _say(f"tuimon: the job's output is in {log_path}")
         if child.poll() is None:
             if stop_on_quit:
                 child.send_signal(signal.SIGINT)
@@ -118,7 +126,7 @@ def _run(cmd: list[str], headless: bool, interval: float, plain: bool = False, s
                 except subprocess.TimeoutExpired:
                     child.kill()
             else:
-                print(f"tuimon: the job (PID {child.pid}) goes on; watch it again with `tuimon attach {child.pid}`")
+                _say(f"tuimon: the job (PID {child.pid}) goes on; watch it again with `tuimon attach {child.pid}`")
                 return 0
         return child.wait()
     except KeyboardInterrupt:
