@@ -167,7 +167,7 @@ def test_nsys_command_line_and_file_names():
         "python", "train.py"]
     assert safe_file_part("../../etc/passwd; rm -rf /") == "etc_passwd_rm_-rf"
     assert "/" not in safe_file_part("a/b") and safe_file_part("") == "job"
-    from tuimon.cli.launch import program_name
+    from tuimon.channel.paths import program_name
 
     assert program_name(["python3", "-m", "tuimon.workloads.demo_train", "--seconds", "240"]) == "demo_train"
     assert program_name(["/usr/bin/python", "/x/train.py", "--lr", "1"]) == "train.py"

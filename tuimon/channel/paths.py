@@ -50,3 +50,14 @@ def free_bytes(path: str) -> int:
 def safe_file_part(text: str, limit: int = 40) -> str:
     """A piece of a file name built from untrusted text: letters, digits, '.', '_' and '-' only."""
     return _SAFE.sub("_", text).strip("._")[:limit] or "job"
+
+
+def program_name(cmd: list[str]) -> str:
+    """What a command runs, for file names: the script (train.py), the module after -m, or the
+    executable."""
+    for k, a in enumerate(cmd):
+        if a.endswith(".py"):
+            return os.path.basename(a)
+        if a == "-m" and k + 1 < len(cmd):
+            return cmd[k + 1].rsplit(".", 1)[-1]
+    return os.path.basename(cmd[0]) if cmd else "job"

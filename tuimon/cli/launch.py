@@ -37,14 +37,3 @@ def job_log():
     os.makedirs(folder, mode=0o700, exist_ok=True)
     fd, path = tempfile.mkstemp(prefix="job-", suffix=".log", dir=folder)
     return os.fdopen(fd, "w"), path  # (the file object's .name would be the descriptor number)
-
-
-def program_name(cmd: list[str]) -> str:
-    """What a command runs, for file names: the script (train.py), the module after -m, or the
-    executable."""
-    for k, a in enumerate(cmd):
-        if a.endswith(".py"):
-            return os.path.basename(a)
-        if a == "-m" and k + 1 < len(cmd):
-            return cmd[k + 1].rsplit(".", 1)[-1]
-    return os.path.basename(cmd[0]) if cmd else "job"

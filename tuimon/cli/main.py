@@ -17,7 +17,7 @@ from ..capture.summary import summarize
 from ..channel import ChannelError, SegmentReader, list_segments, segment_path
 from ..channel import layout as L
 from ..channel.discovery import segment_state
-from ..channel.paths import captures_dir, safe_file_part
+from ..channel.paths import captures_dir, program_name, safe_file_part
 from ..channel.text import safe_text
 from ..monitor.session import LiveSession, ReplaySession
 from ..monitor.target import open_channel
@@ -93,7 +93,7 @@ def _run(cmd: list[str], headless: bool, interval: float, plain: bool = False, s
             print("tuimon: --nsys: Nsight Systems (nsys) not found; install it or put it on PATH "
                   "(captures without it use torch.profiler: run without --nsys)", file=sys.stderr)
             return 2
-        output = os.path.join(captures_dir(), f"{safe_file_part(launch.program_name(cmd))}-{time.strftime('%Y%m%d-%H%M%S')}")
+        output = os.path.join(captures_dir(), f"{safe_file_part(program_name(cmd))}-{time.strftime('%Y%m%d-%H%M%S')}")
         env.update(TUIMON_NSYS="1", TUIMON_NSYS_OUTPUT=output)
         cmd = nsys_command(tool, output, cmd, shlex.split(nsys_args))
     if headless:

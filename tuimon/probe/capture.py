@@ -16,7 +16,7 @@ import time
 
 from ..channel import layout as L
 from ..channel.control import KIND_NSYS, KIND_TORCH, MAX_SECONDS, MAX_STEPS, ControlBlock
-from ..channel.paths import capture_floor_bytes, captures_dir, free_bytes, safe_file_part
+from ..channel.paths import capture_floor_bytes, captures_dir, free_bytes, program_name, safe_file_part
 
 
 class TorchWindow:
@@ -170,12 +170,10 @@ class Capturer:
 
 
 def _program() -> str:
-    """The script's name (train.py) or the executable's, for capture file names."""
+    """What this process runs (train.py, the module after -m, or the executable), for file names."""
     from ..channel import procinfo
 
-    argv = procinfo.cmdline(os.getpid()) or ["job"]
-    script = next((a for a in argv[1:] if a.endswith(".py")), argv[0])
-    return os.path.basename(script)
+    return program_name(procinfo.cmdline(os.getpid()) or ["job"])
 
 
 def control_thread(capturer: Capturer, writer, stop: threading.Event, period: float = 0.2) -> None:
