@@ -59,6 +59,7 @@ def test_run_shows_a_live_summary_and_cleans_up(shm_dir):
     lines = [x for x in p.stdout.splitlines() if x.startswith("pid ")]
     assert len(lines) >= 3 and "step 30 |" in lines[-1] and lines[-1].endswith("[process exited]")
     assert "data wait" in lines[-1]
+    assert p.stderr.splitlines()[-1] == "tuimon: the job exited with code 0"
     assert os.listdir(shm_dir) == []  # the job's segment went with it
 
 

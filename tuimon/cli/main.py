@@ -151,7 +151,9 @@ def _follow_plain(child, path: str, interval: float) -> int:
         textview.follow(TrainingView(ChannelSource(reader)), interval, until=lambda: child.poll() is not None)
     else:
         print("tuimon: the job ended before its channel appeared", file=sys.stderr)
-    return child.wait()
+    code = child.wait()
+    print(f"tuimon: the job exited with code {code}", file=sys.stderr)
+    return code
 
 
 def cmd_run(args) -> int:
