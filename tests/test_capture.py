@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import ROOT, seg_path, tuimon_cmd, wait_for
 from tuimon.capture.client import CaptureClient, CaptureRefused
 from tuimon.capture.nsys import nsys_command
+from tuimon.capture.summary import torch_trace_summary
 from tuimon.channel import SegmentReader
 from tuimon.channel import layout as L
 from tuimon.channel.control import ControlBlock, open_control
@@ -131,8 +132,13 @@ def test_a_window_in_seconds_for_a_loop_without_steps(shm_dir):
     try:
         assert job.stdout.readline().strip() == "up"
         c = client_for(shm_dir, job.pid)
-        st = c.wait(c.request(seconds=0.5), 60)
+        seen = []
+        st = c.wait(c.request(seconds=0.5), 60, on_change=lambda s: seen.append((s.name, s.message)))
         assert st.name == "done" and st.path.endswith(".pt.trace.json.gz") and os.path.getsize(st.path) > 0
+        assert ("capturing", "capturing 0.5 s") in seen and st.last_step < st.first_step  # no steps covered
+        # The window is opened off the training thread, yet it records the loop's own operators.
+        ops = [r["name"] for r in torch_trace_summary(st.path)["top_host"]]
+        assert "aten::matmul" in ops and "aten::tanh" in ops, ops
     finally:
         job.kill()
         job.wait()

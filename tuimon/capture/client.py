@@ -10,6 +10,15 @@ from ..channel.control import MAX_SECONDS, MAX_STEPS, State, open_control
 from ..channel.paths import capture_floor_bytes, captures_dir, free_bytes
 
 
+def window_steps(state: str, first, last) -> str:
+    """"steps a..b" for a window that has covered steps, else "" (an armed window, or a window in
+    seconds over a loop without steps)."""
+    if state in ("capturing", "writing", "done", "failed") and isinstance(first, int) and isinstance(last, int) \
+            and 1 <= first <= last:
+        return f"steps {first}..{last}"
+    return ""
+
+
 class CaptureRefused(Exception):
     """Said to the person who asked: why no capture was started."""
 

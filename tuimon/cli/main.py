@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from ..capture.client import CaptureClient, CaptureRefused
+from ..capture.client import CaptureClient, CaptureRefused, window_steps
 from ..capture.nsys import find_nsys, nsys_command
 from ..capture.summary import summarize
 from ..channel import ChannelError, SegmentReader, list_segments, segment_path
@@ -164,12 +164,17 @@ def cmd_run(args) -> int:
 def cmd_capture(args) -> int:
     try:
         reader = open_channel(args.pid)
-        info = reader.info
+        info, steps_seen = reader.info, reader.steps
         reader.close()
         client = CaptureClient(info.path, info.pid, info.start_ticks)
         kind = info.meta.get("capture_kind", "torch.profiler")
-        seq = client.request(steps=args.steps if args.seconds is None else None, seconds=args.seconds)
-        what = f"{args.seconds:g} s" if args.seconds is not None else f"{args.steps} steps"
+        steps, seconds = args.steps, args.seconds
+        if steps is None and seconds is None:  # as `c` does: steps if the loop has them, else 10 s
+            steps, seconds = (10, None) if steps_seen else (None, 10.0)
+        seq = client.request(steps=steps, seconds=seconds)
+        what = f"{seconds:g} s" if seconds is not None else f"{steps} steps"
+        if seconds is not None and args.seconds is None:
+            what += " (no steps seen yet)"
         print(f"asked PID {info.pid} for a {kind} capture of {what} (request {seq})")
         if not args.wait:
             return 0
@@ -192,9 +197,10 @@ def cmd_capture(args) -> int:
 
 
 def _progress_line(st) -> str:
-    """'capturing: steps 12..15 capturing'; an armed window has no steps yet, so none are shown."""
-    steps = f"steps {st.first_step}..{st.last_step} " if st.name in ("capturing", "writing", "done") else ""
-    return f"{st.name}: {steps}{safe_text(st.message, 200)}"
+    """'capturing: steps 12..15 capturing'; without steps covered (armed, or seconds over a loop
+    without steps) none are shown."""
+    steps = window_steps(st.name, st.first_step, st.last_step)
+    return f"{st.name}: {steps + ' ' if steps else ''}{safe_text(st.message, 200)}"
 
 
 def _wait_for_report(report: str, timeout: float) -> bool:
@@ -265,7 +271,8 @@ def parser() -> argparse.ArgumentParser:
     cap = sub.add_parser("capture", help="ask a running job for a capture window and print where it went")
     cap.add_argument("pid", type=int)
     g = cap.add_mutually_exclusive_group()
-    g.add_argument("--steps", type=int, default=10, help="window length in steps (default 10)")
+    g.add_argument("--steps", type=int, help="window length in steps (default: 10, or 10 s when the "
+                                              "job has counted no steps)")
     g.add_argument("--seconds", type=float, help="window length in seconds, for loops without steps")
     cap.add_argument("--wait", action="store_true", help="wait for the result and print its summary")
     cap.add_argument("--timeout", type=float, default=300)

@@ -20,13 +20,16 @@ from ..channel.paths import capture_floor_bytes, captures_dir, free_bytes, progr
 
 
 class TorchWindow:
-    def __init__(self, base: str):
+    def __init__(self, base: str, all_threads: bool = False):
+        """all_threads: the window is opened off the training thread (a window in seconds, from
+        the control thread): the profiler only records the thread that started it unless told
+        otherwise (torch >= 2.7's profile_all_threads); older torch records that thread only."""
         import torch
         from torch.profiler import ProfilerActivity, profile
 
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
         self.trace = base + ".pt.trace.json.gz"
-        self.prof = profile(activities=acts)
+        self.prof = profile(activities=acts, **_all_threads_config() if all_threads else {})
         self.prof.start()
         self.stop_ms = 0.0
 
@@ -49,6 +52,15 @@ class TorchWindow:
         size = os.path.getsize(self.trace)
         return self.trace, (f"trace {size / 1e6:.1f} MB; stop {self.stop_ms:.0f} ms on the step, "
                             f"export {export_ms:.0f} ms off it")
+
+
+def _all_threads_config() -> dict:
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        return {"experimental_config": _ExperimentalConfig(profile_all_threads=True)}
+    except (ImportError, TypeError):  # a torch without it
+        return {}
 
 
 class NsysWindow:
@@ -129,12 +141,16 @@ class Capturer:
         prog = safe_file_part(_program())
         base = os.path.join(captures_dir(), f"{prog}-{os.getpid()}-{self.seq}-{time.strftime('%Y%m%d-%H%M%S')}")
         try:
-            self.window = (NsysWindow if self.kind == KIND_NSYS else TorchWindow)(base)
+            off_thread = self.mode == L.CAPTURE_SECONDS  # opened here, on the control thread
+            self.window = NsysWindow(base) if self.kind == KIND_NSYS else TorchWindow(base, all_threads=off_thread)
         except Exception as e:  # noqa: BLE001 - no torch, no CUDA, profiler busy: say so
             self.window = None
             return self._set(L.STATE_FAILED, message=f"could not start: {type(e).__name__}: {e}"[:250])
         self.first, self.started = first_step, time.monotonic()
-        self._set(L.STATE_CAPTURING, first_step, first_step, message="capturing")
+        if self.mode == L.CAPTURE_SECONDS:  # no step of it has completed yet
+            self._set(L.STATE_CAPTURING, first_step, first_step - 1, message=f"capturing {self.length:g} s")
+        else:
+            self._set(L.STATE_CAPTURING, first_step, first_step, message="capturing")
 
     def _close(self, last_step: int) -> None:
         window, self.window = self.window, None

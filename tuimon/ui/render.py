@@ -8,6 +8,7 @@ import time
 from rich.text import Text
 
 from ..analysis.verdict import Verdict
+from ..capture.client import window_steps
 from ..channel.text import safe_text
 from ..monitor.state import GpuView, View
 from ..sources.values import is_na, num
@@ -281,8 +282,9 @@ def capture_panel(view: View, steps: int) -> Text:
     state = c.get("name", "idle")
     if state in ("armed", "capturing", "writing"):
         out.append(f"capture {c.get('ack_seq')} {state}", "bold yellow")
-        if state != "armed":
-            out.append(f"  steps {c.get('first_step')}..{c.get('last_step')}")
+        steps = window_steps(state, c.get("first_step"), c.get("last_step"))
+        if steps:
+            out.append("  " + steps)
         out.append("  " + safe_text(str(c.get("message", "")), 80), "dim")
         return out
     out.append("c", "bold")
@@ -292,7 +294,8 @@ def capture_panel(view: View, steps: int) -> Text:
         out.append(safe_text(str(c.get("message", "")), 100))
     elif state == "done":
         s = c.get("summary") or {}
-        out.append(f"\nlast capture {c.get('ack_seq')}: steps {c.get('first_step')}..{c.get('last_step')}  ", "bold")
+        steps = window_steps(state, c.get("first_step"), c.get("last_step"))
+        out.append(f"\nlast capture {c.get('ack_seq')}: {steps + '  ' if steps else ''}", "bold")
         out.append(safe_text(str(s.get("file") or c.get("path") or "").rsplit("/", 1)[-1], 90))
         if s.get("size"):
             out.append(f"  {human_bytes(s['size'])}")

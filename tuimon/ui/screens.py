@@ -11,6 +11,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Static
 
+from ..capture.client import window_steps
 from ..channel.text import safe_text
 from ..monitor.state import View
 from . import render
@@ -173,7 +174,7 @@ class CapturesScreen(Screen):
         t.clear()
         for c in reversed(view.captures):
             t.add_row(str(c.get("ack_seq")), c.get("kind_name", ""), c.get("name", ""),
-                      f"{c.get('first_step')}..{c.get('last_step')}",
+                      window_steps(c.get("name", ""), c.get("first_step"), c.get("last_step")).removeprefix("steps "),
                       Text(safe_text(os.path.basename(str((c.get("summary") or {}).get("file") or c.get("path") or "")), 60)),
                       Text(safe_text(str(c.get("message", "")), 60)))
         done = [c for c in view.captures if c.get("summary")]
