@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 from tests.conftest import ROOT, seg_path, tuimon_cmd, wait_for
@@ -144,6 +145,32 @@ def test_attach_finds_the_channel_of_a_descendant(shm_dir):
     finally:
         subprocess.run(["pkill", "-P", str(shell.pid)])
         shell.wait()
+
+
+LAUNCHER = """
+import os, subprocess, sys, time, tuimon
+tuimon.instrument()  # like torchrun under `tuimon run`: the launcher has a channel of its own
+rank = "import os, time, tuimon; tuimon.instrument(); [tuimon.step() or time.sleep(0.01) for _ in range(6000)]"
+ranks = [subprocess.Popen([sys.executable, "-c", rank], env=dict(os.environ, RANK=str(r), WORLD_SIZE="2"))
+         for r in (1, 0)]
+print("up", flush=True)
+time.sleep(60)
+"""
+
+
+def test_attach_to_a_launcher_shows_its_rank_0(shm_dir):
+    """The launcher's own channel has no steps and no rank: attach shows rank 0's."""
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert launcher.stdout.readline().strip() == "up"
+        snap = wait_for(lambda: (s := attach_json(launcher.pid))["rank"] == 0 and s["steps"] > 0 and s,
+                        what="rank 0's channel with steps")
+        assert snap["world_size"] == 2 and snap["pid"] in [c.pid for c in psutil.Process(launcher.pid).children()]
+    finally:
+        for c in psutil.Process(launcher.pid).children():
+            c.kill()
+        launcher.kill()
+        launcher.wait()
 
 
 def test_record_a_cpu_job_without_a_gpu(tmp_path, shm_dir):

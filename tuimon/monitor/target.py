@@ -21,8 +21,9 @@ def describe(pid: int) -> str:
 
 
 def open_channel(pid: int) -> SegmentReader:
-    """The channel of pid, or of its first instrumented descendant (a launcher such as torchrun
-    or a shell). Raises ChannelError with a message for the person at the terminal."""
+    """The channel of pid; for a launcher (torchrun, a shell: no RANK of its own) the channel of
+    its lowest-ranked instrumented descendant, else its first. Raises ChannelError with a
+    message for the person at the terminal."""
     if pid <= 0:
         raise ChannelError(f"{pid} is not a process ID")
     alive = procinfo.start_ticks(pid) is not None
@@ -35,11 +36,17 @@ def open_channel(pid: int) -> SegmentReader:
                 f"{describe(pid)} has no channel of its own"
             )
         own = []
-    if own and own[0].state != "unreadable":
-        return SegmentReader(own[0].path)
     children = [f for f in found if f.relation == "descendant"]
+    if own and own[0].state != "unreadable":
+        reader = SegmentReader(own[0].path)
+        if reader.info.meta.get("rank") is None:  # a launcher (torchrun) is instrumented too:
+            rank0 = _lowest_rank(children)        # the training is in its ranks
+            if rank0 is not None:
+                reader.close()
+                return rank0
+        return reader
     if children:
-        return SegmentReader(children[0].path)
+        return _lowest_rank(children) or SegmentReader(children[0].path)
     if own:
         return SegmentReader(own[0].path)  # raises the reason it is unreadable
     if not alive:
@@ -50,3 +57,22 @@ def open_channel(pid: int) -> SegmentReader:
         f"{describe(pid)} has no tuimon channel: start it with `tuimon run -- <command>` "
         "(or `tuimon run --headless -- ...` to attach later), or call tuimon.instrument() in it"
     )
+
+
+def _lowest_rank(found) -> SegmentReader | None:
+    """The reader of the descendant with the lowest RANK (rank 0 of a torchrun job), if any has one."""
+    best = None
+    for f in found:
+        try:
+            r = SegmentReader(f.path)
+        except ChannelError:
+            continue
+        rank = r.info.meta.get("rank")
+        if isinstance(rank, int) and (best is None or rank < best[0]):
+            if best is not None:
+                best[1].close()
+            best = (rank, r)
+        else:
+            r.close()
+    return best[1] if best else None
+
