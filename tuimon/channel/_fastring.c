@@ -316,7 +316,7 @@ static PyObject *Range_exit(Range *self, PyObject *const *args, Py_ssize_t nargs
     if (w == bound_ring) { /* still the same probe (not re-bound or forked meanwhile) */
         /* Own what we use: the NVTX pop and intern calls run Python code, during which another
          * thread may re-bind and drop the bound objects. */
-        PyObject *names = Py_NewRef(bound_names), *intern = Py_XNewRef(bound_intern), *pop = Py_XNewRef(bound_pop);
+        PyObject *names = Py_XNewRef(bound_names), *intern = Py_XNewRef(bound_intern), *pop = Py_XNewRef(bound_pop);
         if (pop) {
             PyObject *r = PyObject_CallNoArgs(pop);
             if (r)
@@ -325,7 +325,7 @@ static PyObject *Range_exit(Range *self, PyObject *const *args, Py_ssize_t nargs
                 PyErr_Clear();
         }
         uint32_t nid = 0;
-        PyObject *id = PyDict_GetItemWithError(names, self->name); /* borrowed */
+        PyObject *id = names ? PyDict_GetItemWithError(names, self->name) : NULL; /* borrowed */
         if (id) {
             nid = (uint32_t)PyLong_AsUnsignedLongMask(id);
         } else if (!PyErr_Occurred() && intern) {
@@ -336,7 +336,7 @@ static PyObject *Range_exit(Range *self, PyObject *const *args, Py_ssize_t nargs
             }
         }
         PyErr_Clear();
-        Py_DECREF(names);
+        Py_XDECREF(names);
         Py_XDECREF(intern);
         Py_XDECREF(pop);
         if (w->enabled)
