@@ -106,7 +106,7 @@ def test_range_nests_per_thread_and_stamps_the_current_step(impl, buf):
     assert interned == ["42"]
     inner, on_thread, outer = rs
     assert outer[7] >= on_thread[7] >= on_thread[6] >= inner[7] >= inner[6] >= outer[6]
-    assert outer[4] == inner[4] == threading.get_native_id() != on_thread[4]
+    assert outer[4] == inner[4] == threading.get_native_id() == impl.thread_id() != on_thread[4]
 
 
 def test_range_forwards_to_nvtx_and_survives_a_failing_one(impl, buf):

@@ -371,6 +371,7 @@ static PyTypeObject RangeType = {
 
 /* ---- per-thread depth, for ranges that are not Range objects (push/pop APIs) ------------- */
 
+static PyObject *fr_thread_id(PyObject *m, PyObject *unused) { return PyLong_FromUnsignedLong(thread_id()); }
 static PyObject *fr_depth_enter(PyObject *m, PyObject *unused) { return PyLong_FromLong(t_depth++); }
 static PyObject *fr_depth(PyObject *m, PyObject *unused) { return PyLong_FromLong(t_depth); }
 static PyObject *fr_set_depth(PyObject *m, PyObject *arg) {
@@ -446,6 +447,7 @@ static PyMethodDef module_methods[] = {
      "unpack_records(data, first_seq) -> (records, corrupt): checked layout.RECORD tuples"},
     {"bind", fr_bind, METH_VARARGS,
      "bind(ring, names, intern, nvtx_push=None, nvtx_pop=None): where Range records go; bind(None) stops"},
+    {"thread_id", fr_thread_id, METH_NOARGS, "this thread's OS thread id (as records carry it)"},
     {"depth_enter", fr_depth_enter, METH_NOARGS, "this thread's depth, then one deeper"},
     {"depth", fr_depth, METH_NOARGS, "this thread's current depth"},
     {"set_depth", fr_set_depth, METH_O, "set this thread's depth"},

@@ -10,7 +10,8 @@ The tests run both; IMPLEMENTATION says which one this process uses.
 - bind(ring, names, intern, nvtx_push=None, nvtx_pop=None): where Range records go; bind(None) stops.
 - Range(name): context manager; on exit writes a RANGE record stamped with the header's current
   step (completed steps + 1), this thread's depth and OS thread id.
-- depth_enter(), depth(), set_depth(d): the per-thread nesting depth every kind of range shares.
+- depth_enter(), depth(), set_depth(d): the per-thread nesting depth every kind of range shares;
+  thread_id(): the OS thread id records carry.
 - unpack_records(data, first_seq) -> (records, corrupt): the reader's side: layout.RECORD tuples
   of a copied run of the ring, keeping those whose sequence number and kind check out.
 """
@@ -24,11 +25,20 @@ C_UNAVAILABLE: str | None = "TUIMON_PURE_PYTHON=1"  # why the C path is not in u
 
 if os.environ.get("TUIMON_PURE_PYTHON") != "1":
     try:
-        from ._fastring import Range, RingWriter, bind, depth, depth_enter, set_depth, unpack_records
+        from ._fastring import (
+            Range,
+            RingWriter,
+            bind,
+            depth,
+            depth_enter,
+            set_depth,
+            thread_id,
+            unpack_records,
+        )
 
         IMPLEMENTATION, C_UNAVAILABLE = "c", None
     except ImportError as e:
         C_UNAVAILABLE = f"the C extension was not built ({e})"
 
 if IMPLEMENTATION == "python":
-    from .ring_py import Range, RingWriter, bind, depth, depth_enter, set_depth, unpack_records  # noqa: F401
+    from .ring_py import Range, RingWriter, bind, depth, depth_enter, set_depth, thread_id, unpack_records  # noqa: F401

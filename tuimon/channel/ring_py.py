@@ -27,6 +27,10 @@ def _thread() -> _Thread:
         return t
 
 
+def thread_id() -> int:
+    return _thread().tid
+
+
 def depth_enter() -> int:
     t = _thread()
     d = t.depth

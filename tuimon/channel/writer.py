@@ -187,12 +187,9 @@ class SegmentWriter:
     def unlink(self) -> None:
         _unlink_quietly(self.path)
 
-    def fail(self, reason: str) -> None:
-        """Stop writing, and keep the reason for `tuimon.status()`."""
-        self.ring.disable(reason)
-
     def _fail(self, e: Exception) -> None:
-        self.fail(f"{type(e).__name__}: {e}")
+        """Stop writing, and keep the reason for `tuimon.status()`."""
+        self.ring.disable(f"{type(e).__name__}: {e}")
 
 
 def _unlink_quietly(path: str) -> None:

@@ -19,20 +19,13 @@ from ..channel.writer import SegmentWriter
 _tls = threading.local()
 
 
-class _ThreadState:
-    __slots__ = ("tid", "stack")
-
-    def __init__(self):
-        self.tid = threading.get_native_id() & 0xFFFFFFFF
-        self.stack: list = []  # open push_range-style ranges: (name id, t0, depth)
-
-
-def thread_state() -> _ThreadState:
+def open_ranges() -> list:
+    """This thread's open push_range-style ranges: (name id, t0, depth), innermost last."""
     try:
-        return _tls.s
+        return _tls.stack
     except AttributeError:
-        _tls.s = s = _ThreadState()
-        return s
+        _tls.stack = stack = []
+        return stack
 
 
 class Probe:
@@ -71,23 +64,23 @@ class Probe:
     def push(self, name: str) -> None:
         """Start a range on this thread (push_range-style APIs)."""
         nid = self.intern(str(name))
-        thread_state().stack.append((nid, _now(), ring.depth_enter()))
+        open_ranges().append((nid, _now(), ring.depth_enter()))
 
     def unpush(self) -> None:
         """Forget the innermost pushed range without recording it (its push failed)."""
-        st = thread_state()
-        if st.stack:
-            ring.set_depth(st.stack.pop()[2])
+        stack = open_ranges()
+        if stack:
+            ring.set_depth(stack.pop()[2])
 
     def pop(self) -> None:
         """End the innermost range pushed on this thread; an unmatched pop is ignored."""
         t1 = _now()
-        st = thread_state()
-        if not st.stack:
+        stack = open_ranges()
+        if not stack:
             return
-        nid, t0, depth = st.stack.pop()
+        nid, t0, depth = stack.pop()
         ring.set_depth(depth)
-        self.emit(L.RANGE, depth, nid, st.tid, self.step_no, t0, t1, 0.0)
+        self.emit(L.RANGE, depth, nid, ring.thread_id(), self.step_no, t0, t1, 0.0)
 
     # -- steps ----------------------------------------------------------------------------------
 
@@ -115,8 +108,7 @@ class Probe:
                 return
             self.mode = "auto"
         t0 = self.step_t0 or self.created_ns
-        st = thread_state()
-        self.emit(L.STEP, 0, 0, st.tid, self.step_no, t0, t1, 0.0)
+        self.emit(L.STEP, 0, 0, ring.thread_id(), self.step_no, t0, t1, 0.0)
         self.writer.set_steps(self.step_no, t1)
         self.step_no += 1
         self.step_t0 = t1
@@ -126,8 +118,7 @@ class Probe:
     def data_wait(self, t0: int, t1: int) -> None:
         if not self.step_t0:
             self.step_t0 = t0  # the first step starts at its first batch, not at import time
-        st = thread_state()
-        self.emit(L.DATA_WAIT, ring.depth(), 0, st.tid, self.step_no, t0, t1, 0.0)
+        self.emit(L.DATA_WAIT, ring.depth(), 0, ring.thread_id(), self.step_no, t0, t1, 0.0)
 
     def count(self, name: str, n: float) -> None:
         t = _now()
@@ -138,4 +129,4 @@ class Probe:
                 self._bad_count_said = True
                 print(f"tuimon: count() ignored (said once): {type(e).__name__}: {e}", file=sys.stderr)
             return
-        self.emit(L.COUNT, ring.depth(), self.intern(label), thread_state().tid, self.step_no, t, t, value)
+        self.emit(L.COUNT, ring.depth(), self.intern(label), ring.thread_id(), self.step_no, t, t, value)
