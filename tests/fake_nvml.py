@@ -13,6 +13,7 @@ class FakeNvml:
     NVML_CLOCK_SM = real.NVML_CLOCK_SM
     NVML_TEMPERATURE_GPU = real.NVML_TEMPERATURE_GPU
     NVML_ERROR_GPU_IS_LOST = real.NVML_ERROR_GPU_IS_LOST
+    NVML_ERROR_NOT_SUPPORTED = real.NVML_ERROR_NOT_SUPPORTED
     NVML_GPM_METRICS_GET_VERSION = real.NVML_GPM_METRICS_GET_VERSION
     nvmlMemory_v2 = real.nvmlMemory_v2
     c_nvmlGpmMetricsGet_t = real.c_nvmlGpmMetricsGet_t
@@ -21,7 +22,8 @@ class FakeNvml:
         self.gpus, self.gpm = gpus, gpm
         self.fail: dict[str, int] = {}  # function name -> NVML error code it raises
         self.calls: list[str] = []
-        self.gpm_values = {2: 97.0, 3: 40.0, 5: 88.0, 10: 35.0, 20: 10.0, 21: 20.0, 60: 0.0, 61: 0.0}
+        self.gpm_values = {2: 97.0, 3: 40.0, 5: 88.0, 12: 12.0, 13: 6.0, 10: 35.0, 20: 10.0, 21: 20.0, 60: 0.0,
+                           61: 0.0}
         self.processes = [SimpleNamespace(pid=4242, usedGpuMemory=3 * 2**30)]
         self.throttle = 0x4 | 0x1
 

@@ -42,11 +42,11 @@ def test_window_skips_warmup_and_summaries_add_up():
     w = acc.window(100)
     assert [s.index for s in w] == list(range(2, 12))
     assert summary.data_wait_share(w) == pytest.approx(0.2)
-    assert summary.step_time_ms(w)["p50"] == 100
+    assert summary.step_time_ms(w).p50 == 100
     assert summary.breakdown(w, NAMES) == {"data_wait": 0.2, "forward": 0.5, "unaccounted": 0.3}
-    table = {r["name"]: r for r in summary.range_table(w, NAMES)}
-    assert table["forward"]["share"] == 0.5 and table["forward"]["depth"] == 0
-    assert table["kernel"]["depth"] == 1 and table["kernel"]["count"] == 10
+    table = {r.name: r for r in summary.range_table(w, NAMES)}
+    assert table["forward"].share == 0.5 and table["forward"].depth == 0
+    assert table["kernel"].depth == 1 and table["kernel"].count == 10
     assert summary.throughput(w, NAMES) == {"samples": 320.0}
     assert summary.steps_per_second(w) == pytest.approx(10.0)
 
@@ -75,9 +75,9 @@ def test_ranges_per_step_are_bounded_but_counts_and_shares_stay_exact():
     s = acc.completed[-1]
     assert len(s.ranges[1]) == RANGE_SAMPLES and s.range_n[1] == n
     row = summary.range_table([s], NAMES)[0]
-    assert row["count"] == n and row["mean_ms"] == round((RANGE_SAMPLES * 1 + 2 * RANGE_SAMPLES * 2) / n, 3)
-    assert row["share"] == pytest.approx((RANGE_SAMPLES + 4 * RANGE_SAMPLES) / (10 * n), abs=1e-4)
-    assert summary.breakdown([s], NAMES)["forward"] == row["share"]
+    assert row.count == n and row.mean_ms == round((RANGE_SAMPLES * 1 + 2 * RANGE_SAMPLES * 2) / n, 3)
+    assert row.share == pytest.approx((RANGE_SAMPLES + 4 * RANGE_SAMPLES) / (10 * n), abs=1e-4)
+    assert summary.breakdown([s], NAMES)["forward"] == row.share
     # a loop without steps: its one open step stays bounded however long it runs
     acc = StepAccumulator()
     for _ in range(10):

@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import ROOT, seg_path, tuimon_cmd, wait_for
 from tuimon.capture.client import CaptureClient, CaptureRefused
 from tuimon.capture.nsys import nsys_command
-from tuimon.capture.summary import torch_trace_summary
+from tuimon.capture.trace_summary import summarize as trace_summary
 from tuimon.channel import SegmentReader
 from tuimon.channel import layout as L
 from tuimon.channel.control import ControlBlock, open_control
@@ -69,7 +69,7 @@ def test_a_window_of_steps_through_the_cli(shm_dir, capture_dir):
             assert json.load(f)["traceEvents"]  # loads as a Chrome/Perfetto trace
         # The top rows are the job's own model ops (which of them ranks first varies with the machine),
         # listed longest first.
-        rows = lines[lines.index("top operators by host time (inclusive):") + 1:]
+        rows = lines[lines.index("top operators by self time on the host:") + 1:]
         assert 1 <= len(rows) <= 5
         ms = [float(r.split()[0]) for r in rows]
         assert ms == sorted(ms, reverse=True)
@@ -85,14 +85,14 @@ def test_protocol_states_and_refusals(shm_dir, capture_dir, monkeypatch):
     job = start_job(PLANTED, 2000, 0.02, 0.004)
     try:
         c = client_for(shm_dir, job.pid)
-        assert c.state().name == "idle" and c.state().message == "ready"
+        assert c.status().state == "idle" and c.status().message == "ready"
         seq = c.request(steps=30)
         with pytest.raises(CaptureRefused, match="already"):
-            wait_for(lambda: c.state().busy, what="armed")
+            wait_for(lambda: c.status().busy, what="armed")
             c.request(steps=5)
         seen = []
-        st = c.wait(seq, 60, on_change=lambda s: seen.append(s.name))
-        assert st.name == "done" and st.last_step - st.first_step + 1 == 30
+        st = c.wait(seq, 60, on_change=lambda s: seen.append(s.state))
+        assert st.state == "done" and st.last_step - st.first_step + 1 == 30
         assert "capturing" in seen and seen[-1] == "done"
         for bad in ({"steps": 0}, {"steps": 10_000}, {"seconds": 1000.0}, {}):
             with pytest.raises(CaptureRefused):
@@ -133,11 +133,11 @@ def test_a_window_in_seconds_for_a_loop_without_steps(shm_dir):
         assert job.stdout.readline().strip() == "up"
         c = client_for(shm_dir, job.pid)
         seen = []
-        st = c.wait(c.request(seconds=0.5), 60, on_change=lambda s: seen.append((s.name, s.message)))
-        assert st.name == "done" and st.path.endswith(".pt.trace.json.gz") and os.path.getsize(st.path) > 0
+        st = c.wait(c.request(seconds=0.5), 60, on_change=lambda s: seen.append((s.state, s.message)))
+        assert st.state == "done" and st.path.endswith(".pt.trace.json.gz") and os.path.getsize(st.path) > 0
         assert ("capturing", "capturing 0.5 s") in seen and st.last_step < st.first_step  # no steps covered
         # The window is opened off the training thread, yet it records the loop's own operators.
-        ops = [r["name"] for r in torch_trace_summary(st.path)["top_host"]]
+        ops = [r["name"] for r in trace_summary(st.path)["top_host_self"]]
         assert "aten::matmul" in ops and "aten::tanh" in ops, ops
     finally:
         job.kill()

@@ -30,6 +30,15 @@ def attach_error(pid):
     return p.stderr
 
 
+def attach_no_channel(pid):
+    """A live process whose channel is missing or unusable: the monitor still answers (exit 0)
+    with the process and GPU numbers, and says why there is no channel."""
+    snap = attach_json(pid)
+    assert snap["pid"] == pid and snap["state"] == "alive" and snap["process"]["pid"] == pid
+    assert "steps" not in snap and isinstance(snap["gpus"], list)
+    return snap["channel"]["na"]
+
+
 def test_planted_data_wait_through_tuimon_run(shm_dir):
     """A real training loop (DataLoader, 2 workers) with no tuimon import, started through
     `tuimon run --headless`: attach --once --json sees its steps and the planted wait."""
@@ -95,14 +104,16 @@ def sleeper():
 
 
 def test_attach_a_process_without_a_channel(sleeper):
-    err = attach_error(sleeper.pid)
-    assert f"PID {sleeper.pid} (sleep 60) has no tuimon channel" in err and "tuimon run" in err
+    why = attach_no_channel(sleeper.pid)
+    assert f"PID {sleeper.pid} (sleep 60) has no tuimon channel" in why and "tuimon run" in why
+    p = subprocess.run(tuimon_cmd("attach", sleeper.pid, "--once"), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith(f"pid {sleeper.pid} | no channel")
 
 
 def test_attach_a_corrupt_segment(shm_dir, sleeper):
     with open(seg_path(shm_dir, sleeper.pid), "wb") as f:
         f.write(os.urandom(300_000))
-    assert "not a tuimon channel segment" in attach_error(sleeper.pid)
+    assert "not a tuimon channel segment" in attach_no_channel(sleeper.pid)
 
 
 def _segment_for(shm_dir, pid, earlier_process=False):
@@ -117,7 +128,7 @@ def _segment_for(shm_dir, pid, earlier_process=False):
 
 def test_attach_a_segment_left_by_an_earlier_process_with_the_same_pid(shm_dir, sleeper):
     path, w = _segment_for(shm_dir, sleeper.pid, earlier_process=True)
-    assert "earlier process that had the same PID" in attach_error(sleeper.pid)
+    assert "earlier process that had the same PID" in attach_no_channel(sleeper.pid)
 
 
 def test_attach_another_users_segment(shm_dir, sleeper):
@@ -125,13 +136,13 @@ def test_attach_another_users_segment(shm_dir, sleeper):
         pytest.skip("needs root to give a file away")
     path, w = _segment_for(shm_dir, sleeper.pid)
     os.chown(path, 65534, -1)
-    assert "belongs to uid 65534" in attach_error(sleeper.pid)
+    assert "belongs to uid 65534" in attach_no_channel(sleeper.pid)
 
 
 def test_attach_a_newer_layout(shm_dir, sleeper):
     path, w = _segment_for(shm_dir, sleeper.pid)
-    L.U32.pack_into(w._mm, 8, 2)
-    assert "newer tuimon (channel layout v2)" in attach_error(sleeper.pid)
+    L.U32.pack_into(w._mm, 8, 99)
+    assert "newer tuimon (channel layout v99)" in attach_no_channel(sleeper.pid)
 
 
 def test_attach_finds_the_channel_of_a_descendant(shm_dir):
@@ -141,7 +152,10 @@ def test_attach_finds_the_channel_of_a_descendant(shm_dir):
     try:
         assert shell.stdout.readline().strip() == "up"
         snap = attach_json(shell.pid)
-        assert snap["pid"] != shell.pid and snap["state"] == "alive"
+        child = psutil.Process(shell.pid).children()[0].pid
+        assert snap["pid"] == child and snap["state"] == "alive"
+        # it says which process it shows, and why
+        assert snap["shown_why"].startswith(f"PID {shell.pid}: it has no channel; showing its descendant PID {child}")
     finally:
         subprocess.run(["pkill", "-P", str(shell.pid)])
         shell.wait()
@@ -184,16 +198,16 @@ def test_record_a_cpu_job_without_a_gpu(tmp_path, shm_dir):
                        capture_output=True, text=True, timeout=120)
     job.wait()
     assert p.returncode == 0, p.stderr
-    from tuimon.sources.recording import read_recording
+    from tuimon.sources.recording import Recording
 
-    header, entries = read_recording(str(out))
-    entries = list(entries)
-    training = [e["data"] for e in entries if e["source"] == "training"]
-    procs = [e["data"] for e in entries if e["source"] == "process"]
-    assert header["note"] == "cpu" and training and procs
-    assert training[-1]["steps"] == 25 and not procs[-1]["alive"]
+    rec = Recording(str(out))
+    cycles = list(rec.cycles())
+    training = [c.training for c in cycles if c.training]
+    assert rec.header["note"] == "cpu" and rec.version == 2 and training and all(c.process for c in cycles)
+    assert training[-1].steps == 25 and not cycles[-1].process.alive
+    assert all(c.capture is not None and c.capture.state == "idle" for c in cycles if c.training)
     if "recording without GPU metrics" in p.stderr:
-        assert all(e["data"] == [] for e in entries if e["source"] == "gpu")
+        assert all(c.gpus is None and "gpu" in c.problems for c in cycles)
 
 
 def test_record_bad_targets_and_a_full_disk(tmp_path, sleeper):

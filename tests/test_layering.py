@@ -1,4 +1,4 @@
-"""The layering of shared/DESIGN.md, checked on the source: which package may import which."""
+"""The layering of docs/DESIGN.md, checked on the source: which package may import which."""
 
 import ast
 import subprocess
@@ -14,14 +14,15 @@ THIRD_PARTY = {"torch", "nvtx", "textual", "rich", "pynvml", "psutil", "plotext"
 
 # package -> (tuimon packages it may import, third-party modules it may import at module level)
 ALLOWED = {
+    "model": (set(), set()),  # typed data only: every layer above may build and read it
     "channel": (set(), set()),
     "probe": ({"channel"}, set()),  # torch/nvtx only inside functions (lazily)
-    "analysis": (set(), set()),
-    "sources": ({"channel"}, {"pynvml", "psutil"}),
-    "capture": ({"channel"}, set()),
-    "monitor": ({"channel", "sources", "analysis", "capture"}, set()),
-    "ui": ({"channel", "sources", "analysis", "capture", "monitor"}, {"textual", "rich", "plotext"}),
-    "cli": ({"channel", "probe", "sources", "analysis", "capture", "monitor", "ui"},
+    "analysis": ({"model"}, set()),
+    "sources": ({"channel", "model"}, {"pynvml", "psutil"}),
+    "capture": ({"channel", "model"}, set()),
+    "monitor": ({"channel", "model", "sources", "analysis", "capture"}, set()),
+    "ui": ({"channel", "model", "sources", "analysis", "capture", "monitor"}, {"textual", "rich", "plotext"}),
+    "cli": ({"channel", "model", "probe", "sources", "analysis", "capture", "monitor", "ui"},
             {"textual", "rich", "plotext", "pynvml", "psutil"}),  # everything but torch
     "workloads": ({"probe"}, {"torch"}),  # the bundled training jobs, not the monitor
 }

@@ -8,44 +8,50 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.fake_nvml import FakeNvml
+from tuimon.model import NA, CaptureStatus, CaptureSummary, Cycle, TrainingSnapshot, from_json, num, to_json
 from tuimon.sources.nvml import DeviceSampler
 from tuimon.sources.poller import Poller
 from tuimon.sources.process import ProcessSampler
-from tuimon.sources.recording import Recorder, RecordingError, ReplaySource, read_recording
-from tuimon.sources.values import num
+from tuimon.sources.recording import Recorder, Recording, RecordingError, ReplaySource
 
 FIXTURE = ROOT / "tests" / "fixtures" / "h200_demo.jsonl"
+HEADER_V1 = json.dumps({"format": "tuimon-recording", "version": 1}) + "\n"
 
 
-def test_record_and_replay_give_the_same_samples(tmp_path):
+def test_record_and_replay_give_the_same_cycles(tmp_path):
+    """Every entry the TUI gets goes into a recording and comes back equal: samples, the training
+    snapshot, capture states with their summaries, failures, notes."""
     path = str(tmp_path / "r.jsonl")
     gpus, procs = DeviceSampler(FakeNvml()), ProcessSampler(os.getpid())
     rec = Recorder(path, note="test")
     live = []
-    for _ in range(3):
-        entries = [("gpu", gpus.sample()), ("process", procs.sample())]
-        for source, data in entries:
-            rec.record(source, data)
-            live.append((source, json.loads(json.dumps(data))))
+    for k in range(3):
+        capture = CaptureStatus(k, "done", "torch.profiler", 3, 7, "trace 1.0 MB", "/x/trace.json.gz", 5,
+                                CaptureSummary("done", "/x/trace.json.gz", 1000, ["top kernels:", "  1.0 ms  gemm"]))
+        c = Cycle(1_000_000_000 * (k + 1), procs.sample(), gpus.sample(), TrainingSnapshot(pid=7, steps=k, argv=["x"]),
+                  capture, "/dev/shm/tuimon-0-7", problems={"channel": "shrank"} if k == 1 else {}, gpu_note="hint")
+        rec.record(c)
+        live.append(c)
     rec.close()
     replayed = []
-    n = ReplaySource(path, speed=0).run(lambda source, data: replayed.append((source, data)))
-    assert n == 6 and replayed == live
-    assert replayed[0][1][0]["sm_active"] == {"na": "first sample"}  # unavailable stays unavailable
+    n = ReplaySource(path, speed=0).run(replayed.append)
+    assert n == 3 and replayed == live
+    assert replayed[0].gpus[0].sm_active == NA("first sample")  # unavailable stays unavailable
+    assert replayed[1].problems == {"channel": "shrank"} and replayed[2].capture.summary.lines[1] == "  1.0 ms  gemm"
 
 
 def test_replay_is_paced_and_stoppable(tmp_path):
     path = str(tmp_path / "r.jsonl")
     rec = Recorder(path)
     for i in range(5):
-        rec.record("process", {"i": i}, t=i * 1_000_000_000)
+        rec.record(Cycle(1 + i * 1_000_000_000, training=TrainingSnapshot(pid=1, steps=i)))
     rec.close()
     stop, got = threading.Event(), []
     src = ReplaySource(path, speed=20.0)  # 4 s of recording in 0.2 s
 
-    def on(source, data):
-        got.append(data["i"])
-        if data["i"] == 2:
+    def on(c):
+        got.append(c.training.steps)
+        if c.training.steps == 2:
             stop.set()
 
     src.run(on, stop)
@@ -56,29 +62,53 @@ def test_bad_recordings(tmp_path):
     p = tmp_path / "x.jsonl"
     p.write_text("not json\n")
     with pytest.raises(RecordingError, match="not a tuimon recording"):
-        read_recording(str(p))
+        Recording(str(p))
+    p.write_text("")
+    with pytest.raises(RecordingError, match="not a tuimon recording"):
+        Recording(str(p))
     p.write_text(json.dumps({"format": "tuimon-recording", "version": 9}) + "\n")
-    with pytest.raises(RecordingError, match="format v9"):
-        read_recording(str(p))
-    p.write_text(json.dumps({"format": "tuimon-recording", "version": 1}) + "\n{broken\n"
-                 + json.dumps({"t": 1, "source": "gpu", "data": []}) + "\n" + json.dumps({"t": "x"}) + "\n")
-    header, entries = read_recording(str(p))
-    assert [e["source"] for e in entries] == ["gpu"] and header["skipped"] == 2
+    with pytest.raises(RecordingError, match="format v9; this tuimon reads v1 to v2"):
+        Recording(str(p))
+    p.write_text(HEADER_V1 + "{broken\n" + json.dumps({"t": 1, "source": "gpu", "data": []}) + "\n"
+                 + json.dumps({"t": "x"}) + "\n" + json.dumps({"t": 2, "source": "process", "data": {"x": 1}}) + "\n")
+    r = Recording(str(p))
+    assert [c.gpus for c in r.cycles()] == [[]] and r.skipped == 3  # not JSON, no time, no pid
+    # v2: a line of the wrong shape is skipped and counted; a wrong value becomes NA, not a crash
+    good = to_json(Cycle(5, training=TrainingSnapshot(pid=3, steps=4)))
+    odd = json.loads(json.dumps(good))
+    odd["training"]["steps_per_s"] = "fast"
+    odd["gpus"] = [{"index": 0, "power_w": "hot", "sm_active": {"na": "first sample"}}]
+    p.write_text(json.dumps({"format": "tuimon-recording", "version": 2}) + "\n" + json.dumps(good) + "\n[1]\n"
+                 + json.dumps({"t": 9, "training": {"steps": 1}}) + "\n" + json.dumps(odd) + "\n")
+    r = Recording(str(p))
+    cycles = list(r.cycles())
+    assert r.skipped == 2 and cycles[0] == from_json(Cycle, good)
+    assert cycles[1].training.steps_per_s is None and cycles[1].gpus[0].power_w == NA("not a valid value: hot")
+
+
+def test_v1_entries_are_grouped_into_cycles(tmp_path):
+    lines = [{"t": t, "source": src, "data": data} for t, src, data in [
+        (10, "process", {"pid": 1}), (12, "gpu", []), (15, "training", {"pid": 1, "steps": 1}),
+        (1_000_000_010, "process", {"pid": 1}), (1_000_000_020, "gpu", []),  # no training this cycle
+        (2_000_000_000, "process", {"pid": 1, "alive": False})]]
+    p = tmp_path / "v1.jsonl"
+    p.write_text(HEADER_V1 + "".join(json.dumps(x) + "\n" for x in lines))
+    cycles = list(Recording(str(p)).cycles())
+    assert [c.t for c in cycles] == [10, 1_000_000_010, 2_000_000_000]
+    assert cycles[0].training.steps == 1 and cycles[1].training is None and cycles[2].process.alive is False
 
 
 def test_the_committed_real_gpu_recording():
-    header, entries = read_recording(str(FIXTURE))
-    entries = list(entries)
-    assert "H200" in header["note"] and header["skipped"] == 0
-    gpu = [e["data"][0] for e in entries if e["source"] == "gpu"]
-    training = [e["data"] for e in entries if e["source"] == "training"]
-    procs = [e["data"] for e in entries if e["source"] == "process"]
-    assert len(gpu) > 20 and len(training) == len(gpu) == len(procs)
-    busy = [g for g in gpu[2:] if num(g["sm_active"]) is not None]
-    assert busy and all(g["gpm"] and g["name"] == "NVIDIA H200" for g in busy)
-    assert max(g["sm_active"] for g in busy) > 10 and all(g["uses_target"] for g in busy)
-    assert training[-1]["steps"] > 100 and training[-1]["ranges"]
-    assert len(procs[-1]["procs"]) >= 3  # the job and its two DataLoader workers
+    r = Recording(str(FIXTURE))
+    cycles = list(r.cycles())
+    assert "H200" in r.header["note"] and r.version == 1 and r.skipped == 0
+    gpu = [c.gpus[0] for c in cycles]
+    assert len(cycles) == 36 and all(c.training and c.process for c in cycles)
+    busy = [g for g in gpu[2:] if num(g.sm_active) is not None]
+    assert busy and all(g.gpm and g.name == "NVIDIA H200" for g in busy)
+    assert max(g.sm_active for g in busy) > 10 and all(g.uses_target for g in busy)
+    assert cycles[-1].training.steps > 100 and cycles[-1].training.ranges
+    assert len(cycles[-1].process.procs) >= 3  # the job and its two DataLoader workers
 
 
 def test_poller_runs_one_poll_at_a_time_and_survives_errors():
@@ -95,11 +125,13 @@ def test_poller_runs_one_poll_at_a_time_and_survives_errors():
         finally:
             lock.release()
 
-    p = Poller(poll, results.append, 0.1).start()
+    errors = []
+    p = Poller(poll, results.append, 0.1, on_error=errors.append).start()
     import time
     time.sleep(0.55)
     p.stop()
     assert p.error == "RuntimeError: a sampler bug" and 2 not in results and len(results) >= 3
+    assert errors == ["RuntimeError: a sampler bug"]  # said, not swallowed
     with pytest.raises(ValueError, match="at least 0.1"):
         Poller(poll, results.append, 0.05)
 

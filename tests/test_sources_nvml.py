@@ -3,32 +3,33 @@
 import pynvml
 
 from tests.fake_nvml import FakeNvml
+from tuimon.model import NA, GpuProcess, is_na, num
 from tuimon.sources.nvml import CONTAINER_HINT, DeviceSampler, decode_clock_events, target_note
-from tuimon.sources.values import is_na, num
 
 
 def test_gpm_gpu_first_sample_then_metrics():
     fake = FakeNvml()
     s = DeviceSampler(fake, target_pids={4242})
     first = s.sample()[0]
-    assert first["sm_active"] == {"na": "first sample"}  # GPM needs two samples
+    assert first.sm_active == NA("first sample")  # GPM needs two samples
     x = s.sample()[0]
-    assert (x["sm_active"], x["sm_occupancy"], x["tensor_active"], x["dram_bw"]) == (97.0, 40.0, 88.0, 35.0)
-    assert x["pcie_rx"] == 20 * 2**20 and x["nvlink_tx"] == 0.0  # MiB/s -> bytes/s
-    assert x["power_w"] == 612.345 and x["power_limit_w"] == 700.0
-    assert x["mem_used"] == 40 * 2**30 and x["mem_total"] == 141 * 2**30  # v2: reserved excluded
-    assert (x["temp_c"], x["sm_clock_mhz"], x["sm_clock_max_mhz"]) == (61, 1755, 1980)
-    assert x["clock_events"] == ["GPU idle", "software power cap"]
-    assert x["processes"] == [{"pid": 4242, "gpu_mem": 3 * 2**30, "sm_util": 71, "mem_util": 30}]
-    assert x["uses_target"] is True and "util_gpu" not in x
+    assert (x.sm_active, x.sm_occupancy, x.tensor_active, x.dram_bw) == (97.0, 40.0, 88.0, 35.0)
+    assert (x.fp32_active, x.fp16_active) == (12.0, 6.0)
+    assert x.pcie_rx == 20 * 2**20 and x.nvlink_tx == 0.0  # MiB/s -> bytes/s
+    assert x.power_w == 612.345 and x.power_limit_w == 700.0
+    assert x.mem_used == 40 * 2**30 and x.mem_total == 141 * 2**30  # v2: reserved excluded
+    assert (x.temp_c, x.sm_clock_mhz, x.sm_clock_max_mhz) == (61, 1755, 1980)
+    assert x.clock_events == ["GPU idle", "software power cap"]
+    assert x.processes == [GpuProcess(4242, 3 * 2**30, 71, 30)]
+    assert x.uses_target is True and is_na(x.util_gpu) and x.errors == []
     assert "nvmlDeviceGetPcieThroughput" not in fake.calls  # blocks ~20 ms: never in the loop
 
 
 def test_gpu_without_gpm_reports_coarse_utilization_as_such():
     s = DeviceSampler(FakeNvml(gpm=False))
     x = s.sample()[0]
-    assert (x["util_gpu"], x["util_mem"]) == (100, 42)
-    assert is_na(x["sm_active"]) and "needs GPM" in x["sm_active"]["na"]
+    assert (x.util_gpu, x.util_mem) == (100, 42)
+    assert is_na(x.sm_active) and "needs GPM" in x.sm_active.reason
 
 
 def test_one_failing_field_is_one_unavailable_value():
@@ -36,9 +37,11 @@ def test_one_failing_field_is_one_unavailable_value():
     fake.fail["nvmlDeviceGetPowerUsage"] = pynvml.NVML_ERROR_NOT_SUPPORTED
     fake.fail["nvmlDeviceGetComputeRunningProcesses"] = pynvml.NVML_ERROR_NO_PERMISSION
     x = DeviceSampler(fake).sample()[0]
-    assert x["power_w"] == {"na": "Not Supported"}
-    assert x["processes"] == {"na": "Insufficient Permissions"}
-    assert num(x["temp_c"]) == 61 and num(x["mem_used"]) is not None
+    assert x.power_w == NA("Not Supported")
+    assert x.processes == NA("Insufficient Permissions")
+    assert num(x.temp_c) == 61 and num(x.mem_used) is not None
+    # a failure other than "not supported" is also listed, for the screen to say what failed
+    assert x.errors == ["processes: Insufficient Permissions"]
 
 
 def test_gpm_failure_mid_run_and_unsupported_metric():
@@ -47,10 +50,10 @@ def test_gpm_failure_mid_run_and_unsupported_metric():
     s = DeviceSampler(fake)
     s.sample()
     x = s.sample()[0]
-    assert is_na(x["nvlink_rx"]) and x["sm_active"] == 97.0
+    assert is_na(x.nvlink_rx) and x.sm_active == 97.0
     fake.fail["nvmlGpmMetricsGet"] = pynvml.NVML_ERROR_UNKNOWN
     x = s.sample()[0]
-    assert is_na(x["sm_active"]) and num(x["power_w"]) is not None
+    assert is_na(x.sm_active) and num(x.power_w) is not None and x.errors == ["GPM metrics: Unknown Error"]
 
 
 def test_a_lost_gpu_is_marked_and_the_others_go_on():
@@ -65,8 +68,8 @@ def test_a_lost_gpu_is_marked_and_the_others_go_on():
 
     fake.nvmlDeviceGetTemperature = temp
     a, b = s.sample()
-    assert "lost" not in a and num(a["temp_c"]) == 61
-    assert b["lost"] == {"na": "GPU is lost"}
+    assert a.lost is None and num(a.temp_c) == 61
+    assert b.lost == NA("GPU is lost") and b.name == "NVIDIA H200"
 
 
 def test_no_nvml_library_is_an_error_message_not_a_crash():
@@ -91,14 +94,14 @@ def test_no_gpu_and_handle_failure():
     fake = FakeNvml()
     fake.fail["nvmlDeviceGetHandleByIndex"] = pynvml.NVML_ERROR_NO_PERMISSION
     [x] = DeviceSampler(fake).sample()
-    assert x["lost"] == {"na": "Insufficient Permissions"}
+    assert x.lost == NA("Insufficient Permissions")
 
 
 def test_target_not_found_says_why():
     fake = FakeNvml()
     s = DeviceSampler(fake, target_pids={999})
     samples = s.sample()
-    assert samples[0]["uses_target"] is False
+    assert samples[0].uses_target is False
     assert target_note(samples, {999}) == CONTAINER_HINT and "--pid=host" in CONTAINER_HINT
     s.target_pids = {4242}
     assert target_note(s.sample(), {4242}) is None
@@ -114,4 +117,4 @@ def test_memory_v1_fallback_when_the_driver_lacks_v2():
     fake = FakeNvml()
     fake.fail["nvmlDeviceGetMemoryInfo_v2"] = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
     x = DeviceSampler(fake).sample()[0]
-    assert x["mem_used"] == 40 * 2**30 + 600 * 2**20
+    assert x.mem_used == 40 * 2**30 + 600 * 2**20

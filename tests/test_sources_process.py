@@ -25,17 +25,17 @@ def test_target_and_children_with_cpu_rss_threads_state():
         s.sample()
         time.sleep(1.0)
         x = s.sample()
-        rows = {r["pid"]: r for r in x["procs"]}
-        assert x["alive"] and set(rows) == {p.pid, busy, idle}
-        assert rows[p.pid]["role"] == "target" and rows[busy]["role"] == "child"
-        assert rows[busy]["cpu_percent"] > 50 and rows[idle]["cpu_percent"] < 10
-        assert rows[p.pid]["rss"] > 200 * 2**20 and x["rss"] >= rows[p.pid]["rss"]
-        assert rows[p.pid]["threads"] >= 1 and rows[idle]["state"] == "sleeping"
-        assert isinstance(rows[p.pid]["io_read"], int)
+        rows = {r.pid: r for r in x.procs}
+        assert x.alive and set(rows) == {p.pid, busy, idle}
+        assert rows[p.pid].role == "target" and rows[busy].role == "child"
+        assert rows[busy].cpu_percent > 50 and rows[idle].cpu_percent < 10
+        assert rows[p.pid].rss > 200 * 2**20 and x.rss >= rows[p.pid].rss
+        assert rows[p.pid].threads >= 1 and rows[idle].state == "sleeping"
+        assert isinstance(rows[p.pid].io_read, int)
         p.kill()
         p.wait()
-        gone = wait_for(lambda: (y := s.sample()) and not y["alive"] and y, what="exit")
-        assert gone["exit_code"] == -9 and gone["exited_at"] is not None and gone["procs"] == []
+        gone = wait_for(lambda: (y := s.sample()) and not y.alive and y, what="exit")
+        assert gone.exit_code == -9 and gone.exited_at is not None and gone.procs == []
     finally:
         subprocess.run(["pkill", "-P", str(p.pid)])
         p.kill()
@@ -44,4 +44,4 @@ def test_target_and_children_with_cpu_rss_threads_state():
 
 def test_unknown_pid():
     x = ProcessSampler(4194304).sample()
-    assert x["alive"] is False and x["exit_code"] is None and x["exited_at"]
+    assert x.alive is False and x.exit_code is None and x.exited_at

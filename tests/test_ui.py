@@ -9,6 +9,7 @@ from textual.widgets import DataTable
 from tests.conftest import ROOT
 from tuimon.channel import SegmentReader, SegmentWriter
 from tuimon.channel import layout as L
+from tuimon.model import Cycle, ProcessSample, ProcRow, TrainingSnapshot
 from tuimon.monitor.state import MonitorState
 from tuimon.monitor.training import TrainingView
 from tuimon.sources.channel import ChannelSource
@@ -93,9 +94,9 @@ async def test_keys_and_screens():
         await pilot.press("escape", "p")
         await settle(app, pilot)
         assert "PAUSED" in text(app, "#header")
-        version = app.state.version
-        app.apply_entries([("training", {"steps": 99999})])
-        assert app.state.version == version + 1 and "PAUSED" in text(app, "#header")
+        cycles = app.state.cycles
+        app.apply_cycle(Cycle(1, training=TrainingSnapshot(pid=2348, steps=99999)))
+        assert app.state.cycles == cycles + 1 and "PAUSED" in text(app, "#header")
         assert "step 1,419" in text(app, "#header")  # paused: the display holds
         await pilot.press("p")
         await settle(app, pilot)
@@ -138,10 +139,8 @@ async def test_untrusted_names_are_shown_literally(shm_dir):
     view = TrainingView(ChannelSource(SegmentReader(w.path)))
     view.poll()
     state = MonitorState()
-    state.apply("training", view.snapshot())
-    state.apply("process", {"pid": os.getpid(), "alive": True, "procs": [
-        {"pid": 1, "role": "target", "name": "[blink]proc[/]", "cpu_percent": 1.0, "rss": 1, "threads": 1,
-         "state": "running"}]})
+    state.apply(Cycle(1, ProcessSample(os.getpid(), procs=[ProcRow(1, "target", "[blink]proc[/]", 1.0, 1, 1, "running")]),
+                      training=view.snapshot()))
     app = make_app(None, "test", state)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
@@ -161,7 +160,7 @@ async def test_untrusted_names_are_shown_literally(shm_dir):
 @pytest.mark.asyncio
 async def test_a_target_that_exits_keeps_its_last_numbers():
     state = state_from_recording(FIXTURE)
-    state.apply("process", {"t": 1, "pid": 2348, "alive": False, "exited_at": 0, "exit_code": 3, "procs": []})
+    state.apply(Cycle(1, ProcessSample(2348, 1, alive=False, exited_at=0.0, exit_code=3)))
     app = make_app(None, "replay", state)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)

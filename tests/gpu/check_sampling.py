@@ -17,9 +17,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from tuimon.model import num  # noqa: E402
 from tuimon.sources.nvml import DeviceSampler  # noqa: E402
 from tuimon.sources.poller import Poller  # noqa: E402
-from tuimon.sources.values import num  # noqa: E402
 
 WORK = """
 import sys, time, torch
@@ -61,7 +61,7 @@ def phase(name, sampler, seconds, work=None):
     if work == "matmul":
         s0 = sampler.sample()[0]
         p_smi, m_smi = smi()
-        compare = (s0["power_w"], p_smi, s0["mem_used"], m_smi, s0.get("uses_target"), s0["processes"])
+        compare = (s0.power_w, p_smi, s0.mem_used, m_smi, s0.uses_target, s0.processes)
     time.sleep(seconds / 2)
     poller.stop()
     if proc:
@@ -69,12 +69,12 @@ def phase(name, sampler, seconds, work=None):
     steady = [s[0] for s in samples[3:]]  # past the first GPM interval and ramp-up
 
     def mean(field):
-        vals = [num(s.get(field)) for s in steady if num(s.get(field)) is not None]
+        vals = [num(getattr(s, field)) for s in steady if num(getattr(s, field)) is not None]
         return round(sum(vals) / len(vals), 1) if vals else None
 
     return {"phase": name, "samples": len(steady), **{f: mean(f) for f in (
-        "sm_active", "sm_occupancy", "tensor_active", "dram_bw", "power_w", "sm_clock_mhz")},
-        "clock_events": sorted({e for s in steady for e in (s.get("clock_events") or [])})}, compare
+        "sm_active", "sm_occupancy", "tensor_active", "fp32_active", "dram_bw", "power_w", "sm_clock_mhz")},
+        "clock_events": sorted({e for s in steady if isinstance(s.clock_events, list) for e in s.clock_events})}, compare
 
 
 def main():
@@ -83,7 +83,7 @@ def main():
     if sampler.error:
         print(f"skipped: {sampler.error}")
         return
-    print("devices:", json.dumps(sampler.devices))
+    print("devices:", json.dumps(sampler.devices, default=str))
     results = []
     r, _ = phase("idle", sampler, 8)
     results.append(r)

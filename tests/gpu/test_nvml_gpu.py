@@ -6,8 +6,8 @@ import time
 
 import pytest
 
+from tuimon.model import num
 from tuimon.sources.nvml import DeviceSampler
-from tuimon.sources.values import is_na, num
 
 sampler = DeviceSampler()
 pytestmark = pytest.mark.skipif(bool(sampler.error) or not sampler.devices,
@@ -18,15 +18,15 @@ def test_every_field_is_a_value_or_a_reason():
     sampler.sample()
     time.sleep(0.2)
     for s in sampler.sample():
-        assert "lost" not in s
+        assert s.lost is None and s.errors == []
         for field in ("mem_used", "mem_total", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz"):
-            assert num(s[field]) is not None, (field, s[field])
+            assert num(getattr(s, field)) is not None, (field, getattr(s, field))
         # v2 memory leaves out driver-reserved memory: an idle GPU uses 0 bytes
-        assert 0 <= s["mem_used"] <= s["mem_total"] and 0 < s["power_w"] <= 1.5 * s["power_limit_w"]
-        fields = ("sm_active", "tensor_active", "dram_bw") if s["gpm"] else ("util_gpu", "util_mem")
+        assert 0 <= s.mem_used <= s.mem_total and 0 < s.power_w <= 1.5 * s.power_limit_w
+        fields = ("sm_active", "tensor_active", "fp32_active", "dram_bw") if s.gpm else ("util_gpu", "util_mem")
         for field in fields:
-            assert num(s[field]) is not None or is_na(s[field])
-        assert isinstance(s["clock_events"], list) and isinstance(s["processes"], list)
+            assert num(getattr(s, field)) is not None, (field, getattr(s, field))
+        assert isinstance(s.clock_events, list) and isinstance(s.processes, list)
 
 
 def test_hopper_has_gpm():
@@ -42,9 +42,9 @@ def test_finds_a_cuda_process_by_pid():
         assert p.stdout.readline().strip() == "up"
         sampler.target_pids = {p.pid}
         s = sampler.sample()
-        assert any(x.get("uses_target") for x in s)
-        row = next(r for x in s for r in x["processes"] if r["pid"] == p.pid)
-        assert row["gpu_mem"] is None or row["gpu_mem"] > 0
+        assert any(x.uses_target for x in s)
+        row = next(r for x in s for r in x.processes if r.pid == p.pid)
+        assert row.gpu_mem is None or row.gpu_mem > 0
     finally:
         p.kill()
         p.wait()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..model import RangeRow, StepTimes
 from .steps import StepRecord
 
 
@@ -17,17 +18,17 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
 
 
-def step_time_ms(steps: list[StepRecord]) -> dict | None:
+def step_time_ms(steps: list[StepRecord]) -> StepTimes | None:
     if not steps:
         return None
     ms = sorted(s.duration_ns / 1e6 for s in steps)
-    return {
-        "p50": round(percentile(ms, 50), 3),
-        "p95": round(percentile(ms, 95), 3),
-        "p99": round(percentile(ms, 99), 3),
-        "mean": round(sum(ms) / len(ms), 3),
-        "last": round(steps[-1].duration_ns / 1e6, 3),
-    }
+    return StepTimes(
+        p50=round(percentile(ms, 50), 3),
+        p95=round(percentile(ms, 95), 3),
+        p99=round(percentile(ms, 99), 3),
+        mean=round(sum(ms) / len(ms), 3),
+        last=round(steps[-1].duration_ns / 1e6, 3),
+    )
 
 
 def data_wait_share(steps: list[StepRecord]) -> float | None:
@@ -37,7 +38,7 @@ def data_wait_share(steps: list[StepRecord]) -> float | None:
     return min(1.0, sum(s.data_wait_ns for s in steps) / total)
 
 
-def range_table(steps: list[StepRecord], name_of: Callable[[int], str]) -> list[dict]:
+def range_table(steps: list[StepRecord], name_of: Callable[[int], str]) -> list[RangeRow]:
     """One row per range name over the window, largest share first. share: the range's total
     time over the window's total step time (nested ranges overlap their parents). count, mean and
     share are exact; p95 comes from the first RANGE_SAMPLES durations of each step."""
@@ -54,15 +55,15 @@ def range_table(steps: list[StepRecord], name_of: Callable[[int], str]) -> list[
             depth[nid] = min(depth.get(nid, 1 << 30), s.depth.get(nid, 0))
     rows = []
     for nid, ds in durations.items():
-        rows.append({
-            "name": name_of(nid),
-            "count": n[nid],
-            "mean_ms": round(ns[nid] / n[nid] / 1e6, 3),
-            "p95_ms": round(percentile(sorted(ds), 95) / 1e6, 3),
-            "share": round(ns[nid] / total, 4) if total > 0 else None,
-            "depth": depth[nid],
-        })
-    rows.sort(key=lambda r: -(r["share"] or 0))
+        rows.append(RangeRow(
+            name=name_of(nid),
+            count=n[nid],
+            mean_ms=round(ns[nid] / n[nid] / 1e6, 3),
+            p95_ms=round(percentile(sorted(ds), 95) / 1e6, 3),
+            share=round(ns[nid] / total, 4) if total > 0 else None,
+            depth=depth[nid],
+        ))
+    rows.sort(key=lambda r: -(r.share or 0))
     return rows
 
 

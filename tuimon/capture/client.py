@@ -6,8 +6,9 @@ import time
 
 from ..channel import layout as L
 from ..channel import procinfo
-from ..channel.control import MAX_SECONDS, MAX_STEPS, State, open_control
+from ..channel.control import KIND_NAMES, MAX_SECONDS, MAX_STEPS, open_control
 from ..channel.paths import capture_floor_bytes, captures_dir, free_bytes
+from ..model import CaptureStatus
 
 
 def window_steps(state: str, first, last) -> str:
@@ -28,12 +29,24 @@ class CaptureClient:
         self.pid, self.start_ticks = pid, start_ticks
         self.ctl, self._mm = open_control(segment_path)
 
-    def state(self) -> State:
-        return self.ctl.read_state()
+    def _alive(self) -> bool:
+        return procinfo.process_state(self.pid, self.start_ticks) == "alive"
+
+    def status(self) -> CaptureStatus:
+        """The probe's last word on the capture; a window the process died inside is failed
+        (the probe can no longer say so itself)."""
+        st = self.ctl.read_state()
+        status = CaptureStatus(st.ack_seq, st.name, KIND_NAMES.get(st.kind, "?"), st.first_step, st.last_step,
+                               st.message, st.path, st.updated_ns)
+        if status.busy and not self._alive():
+            return CaptureStatus(st.ack_seq, "failed", status.kind, st.first_step, st.last_step,
+                                 f"the process exited while the capture was {st.name}: nothing was written",
+                                 st.path, st.updated_ns)
+        return status
 
     def request(self, steps: int | None = None, seconds: float | None = None) -> int:
         """Ask for a window; returns its sequence number. Raises CaptureRefused."""
-        if procinfo.process_state(self.pid, self.start_ticks) != "alive":
+        if not self._alive():
             raise CaptureRefused(f"process {self.pid} has exited: there is nothing to capture")
         if (steps is None) == (seconds is None):
             raise CaptureRefused("ask for either a number of steps or a number of seconds")
@@ -41,11 +54,11 @@ class CaptureClient:
             raise CaptureRefused(f"a window is 1 to {MAX_STEPS} steps")
         if seconds is not None and not 0.1 <= seconds <= MAX_SECONDS:
             raise CaptureRefused(f"a window is 0.1 to {MAX_SECONDS:g} seconds")
-        st = self.state()
+        st = self.ctl.read_state()
         if st.busy:
             raise CaptureRefused(f"a capture is already {st.name} (one at a time)")
         pending = self.ctl.read_request().seq
-        if pending > st.ack_seq and procinfo.process_state(self.pid, self.start_ticks) == "alive":
+        if pending > st.ack_seq:
             raise CaptureRefused(f"capture {pending} is already asked for and waits for the probe (one at a time)")
         folder = captures_dir()
         if free_bytes(folder) < capture_floor_bytes():
@@ -57,22 +70,26 @@ class CaptureClient:
             self.ctl.write_request(seq, L.CAPTURE_SECONDS, seconds=seconds)
         return seq
 
-    def wait(self, seq: int, timeout: float, on_change=None) -> State:
-        """Until the window `seq` is done or failed (or timeout: the last state seen)."""
+    def wait(self, seq: int, timeout: float, on_change=None) -> CaptureStatus:
+        """Until the window `seq` is done or failed. Raises CaptureRefused when the probe never
+        took the request within timeout; a window still running at timeout is returned as it is."""
         end = time.monotonic() + timeout
         last = None
-        while time.monotonic() < end:
-            st = self.state()
-            if st != last and on_change is not None and st.ack_seq == seq:
+        while True:
+            st = self.status()
+            if st.seq == seq and st != last and on_change is not None:
                 on_change(st)
             last = st
-            if st.ack_seq == seq and st.state in (L.STATE_DONE, L.STATE_FAILED):
+            if st.seq == seq and st.state in ("done", "failed"):
                 return st
-            if procinfo.process_state(self.pid, self.start_ticks) != "alive":
-                raise CaptureRefused(f"process {self.pid} exited before the capture finished (last state: {st.name})")
+            if st.seq != seq and not self._alive():
+                raise CaptureRefused(f"process {self.pid} exited before it took the request")
+            if time.monotonic() >= end:
+                break
             time.sleep(0.1)
-        if last is None or last.ack_seq != seq:
-            raise CaptureRefused("the probe did not take the request (is the process stuck, or not stepping?)")
+        if last.seq != seq:
+            raise CaptureRefused(f"the probe did not take the request within {timeout:g} s "
+                                 "(is the process stuck, or not stepping?)")
         return last
 
     def close(self) -> None:

@@ -7,7 +7,8 @@ import glob
 import io
 import os
 import shutil
-import subprocess
+
+from .commands import run
 
 BUNDLED = ["/opt/nvidia/nsight-systems/*/bin/nsys", "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys"]
 
@@ -30,12 +31,12 @@ def nsys_command(nsys: str, output: str, cmd: list[str], extra: list[str] = ()) 
             "--trace=cuda,nvtx,osrt", "--output", output, "--force-overwrite=true", *extra, *cmd]
 
 
-def stats(nsys: str, report: str, top: int = 10, timeout: float = 120) -> dict:
-    """Top kernels and NVTX ranges of a report, from `nsys stats` (CSV)."""
+def stats(nsys: str, report: str, top: int = 10, timeout: float = 120, cancel=None) -> dict:
+    """Top kernels and NVTX ranges of a report, from `nsys stats` (CSV). Raises CommandFailed
+    on a timeout or a cancel."""
     out = {}
     for name in ("cuda_gpu_kern_sum", "nvtx_sum"):
-        p = subprocess.run([nsys, "stats", "--report", name, "--format", "csv", "--output", "-", report],
-                           capture_output=True, text=True, timeout=timeout)
+        p = run([nsys, "stats", "--report", name, "--format", "csv", "--output", "-", report], timeout, cancel)
         rows = _csv_rows(p.stdout)
         out[name] = [{"name": r.get("Name") or r.get("Range", ""), "time_pct": r.get("Time (%)", ""),
                       "total_ns": r.get("Total Time (ns)", ""), "instances": r.get("Instances", "")}

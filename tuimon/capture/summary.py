@@ -1,70 +1,72 @@
-"""What a finished capture found, as lines a person can read without a GUI."""
+"""What a finished capture found, as lines a person can read without a GUI. Slow (a child
+process reads the trace; nsys stats runs twice): the monitor calls it on its summary worker,
+never on the sampler thread."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
+import sys
+import threading
 
-from ..channel.control import KIND_NSYS, State
 from ..channel.text import safe_text
+from ..model import CaptureStatus, CaptureSummary
 from . import nsys as nsys_tools
+from .commands import CommandFailed, run
+
+TIMEOUT_S = 120.0
 
 
-def torch_trace_summary(path: str, top: int = 5) -> dict:
-    """Top operators by host time (CPU ops, inclusive) and kernels by device time, from a
-    torch.profiler Chrome trace (gzip)."""
-    with gzip.open(path, "rt", encoding="utf-8", errors="replace") as f:
-        events = json.load(f).get("traceEvents", [])
-    host: dict[str, list] = {}
-    device: dict[str, list] = {}
-    for e in events:
-        if not isinstance(e, dict) or e.get("ph") != "X" or not isinstance(e.get("dur"), (int, float)):
-            continue
-        table = host if e.get("cat") == "cpu_op" else device if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") else None
-        if table is not None:
-            row = table.setdefault(str(e.get("name", "?")), [0, 0.0])
-            row[0] += 1
-            row[1] += e["dur"] / 1e3
-
-    def rows(table):
-        return [{"name": k, "calls": c, "ms": round(ms, 3)} for k, (c, ms) in sorted(table.items(), key=lambda kv: -kv[1][1])[:top]]
-
-    return {"top_device": rows(device), "top_host": rows(host)}
-
-
-def summarize(state: State) -> dict:
-    """{'file', 'size', 'lines'} for a done capture; reads files, may run nsys (slow: not on the UI thread)."""
-    if state.kind == KIND_NSYS:
-        return _nsys(state)
-    path = state.path
-    out = {"file": path, "size": os.path.getsize(path) if os.path.exists(path) else None, "lines": []}
+def summarize(status: CaptureStatus, timeout: float = TIMEOUT_S, cancel: threading.Event | None = None) -> CaptureSummary:
+    """The summary of a done capture. Never raises: a failure is a 'failed' summary with the reason."""
     try:
-        s = torch_trace_summary(path)
-    except (OSError, ValueError, EOFError) as e:
-        out["lines"].append(f"cannot read the trace: {e}")
-        return out
-    for title, key in (("top kernels by device time", "top_device"), ("top operators by host time (inclusive)", "top_host")):
+        if status.kind == "nsys":
+            return _nsys(status.path, timeout, cancel)
+        return _torch(status.path, status, timeout, cancel)
+    except CommandFailed as e:
+        return CaptureSummary("failed", status.path or None, _size(status.path), error=f"summary {e}")
+
+
+def _size(path: str) -> int | None:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return None
+
+
+def _torch(path: str, status: CaptureStatus, timeout: float, cancel) -> CaptureSummary:
+    size = _size(path)
+    if size is None:
+        return CaptureSummary("failed", path, None, error=f"the trace {path} is not there")
+    done = run([sys.executable, "-m", "tuimon.capture.trace_summary", path], timeout, cancel)
+    if done.returncode != 0:
+        return CaptureSummary("failed", path, size, error=safe_text(done.stderr.strip()[-300:] or "the trace reader failed"))
+    s = json.loads(done.stdout)
+    lines = []
+    steps = status.last_step - status.first_step + 1 if status.first_step >= 1 and status.last_step >= status.first_step else 0
+    if s["kernels"]:
+        per = f", {s['kernels'] / steps:,.0f} per step" if steps else ""
+        lines.append(f"{s['kernels']:,} kernels{per}, {s['kernel_ms'] * 1e3 / s['kernels']:.1f} us each on average")
+    for title, key in (("top kernels by device time", "top_device"), ("top operators by self time on the host", "top_host_self")):
         if s[key]:
-            out["lines"].append(title + ":")
-            out["lines"] += [f"  {r['ms']:>9.3f} ms  {r['calls']:>6}x  {safe_text(r['name'], 70)}" for r in s[key]]
-    return out
+            lines.append(title + ":")
+            lines += [f"  {r['ms']:>9.3f} ms  {r['calls']:>6}x  {safe_text(r['name'], 70)}" for r in s[key]]
+    return CaptureSummary("done", path, size, lines)
 
 
-def _nsys(state: State) -> dict:
+def _nsys(report: str, timeout: float, cancel) -> CaptureSummary:
+    size = _size(report)
+    if not size:
+        return CaptureSummary("waiting", report or None, None,
+                              [f"nsys has not written {os.path.basename(report or '?')} yet"])
     tool = nsys_tools.find_nsys()
-    report = state.path  # <output>.<n>.nsys-rep, named by the probe
-    if not report or not os.path.exists(report) or os.path.getsize(report) == 0:
-        return {"file": None, "size": None,
-                "lines": [f"nsys completes {os.path.basename(report or '?')} when the job exits"]}
-    out = {"file": report, "size": os.path.getsize(report), "lines": []}
     if tool is None:
-        out["lines"].append("nsys not found here: cannot summarise")
-        return out
-    s = nsys_tools.stats(tool, report)
+        return CaptureSummary("failed", report, size, error="nsys not found here: cannot summarise the report")
+    s = nsys_tools.stats(tool, report, timeout=timeout, cancel=cancel)
+    lines = []
     for title, key in (("top kernels", "cuda_gpu_kern_sum"), ("NVTX ranges", "nvtx_sum")):
-        out["lines"].append(title + ":")
-        out["lines"] += [f"  {r['time_pct']:>6}%  {r['instances']:>6}x  {safe_text(r['name'], 70)}" for r in s[key][:5]]
+        lines.append(title + ":")
+        lines += [f"  {r['time_pct']:>6}%  {r['instances']:>6}x  {safe_text(r['name'], 70)}" for r in s[key][:5]]
         if s.get(key + "_error"):
-            out["lines"].append("  " + safe_text(s[key + "_error"], 200))
-    return out
+            lines.append("  " + safe_text(s[key + "_error"], 200))
+    return CaptureSummary("done", report, size, lines)

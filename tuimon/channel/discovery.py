@@ -60,7 +60,8 @@ def list_segments(uid: int | None = None, directory: str | None = None) -> list[
     return sorted(out)
 
 
-def find_segments(pid: int, directory: str | None = None, grace_s: float = STALE_GRACE_S) -> list[Found]:
+def find_segments(pid: int, directory: str | None = None, grace_s: float = STALE_GRACE_S,
+                  descendants: bool = True) -> list[Found]:
     """The target's own segment (alive or not: a dead one is kept for a last look) and those of
     its live descendants (DataLoader workers have none; torchrun ranks do). Stale segments of
     other processes are removed on the way."""
@@ -69,7 +70,7 @@ def find_segments(pid: int, directory: str | None = None, grace_s: float = STALE
     own = segment_path(pid, directory=directory)
     if os.path.exists(own):
         found.append(Found(pid, own, segment_state(own), "target"))
-    for child in procinfo.descendants(pid):
+    for child in procinfo.descendants(pid) if descendants else ():
         path = segment_path(child, directory=directory)
         if os.path.exists(path):
             state = segment_state(path)

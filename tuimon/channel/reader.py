@@ -160,6 +160,10 @@ class SegmentReader:
         return self._u64(L.OFF_HEARTBEAT_NS)
 
     @property
+    def closed_ns(self) -> int:
+        return self._u64(L.OFF_CLOSED_NS)
+
+    @property
     def closed(self) -> bool:
         return bool(L.U32.unpack_from(self._mm, L.OFF_FLAGS)[0] & L.FLAG_CLOSED)
 
@@ -175,6 +179,8 @@ class SegmentReader:
 
     def drain(self) -> Batch:
         self._check_size()
+        if self._mm[0:8] != L.MAGIC:
+            raise CorruptSegment(f"{self.path}: its header was overwritten while being read")
         cap = self._cap
         h1 = self.head
         tail = self.tail

@@ -5,9 +5,9 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
-import shutil
 import subprocess
 
+from ..capture.nsys import find_nsys
 from ..channel import layout as L
 from ..channel.paths import shm_dir
 
@@ -45,19 +45,8 @@ def _nvml_checks():
         nvml.nvmlShutdown()
 
 
-def _find_nsys():
-    found = shutil.which("nsys")
-    if found:
-        return found
-    for path in sorted(glob.glob("/opt/nvidia/nsight-systems/*/bin/nsys") +
-                       glob.glob("/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys"), reverse=True):
-        if os.access(path, os.X_OK):
-            return path
-    return None
-
-
 def _nsys_checks():
-    nsys = _find_nsys()
+    nsys = find_nsys()
     if not nsys:
         yield None, "Nsight Systems", "nsys not found; captures will use torch.profiler", \
             "install Nsight Systems, or put its nsys on PATH"

@@ -14,15 +14,14 @@ import time
 from ..capture.client import CaptureClient, CaptureRefused, window_steps
 from ..capture.nsys import find_nsys, nsys_command
 from ..capture.summary import summarize
-from ..channel import ChannelError, SegmentReader, list_segments, segment_path
-from ..channel import layout as L
+from ..channel import ChannelError, list_segments, procinfo, segment_path
 from ..channel.discovery import segment_state
 from ..channel.paths import captures_dir, program_name, safe_file_part
 from ..channel.text import safe_text
+from ..monitor.report import view_json
 from ..monitor.session import LiveSession, ReplaySession
+from ..monitor.state import MonitorState
 from ..monitor.target import open_channel
-from ..monitor.training import TrainingView
-from ..sources.channel import ChannelSource
 from ..sources.recording import RecordingError
 from . import launch, textview
 from .doctor import run_doctor
@@ -39,30 +38,48 @@ def _interval(text: str) -> float:
     return v
 
 
+ONCE_MIN_WINDOW_S = 0.5  # CPU % and GPM activity are rates: they need two samples this far apart
+
+
 def cmd_attach(args) -> int:
+    if procinfo.start_ticks(args.pid) is None:  # gone: only a channel it left can still be shown
+        try:
+            reader, _ = open_channel(args.pid)
+            reader.close()
+        except ChannelError as e:
+            print(f"tuimon: {e}", file=sys.stderr)
+            return 2
+    session = LiveSession(args.pid, args.interval)
+    if args.once:
+        return _once(session, args.window, args.json, args.pid)
+    if args.plain:
+        textview.follow(session, args.interval)
+        return 0
+    return _tui(session, f"attached, every {args.interval:g} s")
+
+
+def _once(session: LiveSession, window: float, as_json: bool, pid: int) -> int:
+    """One snapshot over `window` seconds (at least ONCE_MIN_WINDOW_S), from the same cycles the
+    TUI draws."""
+    state = MonitorState()
+    end = time.monotonic() + max(window, ONCE_MIN_WINDOW_S)
     try:
-        reader = open_channel(args.pid)
-        view = TrainingView(ChannelSource(reader))
-        if args.once:
-            view.poll()
-            deadline = time.monotonic() + args.window
-            while time.monotonic() < deadline:
-                time.sleep(min(0.1, args.window))
-                view.poll()
-            snap = view.snapshot()
-            if args.json:
-                print(json.dumps(snap, indent=2))
-            else:
-                print(textview.summary_line(snap))
-            return 0
-        if args.plain:
-            textview.follow(view, args.interval)
-            return 0
-        reader.close()
-        return _tui(LiveSession(args.pid, args.interval), f"attached, every {args.interval:g} s")
-    except ChannelError as e:
-        print(f"tuimon: {e}", file=sys.stderr)
-        return 2
+        while True:
+            state.apply(session.poll())
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(left, 1.0))
+    finally:
+        session.stop()
+    view = state.view()
+    if as_json:
+        print(json.dumps(view_json(view, pid), indent=2))
+    else:
+        print(textview.summary_line(view))
+        for source, why in view.problems.items():
+            print(f"tuimon: {source}: {safe_text(why, 500)}", file=sys.stderr)
+    return 0
 
 
 def _say(line: str) -> None:
@@ -112,10 +129,9 @@ def _run(cmd: list[str], headless: bool, interval: float, plain: bool = False, s
     finally:
         if log is not None:
             log.close()
-    path = segment_path(child.pid)
     try:
         if plain:
-            return _follow_plain(child, path, interval)
+            return _follow_plain(child, interval)
         _tui(LiveSession(child.pid, interval, popen=child), f"tuimon run, every {interval:g} s")
         _say(f"tuimon: the job's output is in {log_path}")
         if child.poll() is None:
@@ -134,22 +150,21 @@ def _run(cmd: list[str], headless: bool, interval: float, plain: bool = False, s
         return child.returncode
     finally:
         if child.poll() is not None:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+            _remove_segments(child.pid)
 
 
-def _follow_plain(child, path: str, interval: float) -> int:
-    reader = None
-    while reader is None and child.poll() is None:
-        try:
-            reader = SegmentReader(path)
-        except ChannelError:
-            time.sleep(0.1)  # the probe has not created the channel yet
-    if reader is not None:
-        textview.follow(TrainingView(ChannelSource(reader)), interval, until=lambda: child.poll() is not None)
-    else:
+def _remove_segments(pid: int) -> None:
+    """The segment a finished job of ours left (the job has no reader left but us)."""
+    try:
+        os.unlink(segment_path(pid))
+    except OSError:
+        pass
+
+
+def _follow_plain(child, interval: float) -> int:
+    view = textview.follow(LiveSession(child.pid, interval, popen=child), interval,
+                           until=lambda: child.poll() is not None)
+    if view.training is None:
         print("tuimon: the job ended before its channel appeared", file=sys.stderr)
     code = child.wait()
     print(f"tuimon: the job exited with code {code}", file=sys.stderr)
@@ -163,9 +178,11 @@ def cmd_run(args) -> int:
 
 def cmd_capture(args) -> int:
     try:
-        reader = open_channel(args.pid)
+        reader, why = open_channel(args.pid)
         info, steps_seen = reader.info, reader.steps
         reader.close()
+        if why:
+            print(f"tuimon: {why}", file=sys.stderr)
         client = CaptureClient(info.path, info.pid, info.start_ticks)
         kind = info.meta.get("capture_kind", "torch.profiler")
         steps, seconds = args.steps, args.seconds
@@ -179,18 +196,20 @@ def cmd_capture(args) -> int:
         if not args.wait:
             return 0
         st = client.wait(seq, args.timeout, on_change=lambda s: print("  " + _progress_line(s)))
-        if st.state != L.STATE_DONE:
-            print(f"tuimon: capture {st.name}: {st.message}", file=sys.stderr)
+        if st.state != "done":
+            print(f"tuimon: capture {st.state}: {st.message}", file=sys.stderr)
             return 1
         if kind == "nsys" and not _wait_for_report(st.path, min(args.timeout, 15)):
             print(st.path)
             print("nsys writes the report when the job exits; then: nsys stats --report nvtx_sum <report>")
             return 0
         result = summarize(st)
-        print(result["file"])
-        for line in result["lines"]:
+        print(result.file)
+        if result.error:
+            print(f"tuimon: {result.error}", file=sys.stderr)
+        for line in result.lines:
             print(line)
-        return 0
+        return 0 if result.state == "done" else 1
     except (ChannelError, CaptureRefused) as e:
         print(f"tuimon: {e}", file=sys.stderr)
         return 2
@@ -199,8 +218,8 @@ def cmd_capture(args) -> int:
 def _progress_line(st) -> str:
     """'capturing: steps 12..15 capturing'; without steps covered (armed, or seconds over a loop
     without steps) none are shown."""
-    steps = window_steps(st.name, st.first_step, st.last_step)
-    return f"{st.name}: {steps + ' ' if steps else ''}{safe_text(st.message, 200)}"
+    steps = window_steps(st.state, st.first_step, st.last_step)
+    return f"{st.state}: {steps + ' ' if steps else ''}{safe_text(st.message, 200)}"
 
 
 def _wait_for_report(report: str, timeout: float) -> bool:

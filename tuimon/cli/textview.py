@@ -1,50 +1,85 @@
-"""A plain-text live view: one line per interval, fit for a log or a dumb terminal."""
+"""A plain-text live view: one line per interval, fit for a log or a dumb terminal; a source that
+fails or recovers is said once, on a line of its own."""
 
 from __future__ import annotations
 
 import sys
-import time
 
-from ..channel import ChannelError
-from ..monitor.training import TrainingView
+from ..channel.text import safe_text
+from ..model import NA, num
+from ..monitor.session import LiveSession, run_cycles
+from ..monitor.state import MonitorState, View
 
 
-def summary_line(s: dict) -> str:
-    parts = [f"pid {s['pid']}", f"step {s['steps']}"]
-    st = s["step_time_ms"]
-    if st:
-        parts.append(f"step {st['p50']:.1f} ms p50 / {st['p95']:.1f} p95 / {st['p99']:.1f} p99")
-    if s["steps_per_s"]:
-        parts.append(f"{s['steps_per_s']:.2f} steps/s")
-    for name, per_s in list(s["throughput_per_s"].items())[:2]:
-        parts.append(f"{per_s:,.0f} {name}/s")
-    if s["data_wait_share"] is not None:
-        parts.append(f"data wait {s['data_wait_share']:.0%}")
-    top = [r for r in s["ranges"] if r["depth"] == 0][:3]
-    if top:
-        parts.append("ranges " + ", ".join(f"{r['name']} {r['share']:.0%}" for r in top))
-    if s["dropped"] or s["corrupt"]:
-        parts.append(f"dropped {s['dropped']} corrupt {s['corrupt']}")
-    if s["state"] != "alive":
-        parts.append(f"[process {s['state']}]")
+def summary_line(view: View) -> str:
+    t, p = view.training, view.process
+    pid = t.pid if t else p.pid if p else "?"
+    parts = [f"pid {pid}"]
+    if t is not None:
+        parts.append(f"step {t.steps}")
+        st = t.step_time_ms
+        if st:
+            parts.append(f"step {st.p50:.1f} ms p50 / {st.p95:.1f} p95 / {st.p99:.1f} p99")
+        if t.steps_per_s:
+            parts.append(f"{t.steps_per_s:.2f} steps/s")
+        for name, per_s in list(t.throughput_per_s.items())[:2]:
+            parts.append(f"{per_s:,.0f} {safe_text(name, 24)}/s")
+        if t.data_wait_share is not None:
+            parts.append(f"data wait {t.data_wait_share:.0%}")
+        top = [r for r in t.ranges if r.depth == 0][:3]
+        if top:
+            parts.append("ranges " + ", ".join(f"{safe_text(r.name, 24)} {r.share or 0:.0%}" for r in top))
+        if t.dropped or t.corrupt:
+            parts.append(f"dropped {t.dropped} corrupt {t.corrupt}")
+    elif isinstance(view.channel, NA):
+        parts.append("no channel")
+    if p is not None and p.alive:
+        parts.append(f"CPU {p.cpu_percent or 0:.0f}%")
+    busy = [num(g.latest.sm_active) for g in view.gpus if g.latest.index in view.target_gpus]
+    if any(b is not None for b in busy):
+        parts.append("SM " + "/".join(f"{b:.0f}%" for b in busy if b is not None))
+    state = t.state if t else ("alive" if p is not None and p.alive else "exited")
+    if state != "alive":
+        parts.append(f"[process {state}]")
     return " | ".join(parts)
 
 
-def follow(view: TrainingView, interval: float, until=None, out=sys.stdout) -> dict:
-    """Print a line each interval until `until()` is true or the process is gone; returns the
-    last snapshot (the last look at a process that ended)."""
-    snap = {}
+class ProblemLines:
+    """Says each source's failure once when it starts, and once when it clears."""
+
+    def __init__(self, out=sys.stderr):
+        self.out, self.known = out, {}
+
+    def update(self, view: View) -> None:
+        for source, why in view.problems.items():
+            if self.known.get(source) != why:
+                print(f"tuimon: {source}: {safe_text(why, 500)}", file=self.out, flush=True)
+        for source in set(self.known) - set(view.problems):
+            print(f"tuimon: {source}: recovered", file=self.out, flush=True)
+        self.known = dict(view.problems)
+
+
+def follow(session: LiveSession, interval: float, until=None, out=sys.stdout) -> View:
+    """Print a line each interval until until() is true or the process is gone; returns the last
+    view (the last look at a process that ended)."""
+    state, problems = MonitorState(), ProblemLines()
+    said_channel = [False]
+
+    def on_cycle(c) -> None:
+        state.apply(c)
+        view = state.view()
+        problems.update(view)
+        if isinstance(view.channel, NA) and not said_channel[0]:
+            print(f"tuimon: no channel: {safe_text(view.channel.reason, 300)}", file=sys.stderr, flush=True)
+            said_channel[0] = True
+        print(summary_line(view), file=out, flush=True)
+
+    def done(c) -> bool:
+        gone = c.process is not None and not c.process.alive
+        return gone or (until is not None and until())
+
     try:
-        while True:
-            view.poll()
-            snap = view.snapshot()
-            print(summary_line(snap), file=out, flush=True)
-            if snap["state"] != "alive" or (until and until()):
-                view.poll()
-                return view.snapshot()
-            time.sleep(interval)
-    except ChannelError as e:
-        print(f"tuimon: {e}", file=sys.stderr)
-    except KeyboardInterrupt:
-        pass
-    return snap
+        run_cycles(session, interval, on_cycle, done)
+    finally:
+        session.stop()
+    return state.view()

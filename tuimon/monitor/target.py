@@ -20,35 +20,42 @@ def describe(pid: int) -> str:
     return f"PID {pid} ({safe_text(' '.join(argv), 80)})" if argv else f"PID {pid}"
 
 
-def open_channel(pid: int) -> SegmentReader:
-    """The channel of pid; for a launcher (torchrun, a shell: no RANK of its own) the channel of
-    its lowest-ranked instrumented descendant, else its first. Raises ChannelError with a
-    message for the person at the terminal."""
+def open_channel(pid: int) -> tuple[SegmentReader, str | None]:
+    """The channel of pid, and None; or, for a launcher (torchrun, a shell: no channel or no RANK of
+    its own), the channel of its lowest-ranked instrumented descendant and a sentence saying so.
+    Raises ChannelError with a message for the person at the terminal."""
     if pid <= 0:
         raise ChannelError(f"{pid} is not a process ID")
     alive = procinfo.start_ticks(pid) is not None
+    if pid == 1:  # every orphan is init's descendant: never pick an unrelated job for it
+        path = find_segments(pid, descendants=False)
+        if path:
+            return SegmentReader(path[0].path), None
+        raise NoSegment("PID 1 (init) has no tuimon channel, and tuimon does not search its descendants "
+                        "(every orphaned process is one): attach to the training process's own PID")
     found = find_segments(pid)
     own = [f for f in found if f.relation == "target"]
+    children = [f for f in found if f.relation == "descendant"]
     if own and own[0].state == "reused":
-        if not [f for f in found if f.relation == "descendant"]:
+        if not children:
             raise StaleSegment(
                 f"the channel for PID {pid} was left by an earlier process that had the same PID; "
                 f"{describe(pid)} has no channel of its own"
             )
         own = []
-    children = [f for f in found if f.relation == "descendant"]
     if own and own[0].state != "unreadable":
         reader = SegmentReader(own[0].path)
         if reader.info.meta.get("rank") is None:  # a launcher (torchrun) is instrumented too:
             rank0 = _lowest_rank(children)        # the training is in its ranks
             if rank0 is not None:
                 reader.close()
-                return rank0
-        return reader
+                return rank0, _why(pid, rank0, "its channel has no rank (a launcher)")
+        return reader, None
     if children:
-        return _lowest_rank(children) or SegmentReader(children[0].path)
+        reader = _lowest_rank(children) or SegmentReader(children[0].path)
+        return reader, _why(pid, reader, "it has no channel")
     if own:
-        return SegmentReader(own[0].path)  # raises the reason it is unreadable
+        return SegmentReader(own[0].path), None  # raises the reason it is unreadable
     if not alive:
         raise NoSegment(f"no process with PID {pid} (and no channel left by one)")
     if not os.access(f"/proc/{pid}/stat", os.R_OK):
@@ -57,6 +64,12 @@ def open_channel(pid: int) -> SegmentReader:
         f"{describe(pid)} has no tuimon channel: start it with `tuimon run -- <command>` "
         "(or `tuimon run --headless -- ...` to attach later), or call tuimon.instrument() in it"
     )
+
+
+def _why(pid: int, reader: SegmentReader, reason: str) -> str:
+    rank = reader.info.meta.get("rank")
+    which = f"rank {rank} " if isinstance(rank, int) else ""
+    return f"PID {pid}: {reason}; showing its descendant {which}{describe(reader.info.pid)}"
 
 
 def _lowest_rank(found) -> SegmentReader | None:
@@ -75,4 +88,3 @@ def _lowest_rank(found) -> SegmentReader | None:
         else:
             r.close()
     return best[1] if best else None
-

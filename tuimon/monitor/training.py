@@ -6,6 +6,7 @@ import time
 
 from ..analysis import summary
 from ..analysis.steps import StepAccumulator
+from ..model import TrainingSnapshot
 from ..sources.channel import ChannelSource
 
 
@@ -15,38 +16,60 @@ class TrainingView:
         self.steps = StepAccumulator(history_steps)
 
     def poll(self) -> int:
-        """Drain what is new; returns the number of records read."""
+        """Drain what is new; returns the number of records read. Raises ChannelError when the
+        segment became unreadable."""
         batch = self.source.poll()
         self.steps.add(batch.records)
         return len(batch.records)
 
-    def snapshot(self, window_steps: int = 100) -> dict:
+    def snapshot(self, window_steps: int = 100) -> TrainingSnapshot:
         r = self.source.reader
         info = r.info
         steps = self.steps.window(window_steps)
         name = r.name
         meta = info.meta
         share = summary.data_wait_share(steps)
-        return {
-            "pid": info.pid,
-            "state": r.process_state(),
-            "closed": r.closed,
-            "argv": meta.get("argv"),
-            "rank": meta.get("rank"),
-            "world_size": meta.get("world_size"),
-            "capture_kind": meta.get("capture_kind"),
-            "probe_hot_path": meta.get("hot_path"),
-            "uptime_s": round((time.monotonic_ns() - info.created_ns) / 1e9, 3),
-            "steps": r.steps,
-            "window_steps": len(steps),
-            "step_time_ms": summary.step_time_ms(steps),
-            "steps_per_s": summary.steps_per_second(steps),
-            "data_wait_share": None if share is None else round(share, 4),
-            "breakdown": summary.breakdown(steps, name),
-            "ranges": summary.range_table(steps, name),
-            "throughput_per_s": summary.throughput(steps, name),
-            "recent_step_ms": [round(x.duration_ns / 1e6, 3) for x in list(self.steps.completed)[-120:]],
-            "records": self.source.records_read,
-            "dropped": r.total_lost,
-            "corrupt": r.total_corrupt,
-        }
+        state = r.process_state()
+        return TrainingSnapshot(
+            pid=info.pid,
+            state=state,
+            closed=r.closed,
+            argv=[str(a) for a in meta.get("argv") or []],
+            rank=_int(meta.get("rank")),
+            world_size=_int(meta.get("world_size")),
+            capture_kind=_str(meta.get("capture_kind")),
+            probe_hot_path=_str(meta.get("hot_path")),
+            uptime_s=round((_end_ns(r, state) - info.created_ns) / 1e9, 3),
+            steps=r.steps,
+            window_steps=len(steps),
+            step_time_ms=summary.step_time_ms(steps),
+            steps_per_s=summary.steps_per_second(steps),
+            data_wait_share=None if share is None else round(share, 4),
+            breakdown=summary.breakdown(steps, name),
+            ranges=summary.range_table(steps, name),
+            throughput_per_s=summary.throughput(steps, name),
+            recent_step_ms=[round(x.duration_ns / 1e6, 3) for x in list(self.steps.completed)[-120:]],
+            records=self.source.records_read,
+            dropped=r.total_lost,
+            corrupt=r.total_corrupt,
+        )
+
+
+def _end_ns(reader, state: str) -> int:
+    """Now, or when the process stopped: its clean exit, else its last sign of life (the probe's
+    control thread beats every 0.2 s), so the uptime stops with the process."""
+    now = time.monotonic_ns()
+    if state == "alive":
+        return now
+    last = max(reader.closed_ns, reader.heartbeat_ns)
+    return last if 0 < last <= now else now
+
+
+def _int(v):
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _str(v):
+    return v if isinstance(v, str) else None
+
+

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from .values import na
+from ..model import NA, GpuProcess, GpuSample
 
 # GPM metric ids (nvml.h) -> sample field, scale to our unit.
 MIB = 1024 * 1024
@@ -22,6 +22,8 @@ GPM_FIELDS = {
     2: ("sm_active", 1.0),  # NVML_GPM_METRIC_SM_UTIL: % of SMs busy
     3: ("sm_occupancy", 1.0),  # NVML_GPM_METRIC_SM_OCCUPANCY: % of max warps resident
     5: ("tensor_active", 1.0),  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    12: ("fp32_active", 1.0),  # NVML_GPM_METRIC_FP32_UTIL: % of time in non-tensor FP32 math
+    13: ("fp16_active", 1.0),  # NVML_GPM_METRIC_FP16_UTIL
     10: ("dram_bw", 1.0),  # NVML_GPM_METRIC_DRAM_BW_UTIL: % of peak DRAM bandwidth
     20: ("pcie_tx", MIB),  # NVML_GPM_METRIC_PCIE_TX_PER_SEC (MiB/s) -> bytes/s
     21: ("pcie_rx", MIB),
@@ -55,17 +57,26 @@ def decode_clock_events(mask: int) -> list[str]:
     return [word for bit, word in CLOCK_EVENTS.items() if mask & bit]
 
 
-def _err(nvml, e: Exception) -> dict:
+def _err(nvml, e: Exception) -> NA:
     if isinstance(e, nvml.NVMLError):
-        return na(str(e) or f"NVML error {getattr(e, 'value', '?')}")
-    return na(f"{type(e).__name__}: {e}")
+        return NA(str(e) or f"NVML error {getattr(e, 'value', '?')}")
+    return NA(f"{type(e).__name__}: {e}")
+
+
+class _Lost(Exception):
+    """The whole GPU is gone (NVML_ERROR_GPU_IS_LOST): the sample becomes `lost`."""
+
+    def __init__(self, na: NA):
+        self.na = na
 
 
 class DeviceSampler:
     """All GPUs of this machine. `nvml` is the pynvml module (a test passes one whose calls
-    fail). Never raises from sample(): failures are values."""
+    fail). Never raises from sample(): failures are values, and a failed call other than 'not
+    supported' is also listed in the sample's `errors` so the screen can say what failed."""
 
     def __init__(self, nvml=None, target_pids=None):
+        self.error: str | None = None  # why no GPU can be sampled at all
         if nvml is None:
             try:
                 import pynvml as nvml
@@ -74,7 +85,6 @@ class DeviceSampler:
                 self.error = f"pynvml is not installed ({e}): pip install nvidia-ml-py"
         self.nvml = nvml
         self.target_pids: set[int] = set(target_pids or ())
-        self.error: str | None = getattr(self, "error", None)
         self.devices: list[dict] = []  # static facts per GPU
         self._handles: list = []
         self._gpm_prev: dict[int, object] = {}
@@ -91,12 +101,12 @@ class DeviceSampler:
         try:
             nvml.nvmlInit()
         except Exception as e:  # noqa: BLE001 - no library, no driver, no permission
-            self.error = f"NVML unavailable: {_err(nvml, e)['na']}"
+            self.error = f"NVML unavailable: {_err(nvml, e).reason}"
             return
         try:
             count = nvml.nvmlDeviceGetCount()
         except Exception as e:  # noqa: BLE001
-            self.error = f"NVML cannot count GPUs: {_err(nvml, e)['na']}"
+            self.error = f"NVML cannot count GPUs: {_err(nvml, e).reason}"
             return
         if count == 0:
             self.error = "NVML sees no GPU"
@@ -108,22 +118,34 @@ class DeviceSampler:
                 self._handles.append(None)
                 continue
             self._handles.append(h)
-            self.devices.append({
-                "index": i,
-                "name": self._get(nvml.nvmlDeviceGetName, h),
-                "uuid": self._get(nvml.nvmlDeviceGetUUID, h),
-                "gpm": self._gpm_supported(h),
-                "sm_clock_max_mhz": self._get(nvml.nvmlDeviceGetMaxClockInfo, h, nvml.NVML_CLOCK_SM),
-            })
+            errors: list[str] = []
+            try:
+                self.devices.append({
+                    "index": i,
+                    "name": self._read(errors, "name", nvml.nvmlDeviceGetName, h),
+                    "gpm": self._gpm_supported(h),
+                    "sm_clock_max_mhz": self._read(errors, "sm_clock_max_mhz", nvml.nvmlDeviceGetMaxClockInfo, h,
+                                                   nvml.NVML_CLOCK_SM),
+                })
+            except _Lost as e:
+                self.devices.append({"index": i, "lost": e.na})
+                self._handles[-1] = None
 
-    def _get(self, fn, *args):
+    def _read(self, errors: list[str], field: str, fn, *args):
+        """fn(*args), or NA(reason) when it fails; a failure other than 'not supported' is also
+        listed in errors. A lost GPU raises _Lost."""
+        nvml = self.nvml
         try:
             v = fn(*args)
             return v.decode() if isinstance(v, bytes) else v
         except Exception as e:  # noqa: BLE001
-            if getattr(e, "value", None) == getattr(self.nvml, "NVML_ERROR_GPU_IS_LOST", -1):
-                raise  # the whole GPU is gone: sample() marks it lost
-            return _err(self.nvml, e)
+            value = getattr(e, "value", None)
+            if value == getattr(nvml, "NVML_ERROR_GPU_IS_LOST", -1):
+                raise _Lost(_err(nvml, e)) from None
+            na = _err(nvml, e)
+            if value != getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", -1):
+                errors.append(f"{field}: {na.reason}")
+            return na
 
     def _gpm_supported(self, h) -> bool:
         try:
@@ -131,71 +153,78 @@ class DeviceSampler:
         except Exception:  # noqa: BLE001 - old driver or library: no GPM
             return False
 
-    def _cached(self, key, ttl, fn, *args):
+    def _cached(self, key, ttl, errors, field, fn, *args):
         now = time.monotonic()
         hit = self._slow.get(key)
         if hit and now - hit[0] < ttl:
             return hit[1]
-        v = self._get(fn, *args)
+        v = self._read(errors, field, fn, *args)
         self._slow[key] = (now, v)
         return v
 
     # -- one cycle --------------------------------------------------------------------------------
 
-    def sample(self) -> list[dict]:
+    def sample(self) -> list[GpuSample]:
         """One sample per GPU (an empty list when NVML is unavailable: see self.error)."""
         out = []
         for dev, h in zip(self.devices, self._handles, strict=True):
             t = time.monotonic_ns()
             if h is None:
-                out.append({"t": t, "index": dev["index"], "lost": dev["lost"]})
+                out.append(GpuSample(dev["index"], t, lost=dev["lost"]))
                 continue
             try:
                 out.append(self._sample_device(dev, h, t))
+            except _Lost as e:
+                out.append(GpuSample(dev["index"], t, name=dev["name"], gpm=dev["gpm"], lost=e.na))
             except Exception as e:  # noqa: BLE001 - one GPU's trouble stays its own
-                out.append({"t": t, "index": dev["index"], "lost": _err(self.nvml, e)})
+                out.append(GpuSample(dev["index"], t, name=dev["name"], gpm=dev["gpm"], lost=_err(self.nvml, e)))
         return out
 
-    def _sample_device(self, dev: dict, h, t: int) -> dict:
-        nvml, get, i = self.nvml, self._get, dev["index"]
-        s = {"t": t, "index": i, "name": dev["name"], "gpm": dev["gpm"]}
-        if dev["gpm"]:
-            s.update(self._gpm(i, h))
-        else:
-            util = get(nvml.nvmlDeviceGetUtilizationRates, h)
-            s["util_gpu"] = util if isinstance(util, dict) else util.gpu
-            s["util_mem"] = util if isinstance(util, dict) else util.memory
-            for field, _ in GPM_FIELDS.values():
-                s[field] = na("needs GPM (Hopper or newer); see util_gpu / util_mem")
-        mem = self._memory(h)
-        s["mem_used"] = mem if isinstance(mem, dict) else mem.used
-        s["mem_total"] = mem if isinstance(mem, dict) else mem.total
-        power = get(nvml.nvmlDeviceGetPowerUsage, h)
-        s["power_w"] = power if isinstance(power, dict) else power / 1000.0
-        limit = self._cached(("limit", i), SLOW_TTL_S, nvml.nvmlDeviceGetEnforcedPowerLimit, h)
-        s["power_limit_w"] = limit if isinstance(limit, dict) else limit / 1000.0
-        s["temp_c"] = get(nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)
-        s["sm_clock_mhz"] = get(nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
-        s["sm_clock_max_mhz"] = dev["sm_clock_max_mhz"]
-        s["clock_events"] = self._clock_events(h)
-        s["processes"] = self._processes(i, h)
-        if isinstance(s["processes"], list) and self.target_pids:
-            s["uses_target"] = any(p["pid"] in self.target_pids for p in s["processes"])
-        return s
+    def _sample_device(self, dev: dict, h, t: int) -> GpuSample:
+        nvml, i, errors = self.nvml, dev["index"], []
 
-    def _memory(self, h):
+        def read(field, fn, *args):
+            return self._read(errors, field, fn, *args)
+
+        s: dict = {"index": i, "t": t, "name": dev["name"], "gpm": dev["gpm"], "errors": errors}
+        if dev["gpm"]:
+            s.update(self._gpm(i, h, errors))
+            s["util_gpu"] = s["util_mem"] = NA("GPM GPU: see SM activity")
+        else:
+            util = read("util_gpu", nvml.nvmlDeviceGetUtilizationRates, h)
+            s["util_gpu"] = util if isinstance(util, NA) else util.gpu
+            s["util_mem"] = util if isinstance(util, NA) else util.memory
+            for field, _ in GPM_FIELDS.values():
+                s[field] = NA("needs GPM (Hopper or newer); see util_gpu / util_mem")
+        mem = self._memory(h, errors)
+        s["mem_used"] = mem if isinstance(mem, NA) else mem.used
+        s["mem_total"] = mem if isinstance(mem, NA) else mem.total
+        power = read("power_w", nvml.nvmlDeviceGetPowerUsage, h)
+        s["power_w"] = power if isinstance(power, NA) else power / 1000.0
+        limit = self._cached(("limit", i), SLOW_TTL_S, errors, "power_limit_w", nvml.nvmlDeviceGetEnforcedPowerLimit, h)
+        s["power_limit_w"] = limit if isinstance(limit, NA) else limit / 1000.0
+        s["temp_c"] = read("temp_c", nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)
+        s["sm_clock_mhz"] = read("sm_clock_mhz", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
+        s["sm_clock_max_mhz"] = dev["sm_clock_max_mhz"]
+        s["clock_events"] = self._clock_events(h, errors)
+        s["processes"] = procs = self._processes(i, h, errors)
+        if isinstance(procs, list) and self.target_pids:
+            s["uses_target"] = any(p.pid in self.target_pids for p in procs)
+        return GpuSample(**s)
+
+    def _memory(self, h, errors):
         """Memory info v2, whose `used` leaves out driver-reserved memory as nvidia-smi does
         (v1's counted ~600 MiB more on an H200); v1 where the driver lacks v2."""
         nvml = self.nvml
         v2 = getattr(nvml, "nvmlMemory_v2", None)
         if v2 is not None and not self._no_mem_v2:
-            mem = self._get(nvml.nvmlDeviceGetMemoryInfo, h, v2)
-            if not isinstance(mem, dict):
+            mem = self._read([], "memory", nvml.nvmlDeviceGetMemoryInfo, h, v2)
+            if not isinstance(mem, NA):
                 return mem
             self._no_mem_v2 = True
-        return self._get(nvml.nvmlDeviceGetMemoryInfo, h)
+        return self._read(errors, "memory", nvml.nvmlDeviceGetMemoryInfo, h)
 
-    def _gpm(self, i: int, h) -> dict:
+    def _gpm(self, i: int, h, errors: list[str]) -> dict:
         nvml = self.nvml
         out: dict = {}
         try:
@@ -203,11 +232,12 @@ class DeviceSampler:
             nvml.nvmlGpmSampleGet(h, cur)
         except Exception as e:  # noqa: BLE001
             v = _err(nvml, e)
+            errors.append(f"GPM sample: {v.reason}")
             return {field: v for field, _ in GPM_FIELDS.values()}
         prev = self._gpm_prev.get(i)
         self._gpm_prev[i] = cur
         if prev is None:  # metrics need two samples: the first cycle has none yet
-            return {field: na("first sample") for field, _ in GPM_FIELDS.values()}
+            return {field: NA("first sample") for field, _ in GPM_FIELDS.values()}
         try:
             req = nvml.c_nvmlGpmMetricsGet_t()
             req.version = nvml.NVML_GPM_METRICS_GET_VERSION
@@ -219,11 +249,12 @@ class DeviceSampler:
             for k, (mid, (field, scale)) in enumerate(GPM_FIELDS.items()):
                 m = req.metrics[k]
                 if m.metricId != mid or m.nvmlReturn != 0:
-                    out[field] = na(f"GPM metric {mid}: NVML error {m.nvmlReturn}")
+                    out[field] = NA(f"GPM metric {mid}: NVML error {m.nvmlReturn}")
                 else:
                     out[field] = m.value * scale
         except Exception as e:  # noqa: BLE001
             v = _err(nvml, e)
+            errors.append(f"GPM metrics: {v.reason}")
             out = {field: v for field, _ in GPM_FIELDS.values()}
         finally:
             try:
@@ -232,34 +263,29 @@ class DeviceSampler:
                 pass
         return out
 
-    def _clock_events(self, h):
+    def _clock_events(self, h, errors):
         nvml = self.nvml
         fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
             nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-        mask = self._get(fn, h)
-        return mask if isinstance(mask, dict) else decode_clock_events(mask)
+        mask = self._read(errors, "clock_events", fn, h)
+        return mask if isinstance(mask, NA) else decode_clock_events(mask)
 
-    def _processes(self, i: int, h):
+    def _processes(self, i: int, h, errors):
         """GPU processes with their memory and (when NVML has samples) SM/memory shares."""
         nvml = self.nvml
-        procs = self._get(nvml.nvmlDeviceGetComputeRunningProcesses, h)
-        if isinstance(procs, dict):
+        procs = self._read(errors, "processes", nvml.nvmlDeviceGetComputeRunningProcesses, h)
+        if isinstance(procs, NA):
             return procs
-        rows = {}
-        for p in procs:
-            used = getattr(p, "usedGpuMemory", None)
-            rows[p.pid] = {"pid": p.pid, "gpu_mem": used if isinstance(used, int) else None,
-                           "sm_util": None, "mem_util": None}
+        mem = {p.pid: getattr(p, "usedGpuMemory", None) for p in procs}
+        util: dict[int, tuple[int, int]] = {}
         try:
-            samples = nvml.nvmlDeviceGetProcessUtilization(h, self._proc_ts.get(i, 0))
-            for smp in samples:
-                row = rows.get(smp.pid)
-                if row is not None:
-                    row["sm_util"], row["mem_util"] = smp.smUtil, smp.memUtil
+            for smp in nvml.nvmlDeviceGetProcessUtilization(h, self._proc_ts.get(i, 0)):
+                util[smp.pid] = (smp.smUtil, smp.memUtil)
                 self._proc_ts[i] = max(self._proc_ts.get(i, 0), smp.timeStamp)
         except Exception:  # noqa: BLE001 - NOT_FOUND: no new samples since last time
             pass
-        return sorted(rows.values(), key=lambda r: r["pid"])
+        return [GpuProcess(pid, m if isinstance(m, int) else None, *util.get(pid, (None, None)))
+                for pid, m in sorted(mem.items())]
 
     def close(self) -> None:
         for prev in self._gpm_prev.values():
@@ -275,10 +301,10 @@ class DeviceSampler:
                 pass
 
 
-def target_note(samples: list[dict], target_pids: set[int]) -> str | None:
+def target_note(samples: list[GpuSample], target_pids: set[int]) -> str | None:
     """Why the target may be missing from every GPU's process list, or None if it is found."""
     if not target_pids or not samples:
         return None
-    if any(s.get("uses_target") for s in samples):
+    if any(s.uses_target for s in samples):
         return None
     return CONTAINER_HINT

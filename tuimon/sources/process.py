@@ -6,7 +6,7 @@ import time
 
 import psutil
 
-from .values import na
+from ..model import NA, ProcessSample, ProcRow
 
 
 class ProcessSampler:
@@ -34,15 +34,14 @@ class ProcessSampler:
         except psutil.Error:
             return False
 
-    def sample(self) -> dict:
+    def sample(self) -> ProcessSample:
         t = time.monotonic_ns()
         if not self._alive():
             if self.exited_at is None:
                 self.exited_at = time.time()
             if self.popen is not None and self.exit_code is None:
                 self.exit_code = self.popen.poll()
-            return {"t": t, "pid": self.pid, "alive": False, "exited_at": self.exited_at,
-                    "exit_code": self.exit_code, "procs": []}
+            return ProcessSample(self.pid, t, alive=False, exited_at=self.exited_at, exit_code=self.exit_code)
         procs = [self._target]
         try:
             procs += self._target.children(recursive=True)
@@ -55,16 +54,16 @@ class ProcessSampler:
             if known is None or _create_time(known) != _create_time(p):  # PID reused
                 self._procs[p.pid] = known = p
             seen.add(p.pid)
-            rows.append(_row(known, "target" if p.pid == self.pid else "child"))
+            row = _row(known, "target" if p.pid == self.pid else "child")
+            if row is not None:
+                rows.append(row)
         for gone in set(self._procs) - seen:
             del self._procs[gone]
-        rows = [r for r in rows if r is not None]
-        return {
-            "t": t, "pid": self.pid, "alive": True, "exited_at": None, "exit_code": None,
-            "procs": rows,
-            "cpu_percent": round(sum(r["cpu_percent"] for r in rows if isinstance(r["cpu_percent"], float)), 1),
-            "rss": sum(r["rss"] for r in rows if isinstance(r["rss"], int)),
-        }
+        return ProcessSample(
+            self.pid, t, procs=rows,
+            cpu_percent=round(sum(r.cpu_percent for r in rows if isinstance(r.cpu_percent, float)), 1),
+            rss=sum(r.rss for r in rows if isinstance(r.rss, int)),
+        )
 
 
 def _create_time(p: psutil.Process):
@@ -74,27 +73,18 @@ def _create_time(p: psutil.Process):
         return None
 
 
-def _row(p: psutil.Process, role: str) -> dict | None:
+def _row(p: psutil.Process, role: str) -> ProcRow | None:
     try:
         with p.oneshot():
-            row = {
-                "pid": p.pid,
-                "role": role,
-                "name": p.name(),
-                "cpu_percent": float(p.cpu_percent(None)),
-                "rss": p.memory_info().rss,
-                "threads": p.num_threads(),
-                "state": p.status(),
-            }
             try:
                 io = p.io_counters()
-                row["io_read"], row["io_write"] = io.read_bytes, io.write_bytes
+                io_read, io_write = io.read_bytes, io.write_bytes
             except (psutil.AccessDenied, AttributeError) as e:
-                row["io_read"] = row["io_write"] = na(f"I/O counters not readable: {type(e).__name__}")
-            return row
+                io_read = io_write = NA(f"I/O counters not readable: {type(e).__name__}")
+            return ProcRow(p.pid, role, p.name(), float(p.cpu_percent(None)), p.memory_info().rss, p.num_threads(),
+                           p.status(), io_read, io_write)
     except psutil.NoSuchProcess:
         return None  # it exited between listing and reading
     except psutil.AccessDenied:
-        return {"pid": p.pid, "role": role, "name": na("access denied"), "cpu_percent": na("access denied"),
-                "rss": na("access denied"), "threads": na("access denied"), "state": na("access denied"),
-                "io_read": na("access denied"), "io_write": na("access denied")}
+        denied = NA("access denied")
+        return ProcRow(p.pid, role, denied, denied, denied, denied, denied, denied, denied)

@@ -50,7 +50,7 @@ class TuimonApp(App):
         except (ValueError, OSError):  # not the main thread
             pass
         if self.session is not None:
-            self.session.start(self._entries_from_thread)
+            self.session.start(self._cycle_from_thread)
         self.call_after_refresh(self.redraw)
 
     def _hangup(self, signum, frame) -> None:
@@ -72,15 +72,14 @@ class TuimonApp(App):
         if self.session is not None:
             self.session.stop()
 
-    def _entries_from_thread(self, entries) -> None:
+    def _cycle_from_thread(self, cycle) -> None:
         try:
-            self.call_from_thread(self.apply_entries, entries)
+            self.call_from_thread(self.apply_cycle, cycle)
         except RuntimeError:
             pass  # the app is shutting down
 
-    def apply_entries(self, entries) -> None:
-        for source, data in entries:
-            self.state.apply(source, data)
+    def apply_cycle(self, cycle) -> None:
+        self.state.apply(cycle)
         if not self.paused:
             self.redraw()
 
@@ -116,7 +115,7 @@ class TuimonApp(App):
         if self.session is None:
             self.notify("nothing to capture here", title="capture", severity="warning")
             return
-        steps = (self.state.training or {}).get("steps") or 0
+        steps = self.state.training.steps if self.state.training else 0
         try:
             said = self.session.request_capture(self.capture_steps if steps else None, None if steps else 10.0)
             self.notify(said, title="capture", timeout=3)

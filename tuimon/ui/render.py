@@ -10,8 +10,8 @@ from rich.text import Text
 from ..analysis.verdict import Verdict
 from ..capture.client import window_steps
 from ..channel.text import safe_text
+from ..model import NA, num
 from ..monitor.state import GpuView, View
-from ..sources.values import is_na, num
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 VERDICT_STYLE = {"input-bound": "bold yellow", "gpu-bound": "bold green", "host-bound": "bold red",
@@ -67,32 +67,32 @@ def short_command(argv: list) -> str:
 
 
 def header(view: View, source_label: str) -> Text:
-    t = view.training or {}
-    p = view.process or {}
+    t, p = view.training, view.process
     out = Text()
     out.append("tuimon ", "bold")
-    pid = t.get("pid") or p.get("pid")
+    pid = t.pid if t else p.pid if p else None
     if pid:
         out.append(f"PID {pid} ", "bold cyan")
-    argv = t.get("argv")
-    if argv:
-        out.append(safe_text(short_command(argv), 60))
+    if t and t.argv:
+        out.append(safe_text(short_command(t.argv), 60))
         out.append(" ")
-    if t.get("world_size"):
-        out.append(f"· rank {t.get('rank')}/{t['world_size']} ", "dim")
+    elif p:
+        target = next((r for r in p.procs if r.role == "target"), None)
+        if target is not None and isinstance(target.name, str):
+            out.append(safe_text(target.name, 40) + " ")
+    if t and t.world_size:
+        out.append(f"· rank {t.rank}/{t.world_size} ", "dim")
     if t:
-        out.append(f"· up {duration(t.get('uptime_s') or 0)} · step {t.get('steps', 0):,}", "")
-        if t.get("steps_per_s"):
-            out.append(f" · {t['steps_per_s']:.2f} steps/s")
-        for name, per_s in list((t.get("throughput_per_s") or {}).items())[:2]:
+        out.append(f"· up {duration(t.uptime_s)} · step {t.steps:,}", "")
+        if t.steps_per_s:
+            out.append(f" · {t.steps_per_s:.2f} steps/s")
+        for name, per_s in list(t.throughput_per_s.items())[:2]:
             out.append(f" · {per_s:,.0f} ")
             out.append(safe_text(str(name), 24))
             out.append("/s")
-    if p and not p.get("alive", True):
-        code = p.get("exit_code")
-        when = p.get("exited_at")
-        at = time.strftime(" at %H:%M:%S", time.localtime(when)) if isinstance(when, (int, float)) else ""
-        out.append(f"  PROCESS EXITED{at}" + (f" (code {code})" if code is not None else ""), "bold red")
+    if p and not p.alive:
+        at = time.strftime(" at %H:%M:%S", time.localtime(p.exited_at)) if p.exited_at else ""
+        out.append(f"  PROCESS EXITED{at}" + (f" (code {p.exit_code})" if p.exit_code is not None else ""), "bold red")
         out.append(" · last numbers kept", "dim")
     if view.paused:
         out.append("  PAUSED", "bold reverse")
@@ -111,48 +111,46 @@ def verdict_line(v: Verdict) -> Text:
 def gpu_block(g: GpuView, width: int, is_target: bool) -> Text:
     s, h = g.latest, g.history
     out = Text()
-    name = s.get("name")
-    out.append(f"GPU {s.get('index')} ", "bold")
-    out.append(safe_text(str(name), 40) if isinstance(name, str) else "", "bold")
+    out.append(f"GPU {s.index} ", "bold")
+    out.append(safe_text(s.name, 40) if isinstance(s.name, str) else "", "bold")
     if is_target:
         out.append("  ◆ target", "cyan")
-    if is_na(s.get("lost")):
-        out.append(f"  lost: {s['lost']['na']}", "bold red")
+    if s.lost is not None:
+        out.append(f"  lost: {safe_text(s.lost.reason, 80)}", "bold red")
         return out
-    mem = f"  mem {gib(s.get('mem_used'))}/{gib(s.get('mem_total'))} GiB"
-    out.append(mem)
-    if num(s.get("temp_c")) is not None:
-        out.append(f"  {s['temp_c']}°C")
-    if num(s.get("sm_clock_mhz")) is not None:
+    out.append(f"  mem {gib(s.mem_used)}/{gib(s.mem_total)} GiB")
+    if num(s.temp_c) is not None:
+        out.append(f"  {s.temp_c}°C")
+    if num(s.sm_clock_mhz) is not None:
         label = "SM clock " if width >= 100 else ""
-        out.append(f"  {label}{s['sm_clock_mhz']}/{s.get('sm_clock_max_mhz')} MHz")
-    events = [e for e in (s.get("clock_events") or []) if e != "GPU idle"] if isinstance(s.get("clock_events"), list) else []
+        out.append(f"  {label}{s.sm_clock_mhz}/{s.sm_clock_max_mhz if num(s.sm_clock_max_mhz) is not None else '?'} MHz")
+    events = [e for e in s.clock_events if e != "GPU idle"] if isinstance(s.clock_events, list) else []
     if events:
         out.append("  throttle: " + ", ".join(events), "bold yellow")
     out.append("\n")
-    power, limit = num(s.get("power_w")), num(s.get("power_limit_w"))
+    power, limit = num(s.power_w), num(s.power_limit_w)
     power_pct = [None if v is None or not limit else 100 * v / limit for v in h["power_w"]]
     power_txt = f"{power:4.0f}/{limit:.0f} W" if power is not None and limit else "   n/a W"
-    if s.get("gpm"):
-        rows = [("SM active", h["sm_active"], pct(s.get("sm_active")), "green"),
-                ("Tensor", h["tensor_active"], pct(s.get("tensor_active")), "magenta"),
-                ("DRAM bw", h["dram_bw"], pct(s.get("dram_bw")), "blue"),
+    if s.gpm:
+        rows = [("SM active", h["sm_active"], pct(s.sm_active), "green"),
+                ("Tensor", h["tensor_active"], pct(s.tensor_active), "magenta"),
+                ("DRAM bw", h["dram_bw"], pct(s.dram_bw), "blue"),
                 ("Power", power_pct, power_txt, "yellow")]
     else:
-        rows = [("GPU util (coarse)", h["util_gpu"], pct(s.get("util_gpu")), "green"),
-                ("Mem-ctl util (coarse)", h["util_mem"], pct(s.get("util_mem")), "blue"),
+        rows = [("GPU util (coarse)", h["util_gpu"], pct(s.util_gpu), "green"),
+                ("Mem-ctl util (coarse)", h["util_mem"], pct(s.util_mem), "blue"),
                 ("Power", power_pct, power_txt, "yellow")]
-    procs = s.get("processes")
+    procs = s.processes
     if isinstance(procs, list) and procs:
         parts = []
         for p in procs[:8]:
-            mem = f" {gib(p['gpu_mem'])} GiB" if num(p.get("gpu_mem")) is not None else ""
-            sm = f" SM {p['sm_util']}%" if num(p.get("sm_util")) is not None else ""
-            parts.append(f"{p['pid']}{mem}{sm}")
+            mem = f" {gib(p.gpu_mem)} GiB" if p.gpu_mem is not None else ""
+            sm = f" SM {p.sm_util}%" if p.sm_util is not None else ""
+            parts.append(f"{p.pid}{mem}{sm}")
         more = f" +{len(procs) - 8}" if len(procs) > 8 else ""
         rows_line = "processes " + " · ".join(parts) + more
-    elif is_na(procs):
-        rows_line = f"processes: {procs['na']}"
+    elif isinstance(procs, NA):
+        rows_line = f"processes: {procs.reason}"
     else:
         rows_line = "processes: none"
     label_w = max(len(r[0]) for r in rows)
@@ -169,18 +167,21 @@ def gpu_block(g: GpuView, width: int, is_target: bool) -> Text:
             out.append("\n")
     out.append("\n")
     out.append(safe_text(rows_line, max(20, width)), "dim")
+    if s.errors:
+        out.append("\n")
+        out.append(safe_text("NVML failed: " + "; ".join(s.errors), max(20, width)), "yellow")
     return out
 
 
 def gpus_panel(view: View, width: int) -> Text:
     if not view.gpus:
-        return Text(view.gpu_note or "no GPU data yet", "dim")
-    shown = [g for g in view.gpus if g.latest.get("index") in view.target_gpus] or view.gpus
+        return Text(view.problems.get("gpu") or view.gpu_note or "no GPU data yet", "dim")
+    shown = [g for g in view.gpus if g.latest.index in view.target_gpus] or view.gpus
     out = Text()
     for k, g in enumerate(shown):
         if k:
             out.append("\n")
-        out.append_text(gpu_block(g, width, g.latest.get("index") in view.target_gpus))
+        out.append_text(gpu_block(g, width, g.latest.index in view.target_gpus))
     if view.gpu_note:
         out.append("\n")
         out.append(safe_text(view.gpu_note), "dim")
@@ -190,12 +191,14 @@ def gpus_panel(view: View, width: int) -> Text:
 
 
 def steps_panel(view: View, width: int) -> Text:
-    t = view.training or {}
-    st = t.get("step_time_ms")
+    t = view.training
+    if t is None:
+        return no_channel_text(view)
+    st = t.step_time_ms
     if not st:
         return Text("no steps yet (steps come from optimizer.step() or tuimon.step())", "dim")
     out = Text()
-    stats = f" p50 {st['p50']:.1f}  p95 {st['p95']:.1f}  p99 {st['p99']:.1f} ms  (last {t.get('window_steps')} steps)"
+    stats = f" p50 {st.p50:.1f}  p95 {st.p95:.1f}  p99 {st.p99:.1f} ms  (last {t.window_steps} steps)"
     series = view.step_ms
     hi = max(series[-max(1, width - len(stats) - 1):] or [1.0])
     out.append(spark(series, max(8, width - len(stats) - 1), hi=hi), "cyan")
@@ -203,9 +206,22 @@ def steps_panel(view: View, width: int) -> Text:
     return out
 
 
+def no_channel_text(view: View) -> Text:
+    """What the loop's own timings need, when the process has no channel (attach to any PID)."""
+    why = view.channel.reason if isinstance(view.channel, NA) else "no channel yet"
+    out = Text("no channel: ", "bold yellow")
+    out.append(safe_text(why, 300))
+    out.append("\nThe loop's own timings (steps, data waits, ranges) need the probe: restart the job with "
+               "`tuimon run -- <command>`, or call tuimon.instrument() in it; tuimon picks the channel up "
+               "as soon as it appears. GPU and process numbers need neither.", "dim")
+    return out
+
+
 def breakdown_panel(view: View, width: int) -> Text:
-    t = view.training or {}
-    parts = t.get("breakdown")
+    t = view.training
+    if t is None:
+        return Text("needs the probe (see above)", "dim")
+    parts = t.breakdown
     if not parts:
         return Text("not enough steps yet", "dim")
     out = Text()
@@ -231,74 +247,98 @@ def breakdown_panel(view: View, width: int) -> Text:
         out.append(label)
         out.append(f" {share:.0%}   ", "bold")
         used += item_w
-    dropped = t.get("dropped") or 0
-    if dropped:
-        out.append(f"\n{dropped:,} records dropped (ring overrun)", "yellow")
+    if t.dropped:
+        out.append(f"\n{t.dropped:,} records dropped (ring overrun)", "yellow")
     return out
 
 
 def process_panel(view: View) -> Text:
     p = view.process
     if not p:
-        return Text("no process data", "dim")
-    if not p.get("alive"):
+        return Text(view.problems.get("process") or "no process data", "dim")
+    if not p.alive:
         return Text("process exited", "bold red")
     out = Text()
-    rows = p.get("procs") or []
-    target = [r for r in rows if r.get("role") == "target"]
-    children = [r for r in rows if r.get("role") == "child"]
+    target = [r for r in p.procs if r.role == "target"]
+    children = [r for r in p.procs if r.role == "child"]
 
     def cpu_rss(rs):
-        cpu = sum(r["cpu_percent"] for r in rs if num(r.get("cpu_percent")) is not None)
-        rss = sum(r["rss"] for r in rs if num(r.get("rss")) is not None)
+        cpu = sum(r.cpu_percent for r in rs if num(r.cpu_percent) is not None)
+        rss = sum(r.rss for r in rs if num(r.rss) is not None)
         return cpu, rss
 
     if target:
         r = target[0]
         cpu, rss = cpu_rss(target)
         out.append("target ", "dim")
-        out.append(safe_text(str(r.get("name")), 30))
-        out.append(f"  CPU {cpu:.0f}%  RSS {human_bytes(rss)}  threads {r.get('threads')}  {r.get('state')}")
+        out.append(safe_text(str(r.name if isinstance(r.name, str) else "?"), 30))
+        state = r.state if isinstance(r.state, str) else "?"
+        out.append(f"  CPU {cpu:.0f}%  RSS {human_bytes(rss)}  threads {value(r.threads)}  {state}")
     if children:
         cpu, rss = cpu_rss(children)
         out.append(f"\nworkers {len(children)}", "dim")
         out.append(f"  CPU {cpu:.0f}%  RSS {human_bytes(rss)}")
-        per = "  ".join(f"{r['pid']}:{r['cpu_percent']:.0f}%" for r in children[:6] if num(r.get("cpu_percent")) is not None)
+        per = "  ".join(f"{r.pid}:{r.cpu_percent:.0f}%" for r in children[:6] if num(r.cpu_percent) is not None)
         out.append(f"  ({per})", "dim")
+    return out
+
+
+def value(v) -> str:
+    return "n/a" if isinstance(v, NA) else str(v)
+
+
+SOURCE_NAMES = {"channel": "channel", "capture": "capture control", "process": "process sampler",
+                "gpu": "NVML", "sampler": "sampler"}
+
+
+def status_line(view: View) -> Text:
+    """The sources failing as of the last cycle, each with its reason; empty when all are well."""
+    out = Text()
+    for source, why in view.problems.items():
+        if source == "gpu" and not view.gpus:
+            continue  # the GPU panel says it in full
+        if out:
+            out.append("\n")
+        out.append(f"⚠ {SOURCE_NAMES.get(source, source)}: ", "bold yellow")
+        out.append(safe_text(why, 300))
+    if view.shown_why:
+        if out:
+            out.append("\n")
+        out.append(safe_text(view.shown_why, 300), "dim")
     return out
 
 
 def capture_panel(view: View, steps: int) -> Text:
     """Which capture `c` takes, or how the current one is going, and what the last one found."""
-    t = view.training or {}
-    c = view.capture or {}
-    kind = t.get("capture_kind") or "torch.profiler"
+    t, c = view.training, view.capture
     out = Text()
-    if not t or not c:
-        return Text("captures need a live job with the probe (tuimon attach / run)", "dim")
-    if c.get("error"):
-        return Text(safe_text(str(c["error"])), "red")
-    what = f"{steps} steps" if (t.get("steps") or 0) > 0 else "10 s (no steps seen)"
-    state = c.get("name", "idle")
-    if state in ("armed", "capturing", "writing"):
-        out.append(f"capture {c.get('ack_seq')} {state}", "bold yellow")
-        steps = window_steps(state, c.get("first_step"), c.get("last_step"))
-        if steps:
-            out.append("  " + steps)
-        out.append("  " + safe_text(str(c.get("message", "")), 80), "dim")
+    if t is None or c is None:
+        why = view.problems.get("capture")
+        return Text(safe_text(why) if why else "captures need a live job with the probe (tuimon attach / run)",
+                    "red" if why else "dim")
+    kind = t.capture_kind or "torch.profiler"
+    what = f"{steps} steps" if t.steps > 0 else "10 s (no steps seen)"
+    if c.busy:
+        out.append(f"capture {c.seq} {c.state}", "bold yellow")
+        covered = window_steps(c.state, c.first_step, c.last_step)
+        if covered:
+            out.append("  " + covered)
+        out.append("  " + safe_text(c.message, 80), "dim")
         return out
     out.append("c", "bold")
     out.append(f": capture {what} with {kind}  (+/- steps, l: list)", "dim")
-    if state == "failed":
-        out.append(f"\nlast capture {c.get('ack_seq')} failed: ", "bold red")
-        out.append(safe_text(str(c.get("message", "")), 100))
-    elif state == "done":
-        s = c.get("summary") or {}
-        steps = window_steps(state, c.get("first_step"), c.get("last_step"))
-        out.append(f"\nlast capture {c.get('ack_seq')}: {steps + '  ' if steps else ''}", "bold")
-        out.append(safe_text(str(s.get("file") or c.get("path") or "").rsplit("/", 1)[-1], 90))
-        if s.get("size"):
-            out.append(f"  {human_bytes(s['size'])}")
-        for line in (s.get("lines") or [])[:4]:
+    if c.state == "failed":
+        out.append(f"\nlast capture {c.seq} failed: ", "bold red")
+        out.append(safe_text(c.message, 100))
+    elif c.state == "done":
+        s = c.summary
+        covered = window_steps(c.state, c.first_step, c.last_step)
+        out.append(f"\nlast capture {c.seq}: {covered + '  ' if covered else ''}", "bold")
+        out.append(safe_text(((s.file if s else None) or c.path).rsplit("/", 1)[-1], 90))
+        if s and s.size:
+            out.append(f"  {human_bytes(s.size)}")
+        if s and s.error:
+            out.append("\n  " + safe_text(s.error, 200), "red")
+        for line in (s.lines if s else [])[:4]:
             out.append("\n  " + safe_text(str(line), 110), "dim")
     return out

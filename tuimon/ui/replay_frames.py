@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from ..monitor.state import MonitorState
-from ..sources.recording import read_recording
+from ..sources.recording import Recording
 
 
 def state_from_recording(path: str, upto: int | None = None) -> MonitorState:
-    """The state after the first `upto` entries (all when None)."""
+    """The state after the first `upto` cycles (all when None)."""
     state = MonitorState()
-    _, entries = read_recording(path)
-    for k, e in enumerate(entries):
+    for k, cycle in enumerate(Recording(path).cycles()):
         if upto is not None and k >= upto:
             break
-        state.apply(e["source"], e["data"])
+        state.apply(cycle)
     return state

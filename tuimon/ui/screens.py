@@ -21,6 +21,7 @@ from .widgets import Panel
 class MainScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Panel(id="header")
+        yield Panel(id="status")
         yield Panel(id="verdict")
         # Section titles are their own widgets and panels have no border: a panel that changes
         # is redrawn whole, and borders would be resent with it every second.
@@ -34,6 +35,9 @@ class MainScreen(Screen):
     def show_view(self, view: View, label: str) -> None:
         q = self.query_one
         q("#header", Panel).show(render.header(view, label))
+        status = render.status_line(view)
+        q("#status", Panel).display = bool(status)
+        q("#status", Panel).show(status)
         q("#verdict", Panel).show(render.verdict_line(view.verdict))
         gpus = q("#gpus", Panel)
         gpus.show(render.gpus_panel(view, gpus.text_width))
@@ -72,23 +76,23 @@ class RangesScreen(Screen):
             self._fill()
 
     def show_view(self, view: View, label: str) -> None:
-        rows = (view.training or {}).get("ranges") or []
+        rows = view.training.ranges if view.training else []
         if rows != self._rows:
             self._rows = rows
             self._fill()
 
     def _fill(self) -> None:
         key, label = SORT_KEYS[self.sort]
-        rows = sorted(self._rows or [], key=lambda r: (r[key] is None, r[key]), reverse=key != "name")
+        rows = sorted(self._rows or [], key=lambda r: (getattr(r, key) is None, getattr(r, key)), reverse=key != "name")
         self.query_one("#ranges-title", Static).update(
             Text(f" Ranges over the last steps, sorted by {label} (s: next sort, esc: back)"
                  + ("" if rows else ": none yet (tuimon.range, nvtx.annotate or torch.cuda.nvtx)"), "bold"))
         t = self.query_one(DataTable)
         t.clear()
         for r in rows:
-            name = Text("  " * r["depth"] + safe_text(str(r["name"]), 80))
-            share = f"{r['share']:.1%}" if r["share"] is not None else "n/a"
-            t.add_row(name, str(r["depth"]), f"{r['count']:,}", f"{r['mean_ms']:.3f}", f"{r['p95_ms']:.3f}", share)
+            name = Text("  " * r.depth + safe_text(str(r.name), 80))
+            share = f"{r.share:.1%}" if r.share is not None else "n/a"
+            t.add_row(name, str(r.depth), f"{r.count:,}", f"{r.mean_ms:.3f}", f"{r.p95_ms:.3f}", share)
 
 
 class GpuScreen(Screen):
@@ -117,12 +121,12 @@ class GpuScreen(Screen):
             self.query_one("#gpu-summary", Panel).show(Text(view.gpu_note or "no GPU data", "dim"))
             return
         if self.index is None:
-            self.index = next((i for i, g in enumerate(view.gpus) if g.latest.get("index") in view.target_gpus), 0)
+            self.index = next((i for i, g in enumerate(view.gpus) if g.latest.index in view.target_gpus), 0)
         g = view.gpus[self.index % len(view.gpus)]
         summary = self.query_one("#gpu-summary", Panel)
         self.query_one("#gpu-title", Static).update(
-            Text(f"GPU {g.latest.get('index')} of {len(view.gpus)} (n: next GPU, esc: back)", "bold"))
-        summary.show(render.gpu_block(g, summary.text_width, g.latest.get("index") in view.target_gpus))
+            Text(f"GPU {g.latest.index} of {len(view.gpus)} (n: next GPU, esc: back)", "bold"))
+        summary.show(render.gpu_block(g, summary.text_width, g.latest.index in view.target_gpus))
         plot = self.query_one("#gpu-plot", Panel)
         plot.show(gpu_history_plot(g, max(40, plot.text_width - 1), max(12, self.app.size.height - 14),
                                    color=not self.app.no_color))
@@ -134,9 +138,9 @@ def gpu_history_plot(g, width: int, height: int, color: bool = True) -> Text:
     import plotext as plt
 
     h = g.history
-    limit = render.num(g.latest.get("power_limit_w"))
+    limit = render.num(g.latest.power_limit_w)
     series = [("SM active", h["sm_active"]), ("Tensor", h["tensor_active"]), ("DRAM bw", h["dram_bw"])] \
-        if g.latest.get("gpm") else [("GPU util (coarse)", h["util_gpu"]), ("Mem-ctl util (coarse)", h["util_mem"])]
+        if g.latest.gpm else [("GPU util (coarse)", h["util_gpu"]), ("Mem-ctl util (coarse)", h["util_mem"])]
     if limit:
         series.append(("Power % of limit", [None if v is None else 100 * v / limit for v in h["power_w"]]))
     plt.clear_figure()
@@ -173,12 +177,16 @@ class CapturesScreen(Screen):
         t = self.query_one(DataTable)
         t.clear()
         for c in reversed(view.captures):
-            t.add_row(str(c.get("ack_seq")), c.get("kind_name", ""), c.get("name", ""),
-                      window_steps(c.get("name", ""), c.get("first_step"), c.get("last_step")).removeprefix("steps "),
-                      Text(safe_text(os.path.basename(str((c.get("summary") or {}).get("file") or c.get("path") or "")), 60)),
-                      Text(safe_text(str(c.get("message", "")), 60)))
-        done = [c for c in view.captures if c.get("summary")]
-        lines = done[-1]["summary"].get("lines", []) if done else ["no finished capture yet (c on the main screen)"]
+            t.add_row(str(c.seq), c.kind, c.state,
+                      window_steps(c.state, c.first_step, c.last_step).removeprefix("steps "),
+                      Text(safe_text(os.path.basename((c.summary.file if c.summary else None) or c.path), 60)),
+                      Text(safe_text(c.message, 60)))
+        done = [c for c in view.captures if c.summary]
+        if done:
+            s = done[-1].summary
+            lines = ([s.file or ""] + ([s.error] if s.error else []) + s.lines)
+        else:
+            lines = ["no finished capture yet (c on the main screen)"]
         self.query_one("#capture-summary", Panel).show(Text("\n".join(safe_text(str(x), 120) for x in lines)))
 
 

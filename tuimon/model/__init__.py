@@ -1,0 +1,21 @@
+"""The typed model of what tuimon samples: GPU and process samples, training snapshots, capture
+states, and the cycle that carries one poll of all of them. Stdlib only, so every layer above
+(sources, analysis, capture, monitor, ui, cli) can build and read the same types.
+
+Every type is a frozen dataclass that goes to JSON and back (codec.py): recordings, `attach
+--once --json` and the replay path all use that one codec. A value that could not be read is an
+NA carrying its reason, never a made-up number."""
+
+from .capture import CaptureStatus, CaptureSummary
+from .codec import BadValue, from_json, to_json
+from .cycle import Cycle
+from .gpu import GpuProcess, GpuSample
+from .process import ProcessSample, ProcRow
+from .training import RangeRow, StepTimes, TrainingSnapshot
+from .values import NA, is_na, num, reason
+
+__all__ = [
+    "NA", "BadValue", "CaptureStatus", "CaptureSummary", "Cycle", "GpuProcess", "GpuSample", "ProcRow",
+    "ProcessSample", "RangeRow", "StepTimes", "TrainingSnapshot", "from_json", "is_na", "num", "reason",
+    "to_json",
+]

@@ -1,0 +1,25 @@
+"""One poll of every source: what the monitor draws, records and prints, live or replayed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .capture import CaptureStatus
+from .gpu import GpuSample
+from .process import ProcessSample
+from .training import TrainingSnapshot
+from .values import NA
+
+
+@dataclass(frozen=True)
+class Cycle:
+    t: int  # CLOCK_MONOTONIC ns when the poll began
+    process: ProcessSample | None = None
+    gpus: list[GpuSample] | None = None  # None: GPUs not sampled (no NVML: see problems['gpu'])
+    training: TrainingSnapshot | None = None  # None: no channel (see channel) or not read this cycle
+    capture: CaptureStatus | None = None
+    channel: str | NA | None = None  # the segment read, or why there is none
+    shown_pid: int | None = None  # the process whose channel is shown, when not the one asked for
+    shown_why: str | None = None  # ...and why ("PID 812 has no channel; showing its descendant 815")
+    problems: dict[str, str] = field(default_factory=dict)  # source -> why it failed this cycle
+    gpu_note: str | None = None  # e.g. why the target is missing from every GPU's processes

@@ -1,0 +1,34 @@
+"""The target process and its descendants (DataLoader workers, torchrun ranks), from psutil."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .values import NA
+
+Num = float | int | NA
+
+
+@dataclass(frozen=True)
+class ProcRow:
+    pid: int
+    role: str  # 'target' | 'child'
+    name: str | NA = NA("not read")
+    cpu_percent: Num = NA("not read")  # % of one core since the previous sample
+    rss: Num = NA("not read")  # bytes
+    threads: Num = NA("not read")
+    state: str | NA = NA("not read")
+    io_read: Num = NA("not read")  # bytes, since the process started
+    io_write: Num = NA("not read")
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    pid: int
+    t: int = 0
+    alive: bool = True
+    exited_at: float | None = None  # wall-clock time it was first seen gone
+    exit_code: int | None = None  # known when tuimon launched it; negative: killed by that signal
+    procs: list[ProcRow] = field(default_factory=list)
+    cpu_percent: float | None = None  # the whole tree
+    rss: int | None = None  # the whole tree (RSS overlaps between forked processes)
