@@ -2,8 +2,10 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -114,6 +116,23 @@ def test_attach_a_corrupt_segment(shm_dir, sleeper):
     with open(seg_path(shm_dir, sleeper.pid), "wb") as f:
         f.write(os.urandom(300_000))
     assert "not a tuimon channel segment" in attach_no_channel(sleeper.pid)
+    # a channel that is there but unreadable is also a problem, reported as such
+    assert "not a tuimon channel segment" in attach_json(sleeper.pid)["problems"]["channel"]
+
+
+def test_plain_says_each_problem_once(shm_dir, sleeper):
+    with open(seg_path(shm_dir, sleeper.pid), "wb") as f:
+        f.write(b"\0" * 100)
+    p = subprocess.Popen(tuimon_cmd("attach", sleeper.pid, "--plain", "--interval", "0.2"), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    time.sleep(2.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    lines = [x for x in out.splitlines() if x.startswith(f"pid {sleeper.pid} | no channel")]
+    assert len(lines) >= 5, out
+    said = [x for x in err.splitlines() if x.startswith("tuimon: channel:")]
+    assert len(said) == 1 and "is truncated (100 bytes" in said[0], err
+    assert "Traceback" not in err
 
 
 def _segment_for(shm_dir, pid, earlier_process=False):

@@ -39,6 +39,7 @@ class LiveSession:
         self.shown_why: str | None = None
         self.captures: CaptureClient | None = None
         self._looked_at = 0.0
+        self._unreadable: str | None = None  # why the channel found at the last look could not be read
         self._poller: Poller | None = None
 
     # -- one cycle --------------------------------------------------------------------------------
@@ -76,9 +77,12 @@ class LiveSession:
         if self.training is not None or not self.pid:
             return self.training
         now = time.monotonic()
-        if now - self._looked_at < REDISCOVER_S and isinstance(self.channel, NA) and self._looked_at:
+        if now - self._looked_at < REDISCOVER_S and self._looked_at:
+            if self._unreadable:
+                problems["channel"] = self._unreadable  # still so, as of the last look
             return None
         self._looked_at = now
+        self._unreadable = None
         try:
             reader, why = open_channel(self.pid)
         except NoSegment as e:
@@ -86,7 +90,7 @@ class LiveSession:
             return None
         except ChannelError as e:  # there is one, but it cannot be read: that is a problem
             self.channel = NA(str(e))
-            problems["channel"] = str(e)
+            problems["channel"] = self._unreadable = str(e)
             return None
         self.training = TrainingView(ChannelSource(reader))
         self.channel, self.shown_why = reader.path, why
