@@ -10,6 +10,15 @@ In a training script (optional: `tuimon run` installs the probe without code cha
 
 __version__ = "0.1.0"
 
-from .probe import count, instrument, range, status, step  # noqa: E402
-
 __all__ = ["__version__", "count", "instrument", "range", "status", "step"]
+
+
+def __getattr__(name: str):
+    """The probe's API, imported on first use: the monitor (`tuimon attach`) never needs it."""
+    if name in ("count", "instrument", "range", "status", "step"):
+        from . import probe
+
+        value = getattr(probe, name)
+        globals()[name] = value  # later lookups are plain module attributes
+        return value
+    raise AttributeError(f"module 'tuimon' has no attribute {name!r}")

@@ -51,15 +51,49 @@ def parent_map() -> dict[int, int]:
     return out
 
 
+def children(pid: int) -> list[int] | None:
+    """pid's children, from /proc/PID/task/*/children (each thread lists the children it forked);
+    None where the kernel does not provide those files (CONFIG_PROC_CHILDREN)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []  # gone
+    out: list[int] = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out += [int(x) for x in f.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None
+        except (OSError, ValueError):
+            continue
+    return sorted(set(out))
+
+
 def descendants(pid: int) -> list[int]:
-    """All descendants of pid (children first, breadth-first)."""
-    children: dict[int, list[int]] = {}
-    for child, parent in parent_map().items():
-        children.setdefault(parent, []).append(child)
+    """All descendants of pid (children first, breadth-first). Reads only the tree's own
+    /proc files where the kernel lists children, else one pass over every process."""
     out: list[int] = []
     queue = [pid]
     while queue:
-        for child in sorted(children.get(queue.pop(0), ())):
+        kids = children(queue.pop(0))
+        if kids is None:
+            return _descendants_by_scan(pid)
+        out += kids
+        queue += kids
+    return out
+
+
+def _descendants_by_scan(pid: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for child, parent in parent_map().items():
+        kids.setdefault(parent, []).append(child)
+    out: list[int] = []
+    queue = [pid]
+    while queue:
+        for child in sorted(kids.get(queue.pop(0), ())):
             out.append(child)
             queue.append(child)
     return out

@@ -32,7 +32,7 @@ class LiveSession:
                  summaries: SummaryWorker | None = None):
         self.pid, self.interval = pid, interval
         self.procs = ProcessSampler(pid, popen) if pid else None
-        self.gpus = devices if devices is not None else DeviceSampler()
+        self._gpus = devices
         self.summaries = summaries or SummaryWorker()
         self.training: TrainingView | None = None
         self.channel: str | NA | None = NA("not looked for yet") if pid else None
@@ -41,6 +41,14 @@ class LiveSession:
         self._looked_at = 0.0
         self._unreadable: str | None = None  # why the channel found at the last look could not be read
         self._poller: Poller | None = None
+
+    @property
+    def gpus(self) -> DeviceSampler:
+        """NVML, opened by the first poll (on the sampler thread: nvmlInit and the per-GPU
+        queries take a while, and the first frame does not wait for them)."""
+        if self._gpus is None:
+            self._gpus = DeviceSampler()
+        return self._gpus
 
     # -- one cycle --------------------------------------------------------------------------------
 
@@ -142,7 +150,8 @@ class LiveSession:
         if self._poller:
             self._poller.stop()
         self.summaries.stop()
-        self.gpus.close()
+        if self._gpus is not None:
+            self._gpus.close()
 
 
 def _guard(problems: dict, source: str, fn):

@@ -11,12 +11,36 @@ from ..analysis.verdict import Verdict, verdict
 from ..model import NA, CaptureStatus, Cycle, GpuSample, ProcessSample, TrainingSnapshot, num
 
 GPU_SERIES = ("sm_active", "tensor_active", "dram_bw", "power_w", "util_gpu", "util_mem", "mem_used")
+COLUMN_S = 5  # the main screen's sparklines: one column per 5 s, on one time axis for all of them
+COLUMNS = 240  # 20 min of columns
 
 
 @dataclass(frozen=True)
 class GpuView:
     latest: GpuSample
-    history: dict[str, list]  # field -> values (None where unavailable), oldest first
+    history: dict[str, list]  # field -> every sample's value (None where unavailable), oldest first
+    columns: dict[str, list] = field(default_factory=dict)  # field -> mean per COLUMN_S, oldest first
+
+
+@dataclass
+class _Column:
+    """What the samples of one COLUMN_S of time held. Columns are aligned to absolute time, so a
+    finished column never changes: only the newest one moves (and the terminal gets one cell)."""
+
+    gpu: dict[int, dict[str, list]] = field(default_factory=dict)
+    step_ms: list[float] = field(default_factory=list)
+
+
+def _mean(values: list) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _median(values: list) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
 @dataclass(frozen=True)
@@ -24,7 +48,7 @@ class View:
     training: TrainingSnapshot | None
     process: ProcessSample | None
     gpus: list[GpuView]
-    step_ms: list[float]
+    step_ms: list[float]  # the last steps' times, oldest first
     verdict: Verdict
     target_gpus: list[int]
     gpu_note: str | None = None
@@ -34,6 +58,7 @@ class View:
     problems: dict[str, str] = field(default_factory=dict)  # source -> reason, as of the last cycle
     channel: str | NA | None = None  # the segment read, or why there is none
     shown_why: str | None = None  # why the process shown is not the one asked for
+    step_columns: list = field(default_factory=list)  # median step time per COLUMN_S (None: no step ended)
 
 
 class MonitorState:
@@ -52,19 +77,36 @@ class MonitorState:
         self.channel: str | NA | None = None
         self.shown_why: str | None = None
         self.cycles = 0
+        self._columns: deque[_Column] = deque(maxlen=COLUMNS)
+        self._column_id: int | None = None
+
+    def _column(self, t: int) -> _Column:
+        cid = t // (COLUMN_S * 1_000_000_000)
+        if self._column_id is None or cid > self._column_id:
+            gap = 0 if self._column_id is None else min(cid - self._column_id - 1, COLUMNS)
+            for _ in range(gap):  # time with no sample shows as empty columns
+                self._columns.append(_Column())
+            self._columns.append(_Column())
+            self._column_id = cid
+        return self._columns[-1]
 
     def apply(self, c: Cycle) -> None:
         self.cycles += 1
+        col = self._column(c.t)
         if c.gpus is not None:
             for s in c.gpus:
                 self.gpus[s.index] = s
                 hist = self._gpu_hist.setdefault(s.index, {f: deque(maxlen=self.history) for f in GPU_SERIES})
+                values = col.gpu.setdefault(s.index, {f: [] for f in GPU_SERIES})
                 for f in GPU_SERIES:
-                    hist[f].append(num(getattr(s, f)))
+                    v = num(getattr(s, f))
+                    hist[f].append(v)
+                    if v is not None:
+                        values[f].append(v)
         if c.process is not None:
             self.process = c.process
         if c.training is not None:
-            self._add_steps(c.training)
+            col.step_ms.extend(self._add_steps(c.training))
             self.training = c.training
         if c.capture is not None:
             self.capture = c.capture
@@ -75,24 +117,34 @@ class MonitorState:
         self.gpu_note = c.gpu_note
         self.problems = dict(c.problems)  # a source that recovered clears its problem
 
-    def _add_steps(self, snap: TrainingSnapshot) -> None:
+    def _add_steps(self, snap: TrainingSnapshot) -> list[float]:
+        """The times of the steps that ended since the last snapshot."""
         new = snap.steps - self._last_step
-        if new > 0:
-            if snap.recent_step_ms:
-                self._step_ms.extend(snap.recent_step_ms[-min(new, len(snap.recent_step_ms)):])
-            elif snap.step_time_ms is not None:
-                self._step_ms.append(snap.step_time_ms.last)  # recordings made before recent_step_ms
         self._last_step = snap.steps
+        if new <= 0:
+            return []
+        if snap.recent_step_ms:
+            added = snap.recent_step_ms[-min(new, len(snap.recent_step_ms)):]
+        elif snap.step_time_ms is not None:
+            added = [snap.step_time_ms.last]  # recordings made before recent_step_ms
+        else:
+            added = []
+        self._step_ms.extend(added)
+        return added
 
     def target_gpus(self) -> list[int]:
         return sorted(i for i, s in self.gpus.items() if s.uses_target)
 
     def view(self, paused: bool = False) -> View:
-        gpus = [GpuView(self.gpus[i], {f: list(v) for f, v in self._gpu_hist[i].items()}) for i in sorted(self.gpus)]
+        gpus = [GpuView(self.gpus[i], {f: list(v) for f, v in self._gpu_hist[i].items()}, self._gpu_columns(i))
+                for i in sorted(self.gpus)]
         return View(self.training, self.process, gpus, list(self._step_ms), self._verdict(),
                     self.target_gpus(), self.gpu_note, paused, self.capture,
                     [self.captures[k] for k in sorted(self.captures)], dict(self.problems), self.channel,
-                    self.shown_why)
+                    self.shown_why, [_median(c.step_ms) for c in self._columns])
+
+    def _gpu_columns(self, i: int) -> dict[str, list]:
+        return {f: [_mean(c.gpu[i][f]) if i in c.gpu else None for c in self._columns] for f in GPU_SERIES}
 
     def _verdict(self) -> Verdict:
         t = self.training

@@ -6,6 +6,7 @@ import time
 
 import psutil
 
+from ..channel import procinfo
 from ..model import NA, ProcessSample, ProcRow
 
 
@@ -20,7 +21,7 @@ class ProcessSampler:
         self.exited_at: float | None = None  # wall-clock time we first saw it gone
         self.exit_code: int | None = None
         try:
-            self._target = psutil.Process(pid)
+            self._target = self._procs[pid] = psutil.Process(pid)
             self._target.cpu_percent(None)  # prime: the first reading is relative to this
         except psutil.Error:
             self._target = None
@@ -42,22 +43,13 @@ class ProcessSampler:
             if self.popen is not None and self.exit_code is None:
                 self.exit_code = self.popen.poll()
             return ProcessSample(self.pid, t, alive=False, exited_at=self.exited_at, exit_code=self.exit_code)
-        procs = [self._target]
-        try:
-            procs += self._target.children(recursive=True)
-        except psutil.Error:
-            pass
         rows = []
-        seen = set()
-        for p in procs:
-            known = self._procs.get(p.pid)
-            if known is None or _create_time(known) != _create_time(p):  # PID reused
-                self._procs[p.pid] = known = p
-            seen.add(p.pid)
-            row = _row(known, "target" if p.pid == self.pid else "child")
+        pids = [self.pid, *procinfo.descendants(self.pid)]
+        for pid in pids:
+            row = self._row(pid, "target" if pid == self.pid else "child")
             if row is not None:
                 rows.append(row)
-        for gone in set(self._procs) - seen:
+        for gone in set(self._procs) - set(pids):
             del self._procs[gone]
         return ProcessSample(
             self.pid, t, procs=rows,
@@ -66,11 +58,18 @@ class ProcessSampler:
         )
 
 
-def _create_time(p: psutil.Process):
-    try:
-        return p.create_time()
-    except psutil.Error:
-        return None
+    def _row(self, pid: int, role: str) -> ProcRow | None:
+        """The process's row. A psutil.Process is kept per PID (its CPU % is relative to the
+        previous reading) and replaced when the PID has gone to another process."""
+        p = self._procs.get(pid)
+        try:
+            if p is None or not p.is_running():
+                p = self._procs[pid] = psutil.Process(pid)
+                p.cpu_percent(None)  # prime: its first reading would be relative to nothing
+        except psutil.Error:
+            self._procs.pop(pid, None)
+            return None
+        return _row(p, role)
 
 
 def _row(p: psutil.Process, role: str) -> ProcRow | None:

@@ -13,6 +13,7 @@ from ..capture.client import CaptureRefused
 from ..channel import ChannelError
 from ..channel.control import MAX_STEPS
 from ..monitor.state import MonitorState
+from . import partial_updates
 from .screens import CapturesScreen, GpuScreen, HelpScreen, MainScreen, RangesScreen
 
 
@@ -143,4 +144,5 @@ class TuimonApp(App):
 
 
 def make_app(session, label: str, state: MonitorState | None = None) -> TuimonApp:
+    partial_updates.install()
     return TuimonApp(session, label, state)

@@ -128,6 +128,7 @@ def gpu_block(g: GpuView, width: int, is_target: bool) -> Text:
     if events:
         out.append("  throttle: " + ", ".join(events), "bold yellow")
     out.append("\n")
+    h = g.columns or h  # the main screen's sparklines: a column per COLUMN_S
     power, limit = num(s.power_w), num(s.power_limit_w)
     power_pct = [None if v is None or not limit else 100 * v / limit for v in h["power_w"]]
     power_txt = f"{power:4.0f}/{limit:.0f} W" if power is not None and limit else "   n/a W"
@@ -199,9 +200,10 @@ def steps_panel(view: View, width: int) -> Text:
         return Text("no steps yet (steps come from optimizer.step() or tuimon.step())", "dim")
     out = Text()
     stats = f" p50 {st.p50:.1f}  p95 {st.p95:.1f}  p99 {st.p99:.1f} ms  (last {t.window_steps} steps)"
-    series = view.step_ms
-    hi = max(series[-max(1, width - len(stats) - 1):] or [1.0])
-    out.append(spark(series, max(8, width - len(stats) - 1), hi=hi), "cyan")
+    series = view.step_columns or view.step_ms
+    spark_w = max(8, width - len(stats) - 1)
+    hi = max([v for v in series[-spark_w:] if v is not None] or [1.0])
+    out.append(spark(series, spark_w, hi=hi), "cyan")
     out.append(stats)
     return out
 
@@ -229,10 +231,13 @@ def breakdown_panel(view: View, width: int) -> Text:
     bar_w = max(10, width - 2)
     bar = Text()
     items = list(parts.items())
-    for k, (name, share) in enumerate(items):
+    cum, start = 0.0, 0
+    for k, (name, share) in enumerate(items):  # cumulative rounding: one share moving moves only its edges
         color = "grey50" if name == "unaccounted" else colors[k % len(colors)]
-        n = round(share * bar_w)
-        bar.append("█" * n, color)
+        cum += share
+        end = min(bar_w, round(cum * bar_w))
+        bar.append("█" * (end - start), color)
+        start = end
     out.append_text(bar)
     out.append("\n")
     used = 0

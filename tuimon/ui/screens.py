@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from ..capture.client import window_steps
 from ..channel.text import safe_text
-from ..monitor.state import View
+from ..monitor.state import COLUMN_S, View
 from . import render
 from .widgets import Panel
 
@@ -26,8 +26,9 @@ class MainScreen(Screen):
         # Section titles are their own widgets and panels have no border: a panel that changes
         # is redrawn whole, and borders would be resent with it every second.
         with VerticalScroll(id="body"):
-            for wid, title in (("gpus", "GPUs"), ("steps", "Step time"), ("breakdown", "Where the step goes"),
-                               ("process", "Process"), ("capture", "Capture")):
+            for wid, title in (("gpus", f"GPUs · a column is {COLUMN_S} s"),
+                               ("steps", f"Step time · a column is the median of {COLUMN_S} s"),
+                               ("breakdown", "Where the step goes"), ("process", "Process"), ("capture", "Capture")):
                 yield Static(Text(title, "bold"), classes="title")
                 yield Panel(id=wid, classes="box")
         yield Footer()

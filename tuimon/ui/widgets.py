@@ -1,35 +1,126 @@
-"""Panels: Static widgets that repaint only when their text changed."""
+"""Panels: text widgets that send the terminal only the cells that changed.
+
+A Static repaints (and re-lays-out the screen) on every update, so a panel whose one number
+changed was re-sent whole every second. A Panel renders its Text to strips itself, compares them
+with what is on screen, and marks dirty only the runs of cells that differ on each changed line;
+with partial_updates.install() the terminal then receives just those cells. A layout is asked
+for only when the number of lines changes."""
 
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
+from textual.geometry import Region, Size
+from textual.strip import Strip
+from textual.widget import Widget
+
+GAP = 6  # unchanged cells between two changed runs worth a cursor move (~8 bytes) rather than resending
 
 
-class Panel(Static):
-    def __init__(self, title: str = "", **kw):
-        super().__init__("", markup=False, **kw)
+def changed_spans(old: Strip, new: Strip) -> list[tuple[int, int]]:
+    """[(first, end), ...] runs of cells where two lines differ, in text or style; runs closer
+    than GAP cells are merged."""
+    if old == new:
+        return []
+    a, b = _cells(old), _cells(new)
+    n = max(len(a), len(b))
+    a += [None] * (n - len(a))
+    b += [None] * (n - len(b))
+    spans: list[list[int]] = []
+    for i in range(n):
+        if a[i] != b[i]:
+            if spans and i - spans[-1][1] < GAP:
+                spans[-1][1] = i + 1
+            else:
+                spans.append([i, i + 1])
+    return [(x, y) for x, y in spans]
+
+
+def _cells(strip: Strip) -> list:
+    out = []
+    for seg in strip:
+        style = seg.style
+        for ch in seg.text:
+            out.append((ch, style))
+    return out
+
+
+class Panel(Widget):
+    DEFAULT_CSS = "Panel { height: auto; }"
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
         self._last: Text | None = None
-        self._drawn_width = 0
-        if title:
-            self.border_title = title
+        self._lines: list[tuple[Text, list[Strip]]] = []  # each line of the text and its strips
+        self._strips: list[Strip] = []
+        self._width = 0  # the width the strips were laid out for
 
     @property
     def text_width(self) -> int:
         w = self.content_size.width
         return w if w > 0 else max(20, self.app.size.width - 4)
 
+    def show(self, text: Text) -> None:
+        """Show text, sending only what changed."""
+        width = self.content_size.width
+        if text == self._last and width == self._width:
+            return  # unchanged: no repaint, no bytes to the terminal
+        self._last = text
+        if width <= 0:  # not laid out yet: drawn once the width is known
+            self.refresh(layout=True)
+            return
+        old = self._strips
+        new = self._lay_out(text, width)
+        if len(old) != len(new) or width != self._width or not old:
+            self._strips, self._width = new, width
+            self.refresh(layout=len(old) != len(new))
+            return
+        self._strips = new
+        for y, (a, b) in enumerate(zip(old, new, strict=True)):
+            for x1, x2 in changed_spans(a, b):
+                self.refresh(Region(x1, y, x2 - x1, 1))
+
+    def _lay_out(self, text: Text, width: int) -> list[Strip]:
+        """Strips for text at width; lines whose text did not change keep the strips they had
+        (laying text out is most of a panel's cost)."""
+        known = self._lines if width == self._width else []
+        lines = []
+        strips: list[Strip] = []
+        for k, line in enumerate(text.split("\n", allow_blank=True)):
+            if k < len(known) and known[k][0] == line:
+                done = known[k][1]
+            else:
+                done = self._lay_out_line(line, width)
+            lines.append((line, done))
+            strips += done
+        self._lines = lines
+        return strips
+
+    def _lay_out_line(self, line: Text, width: int) -> list[Strip]:
+        """One line of text as strips, wrapped at width, in the widget's own style. Rich renders
+        a line about 10x faster than Textual's Content path (19 vs 184 us here), and a panel
+        lays out ~10 changed lines a second."""
+        console, base = self.app.console, self.visual_style.rich_style
+        parts = [line] if line.cell_len <= width else line.wrap(console, width)
+        return [Strip(list(part.render(console)), part.cell_len).apply_style(base) for part in parts]
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        if self._last is None:
+            return 0
+        if width != self._width:
+            self._strips = self._lay_out(self._last, width)
+            self._width = width
+        return len(self._strips)
+
     def on_resize(self, event) -> None:
-        # The text was laid out for another width (e.g. before the body's scrollbar appeared):
-        # lay it out again now rather than at the next sample, which a paused or finished view
-        # never gets.
-        if self._last is not None and self.content_size.width != self._drawn_width:
+        # Laid out for another width (e.g. before the body's scrollbar appeared): the panel's
+        # text is built for its width by the caller, so ask the app to build it again now
+        # rather than at the next sample, which a paused or finished view never gets.
+        if self._last is not None and self.content_size.width != self._width:
             redraw = getattr(self.app, "redraw", None)
             if redraw is not None:
                 self.call_after_refresh(redraw)
 
-    def show(self, text: Text) -> None:
-        self._drawn_width = self.content_size.width
-        if text != self._last:  # unchanged text: no repaint, no bytes to the terminal
-            self._last = text
-            self.update(text)
+    def render_line(self, y: int) -> Strip:
+        if 0 <= y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(self.size.width, self.visual_style.rich_style)
