@@ -105,7 +105,7 @@ def test_wrong_magic_and_newer_version_have_clear_messages(shm_dir, valid):
         SegmentReader(write_segment(shm_dir, bytes(data)))
     data = bytearray(valid)
     L.U32.pack_into(data, 8, L.LAYOUT_VERSION + 1)
-    with pytest.raises(IncompatibleSegment, match="newer tuimon .*layout v2.*reads layout v1"):
+    with pytest.raises(IncompatibleSegment, match=f"newer tuimon .*layout v{L.LAYOUT_VERSION + 1}.*reads layout v{L.LAYOUT_VERSION}"):
         SegmentReader(write_segment(shm_dir, bytes(data)))
 
 

@@ -89,9 +89,12 @@ def test_analysis_kinds_match_the_layout():
     from tuimon.analysis import steps
     from tuimon.channel import layout
 
-    assert (steps.RANGE, steps.STEP, steps.DATA_WAIT, steps.COUNT) == (
-        layout.RANGE, layout.STEP, layout.DATA_WAIT, layout.COUNT)
+    assert (steps.RANGE, steps.STEP, steps.DATA_WAIT, steps.COUNT, steps.PHASE, steps.STEP_VALUE, steps.GAUGE,
+            steps.SITE) == layout.KINDS
     names = ["kind", "depth", "flags", "name", "tid", "step", "t0", "t1", "value", "seq"]
     assert [steps.F_KIND, steps.F_DEPTH, steps.F_NAME, steps.F_TID, steps.F_STEP, steps.F_T0, steps.F_T1,
             steps.F_VALUE] == [names.index(n) for n in ("kind", "depth", "name", "tid", "step", "t0", "t1", "value")]
     assert len(layout.RECORD.unpack(bytes(layout.RECORD_SIZE))) == len(names)
+    # the C reader knows the same kinds (it keeps 1..KIND_MAX)
+    c_source = (ROOT / "tuimon" / "channel" / "_fastring.c").read_text()
+    assert f"#define KIND_MAX {max(layout.KINDS)} " in c_source and layout.KINDS == tuple(range(1, max(layout.KINDS) + 1))

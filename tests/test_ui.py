@@ -41,7 +41,9 @@ async def test_main_screen_from_the_recording():
         assert isinstance(app.screen, MainScreen)
         assert "PID 2348" in text(app, "#header") and "step 1,419" in text(app, "#header")
         v = text(app, "#verdict")
-        assert "INPUT-BOUND" in v and "data wait 54% of step time" in v and "SM activity 39%" in v
+        # SM activity: the mean over the span of time the step window covers (the latest sample reads 39.0%)
+        assert "INPUT-BOUND" in v and "data wait 54% of step time" in v and "SM activity 40%" in v
+        assert "→ the loop waits for batches" in v and "high confidence" in v
         gpus = text(app, "#gpus")
         assert "GPU 0 NVIDIA H200" in gpus and "◆ target" in gpus and "318/700 W" in gpus
         assert "SM active" in gpus and "Tensor" in gpus and "DRAM bw" in gpus

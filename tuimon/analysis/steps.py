@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 # Record kinds and field positions: a copy of tuimon.channel.layout's, so this layer stays
 # stdlib-only (a test checks they agree).
-RANGE, STEP, DATA_WAIT, COUNT = 1, 2, 3, 4
+RANGE, STEP, DATA_WAIT, COUNT, PHASE, STEP_VALUE, GAUGE, SITE = 1, 2, 3, 4, 5, 6, 7, 8
 F_KIND, F_DEPTH, F_NAME, F_TID, F_STEP, F_T0, F_T1, F_VALUE = 0, 1, 3, 4, 5, 6, 7, 8
 
 
@@ -21,12 +21,16 @@ class StepRecord:
     index: int
     t0: int = 0
     t1: int = 0
+    tid: int = 0  # the thread that stepped
     data_wait_ns: int = 0
     ranges: dict[int, list[int]] = field(default_factory=dict)  # name id -> durations (ns), the first RANGE_SAMPLES
     range_n: dict[int, int] = field(default_factory=dict)  # name id -> how many ranges
     range_ns: dict[int, int] = field(default_factory=dict)  # name id -> their total time (ns)
     depth: dict[int, int] = field(default_factory=dict)  # name id -> shallowest depth seen
     counts: dict[int, float] = field(default_factory=dict)  # name id -> sum of values
+    phases: dict[int, float] = field(default_factory=dict)  # phase name id -> exclusive ns on the loop thread
+    values: dict[int, float] = field(default_factory=dict)  # name id -> a number about the step (GPU, syncs)
+    sites: dict[int, float] = field(default_factory=dict)  # sync call site name id -> estimated calls
 
     @property
     def duration_ns(self) -> int:
@@ -41,6 +45,7 @@ class StepAccumulator:
         self.completed: deque[StepRecord] = deque(maxlen=history)
         self._by_index: dict[int, StepRecord] = {}
         self.open: dict[int, StepRecord] = {}
+        self.gauges: dict[int, float] = {}  # name id -> latest value (GAUGE records)
 
     def _step(self, index: int) -> StepRecord:
         s = self._by_index.get(index) or self.open.get(index)
@@ -53,6 +58,9 @@ class StepAccumulator:
         done = 0
         for r in records:
             kind = r[F_KIND]
+            if kind == GAUGE:
+                self.gauges[r[F_NAME]] = r[F_VALUE]
+                continue
             s = self._step(r[F_STEP])
             if kind == RANGE:
                 nid, d = r[F_NAME], r[F_T1] - r[F_T0]
@@ -70,8 +78,14 @@ class StepAccumulator:
                 s.data_wait_ns += r[F_T1] - r[F_T0]
             elif kind == COUNT:
                 s.counts[r[F_NAME]] = s.counts.get(r[F_NAME], 0.0) + r[F_VALUE]
+            elif kind == PHASE:
+                s.phases[r[F_NAME]] = s.phases.get(r[F_NAME], 0.0) + r[F_VALUE]
+            elif kind == STEP_VALUE:  # (GPU values arrive a few steps late: the step is found by index)
+                s.values[r[F_NAME]] = r[F_VALUE]
+            elif kind == SITE:
+                s.sites[r[F_NAME]] = s.sites.get(r[F_NAME], 0.0) + r[F_VALUE]
             elif kind == STEP:
-                s.t0, s.t1 = r[F_T0], r[F_T1]
+                s.t0, s.t1, s.tid = r[F_T0], r[F_T1], r[F_TID]
                 self.open.pop(s.index, None)
                 if s.index not in self._by_index:
                     if len(self.completed) == self.completed.maxlen:

@@ -44,14 +44,17 @@ def _torch(path: str, status: CaptureStatus, timeout: float, cancel) -> CaptureS
     s = json.loads(done.stdout)
     lines = []
     steps = status.last_step - status.first_step + 1 if status.first_step >= 1 and status.last_step >= status.first_step else 0
+    per_step = kernel_us = None
     if s["kernels"]:
-        per = f", {s['kernels'] / steps:,.0f} per step" if steps else ""
-        lines.append(f"{s['kernels']:,} kernels{per}, {s['kernel_ms'] * 1e3 / s['kernels']:.1f} us each on average")
+        kernel_us = s["kernel_ms"] * 1e3 / s["kernels"]
+        per_step = s["kernels"] / steps if steps else None
+        per = f", {per_step:,.0f} per step" if per_step else ""
+        lines.append(f"{s['kernels']:,} kernels{per}, {kernel_us:.1f} us each on average")
     for title, key in (("top kernels by device time", "top_device"), ("top operators by self time on the host", "top_host_self")):
         if s[key]:
             lines.append(title + ":")
             lines += [f"  {r['ms']:>9.3f} ms  {r['calls']:>6}x  {safe_text(r['name'], 70)}" for r in s[key]]
-    return CaptureSummary("done", path, size, lines)
+    return CaptureSummary("done", path, size, lines, kernels_per_step=per_step, kernel_us=kernel_us)
 
 
 def _nsys(report: str, timeout: float, cancel) -> CaptureSummary:

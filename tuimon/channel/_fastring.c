@@ -42,6 +42,7 @@ _Static_assert(sizeof(Record) == 48, "layout.RECORD is 48 bytes");
 #endif
 
 #define KIND_RANGE 1
+#define KIND_MAX 8 /* layout.KINDS are 1..KIND_MAX (a test checks they agree) */
 
 static inline int64_t now_ns(void) {
     struct timespec ts;
@@ -386,7 +387,7 @@ static PyObject *fr_set_depth(PyObject *m, PyObject *arg) {
 
 /* unpack_records(data, first_seq) -> (list of layout.RECORD tuples, corrupt): keeps the records
  * whose sequence number is their position (first_seq, first_seq + 1, ...) and whose kind is known
- * (layout.KINDS: 1..4); the rest are counted. ring_py.unpack_records is the same in Python. */
+ * (layout.KINDS: 1..KIND_MAX); the rest are counted. ring_py.unpack_records is the same in Python. */
 static PyObject *fr_unpack_records(PyObject *m, PyObject *args) {
     Py_buffer buf;
     unsigned long long first;
@@ -402,7 +403,7 @@ static PyObject *fr_unpack_records(PyObject *m, PyObject *args) {
         Record r;
         memcpy(&r, (const char *)buf.buf + i * sizeof(Record), sizeof r);
         unsigned long long want = first + (unsigned long long)i;
-        if (want < first || r.seq != want || r.kind < 1 || r.kind > 4) { /* (want < first: wrapped) */
+        if (want < first || r.seq != want || r.kind < 1 || r.kind > KIND_MAX) { /* (want < first: wrapped) */
             corrupt++;
             continue;
         }

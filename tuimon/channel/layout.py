@@ -1,4 +1,4 @@
-"""Segment layout v1: the one source of truth for offsets, sizes and record formats.
+"""Segment layout v2: the one source of truth for offsets, sizes and record formats.
 
 A segment is one file in /dev/shm, written by the probe inside the training process and read by
 any number of monitors. Everything is little-endian. The layout:
@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 
 MAGIC = b"TUIMONCH"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2  # v2: record kinds PHASE, STEP_VALUE, GAUGE, SITE (the step's anatomy)
 
 PAGE = 4096
 HEADER_SIZE = PAGE
@@ -91,8 +91,13 @@ RANGE = 1  # a named range on a thread: t0..t1
 STEP = 2  # a step boundary: the step ran t0..t1
 DATA_WAIT = 3  # the loop blocked in next() on a DataLoader iterator: t0..t1
 COUNT = 4  # a counter increment (samples, tokens): value at t1
-KINDS = (RANGE, STEP, DATA_WAIT, COUNT)
-KIND_NAMES = {RANGE: "range", STEP: "step", DATA_WAIT: "data_wait", COUNT: "count"}
+PHASE = 5  # the loop thread's exclusive time in a phase (name) during the step: value ns, at t1
+STEP_VALUE = 6  # a number about the step (name: "sync.count", "gpu.step_ns", ...): value
+GAUGE = 7  # a level at t1, not tied to a step (name: "cuda.allocated", ...): value
+SITE = 8  # a device-to-host sync call site (name "file:line") during the step: value = estimated calls
+KINDS = (RANGE, STEP, DATA_WAIT, COUNT, PHASE, STEP_VALUE, GAUGE, SITE)  # _fastring.c: KIND_MAX
+KIND_NAMES = {RANGE: "range", STEP: "step", DATA_WAIT: "data_wait", COUNT: "count", PHASE: "phase",
+              STEP_VALUE: "step_value", GAUGE: "gauge", SITE: "site"}
 
 # Control block (offsets within it). The monitor writes the request; the probe the rest.
 CTL_REQUEST = struct.Struct("<QIId")  # seq, mode, steps, seconds

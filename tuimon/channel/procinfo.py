@@ -30,6 +30,17 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
+def thread_cpu_ticks(pid: int, tid: int) -> int | None:
+    """User + system CPU time of one thread of pid, in clock ticks (os.sysconf('SC_CLK_TCK'))."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    return int(fields[11]) + int(fields[12]) if len(fields) > 12 else None  # fields 14 and 15 of stat
+
+
 def is_zombie(pid: int) -> bool:
     fields = _stat_fields(pid)
     return bool(fields) and fields[0] in ("Z", "X")

@@ -122,7 +122,7 @@ class SegmentReader:
             end = off + length
         if (ctl_off, ctl_size, names_off, names_cap) != (L.CONTROL_OFFSET, L.CONTROL_SIZE,
                                                           L.NAMES_OFFSET, L.NAMES_CAPACITY):
-            raise bad("control block or name table not where layout v1 puts them")
+            raise bad(f"control block or name table not where layout v{L.LAYOUT_VERSION} puts them")
         if ring_off != L.RING_OFFSET:
             raise bad(f"ring at {ring_off}")
         if uid != file_uid:

@@ -11,11 +11,11 @@ from .codec import BadValue, from_json, to_json
 from .cycle import Cycle
 from .gpu import GpuProcess, GpuSample
 from .process import ProcessSample, ProcRow
-from .training import RangeRow, StepTimes, TrainingSnapshot
+from .training import GpuTimes, Memory, PhaseRow, RangeRow, StepTimes, Syncs, SyncSite, TrainingSnapshot
 from .values import NA, is_na, num, reason
 
 __all__ = [
-    "NA", "BadValue", "CaptureStatus", "CaptureSummary", "Cycle", "GpuProcess", "GpuSample", "ProcRow",
-    "ProcessSample", "RangeRow", "StepTimes", "TrainingSnapshot", "from_json", "is_na", "num", "reason",
-    "to_json",
+    "NA", "BadValue", "CaptureStatus", "CaptureSummary", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "Memory",
+    "PhaseRow", "ProcRow", "ProcessSample", "RangeRow", "StepTimes", "SyncSite", "Syncs", "TrainingSnapshot",
+    "from_json", "is_na", "num", "reason", "to_json",
 ]

@@ -12,6 +12,8 @@ class CaptureSummary:
     size: int | None = None
     lines: list[str] = field(default_factory=list)  # what a person reads: top kernels, operators, ranges
     error: str | None = None  # why it failed
+    kernels_per_step: float | None = None  # GPU kernels the window ran, per step (torch.profiler windows)
+    kernel_us: float | None = None  # their mean duration
 
 
 @dataclass(frozen=True)

@@ -32,3 +32,4 @@ class ProcessSample:
     procs: list[ProcRow] = field(default_factory=list)
     cpu_percent: float | None = None  # the whole tree
     rss: int | None = None  # the whole tree (RSS overlaps between forked processes)
+    loop_cpu: float | None = None  # % of one core used by the loop's thread (the thread that steps)

@@ -26,6 +26,53 @@ class RangeRow:
 
 
 @dataclass(frozen=True)
+class PhaseRow:
+    """A phase of the step on the loop thread: data, forward, backward, optimizer, sync or other."""
+
+    name: str
+    share: float  # of the window's step time (the phases of a step add up to it)
+    mean_ms: float  # per step
+
+
+@dataclass(frozen=True)
+class GpuTimes:
+    """The GPU side of the steps, from CUDA events (see tuimon/probe/gpu_timing.py)."""
+
+    steps: int  # steps measured in the window (short steps are sampled)
+    step_ms: float | None = None  # median GPU time between a step's boundary events
+    busy_share: float | None = None  # at least this share of step time the GPU had work queued
+    idle_share: float | None = None  # at most this share it had none (1 - busy_share)
+    lag_ms: float | None = None  # median queued GPU work when the host finished a step (0: the GPU waited)
+
+
+@dataclass(frozen=True)
+class SyncSite:
+    site: str  # file:line of the code that synced (the first frame outside torch and tuimon)
+    per_step: float  # estimated from sampled call sites
+
+
+@dataclass(frozen=True)
+class Syncs:
+    """Device-to-host syncs of the loop thread (.item(), .cpu(), torch.cuda.synchronize(), ...)."""
+
+    per_step: float
+    share: float  # of step time, blocked in them
+    mean_us: float  # one sync's wait
+    top: list[SyncSite] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The caching allocator's numbers for the loop's GPU (bytes), read every ~0.5 s."""
+
+    allocated: int | None = None
+    reserved: int | None = None
+    peak_allocated: int | None = None
+    alloc_retries: int | None = None  # cudaMalloc retries after freeing the cache: memory pressure
+    ooms: int | None = None
+
+
+@dataclass(frozen=True)
 class TrainingSnapshot:
     pid: int
     state: str = "alive"  # 'alive' | 'exited' | 'reused'
@@ -48,3 +95,9 @@ class TrainingSnapshot:
     records: int = 0
     dropped: int = 0  # records overwritten before this monitor read them, counted exactly
     corrupt: int = 0
+    phases: list[PhaseRow] = field(default_factory=list)  # the step's anatomy (empty: a probe without it)
+    gpu: GpuTimes | None = None
+    syncs: Syncs | None = None
+    memory: Memory | None = None
+    dataloader_workers: int | None = None
+    loop_tid: int | None = None  # the OS thread that steps

@@ -18,6 +18,9 @@ def view_json(view: View, asked_pid: int | None = None) -> dict:
     doc["channel"] = to_json(view.channel) if view.channel is not None else to_json(NA("not looked for"))
     if view.shown_why:
         doc["shown_why"] = view.shown_why
+    used, total = view.nvml_memory  # the allocator's numbers (from the probe) beside NVML's
+    doc["memory"] = {**(to_json(t.memory) if t is not None and t.memory else {}), "nvml_process_used": used,
+                     "gpu_total": total, "headroom": total - used if used is not None and total else None}
     doc["process"] = to_json(p)
     doc["gpus"] = [to_json(g.latest) for g in view.gpus]
     doc["target_gpus"] = view.target_gpus

@@ -77,6 +77,8 @@ class LiveSession:
                 self._drop_channel()
             if training is not None:
                 capture = self._capture(problems)
+                if self.procs is not None and training.pid == self.pid:
+                    self.procs.follow_loop(training.loop_tid)  # its CPU is read from the next cycle on
         return Cycle(t, process, gpus, training, capture, self.channel,
                      view.source.reader.info.pid if view is not None and self.shown_why else None,
                      self.shown_why, problems, note)

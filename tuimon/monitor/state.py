@@ -7,10 +7,13 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..analysis.verdict import Verdict, verdict
+from ..analysis.diagnosis import Verdict, diagnose
 from ..model import NA, CaptureStatus, Cycle, GpuSample, ProcessSample, TrainingSnapshot, num
+from . import evidence
 
-GPU_SERIES = ("sm_active", "tensor_active", "dram_bw", "power_w", "util_gpu", "util_mem", "mem_used")
+GPU_SERIES = ("sm_active", "tensor_active", "fp32_active", "fp16_active", "dram_bw", "power_w", "util_gpu",
+              "util_mem", "mem_used", "t")
+EVIDENCE_FIELDS = ("sm_active", "tensor_active", "fp32_active", "fp16_active", "dram_bw", "util_gpu")
 COLUMN_S = 5  # the main screen's sparklines: one column per 5 s, on one time axis for all of them
 COLUMNS = 240  # 20 min of columns
 
@@ -29,6 +32,7 @@ class _Column:
 
     gpu: dict[int, dict[str, list]] = field(default_factory=dict)
     step_ms: list[float] = field(default_factory=list)
+    gpu_step_ms: list[float] = field(default_factory=list)  # the window's GPU step time, per cycle
 
 
 def _mean(values: list) -> float | None:
@@ -59,6 +63,8 @@ class View:
     channel: str | NA | None = None  # the segment read, or why there is none
     shown_why: str | None = None  # why the process shown is not the one asked for
     step_columns: list = field(default_factory=list)  # median step time per COLUMN_S (None: no step ended)
+    gpu_step_columns: list = field(default_factory=list)  # the GPU side of the step, per COLUMN_S
+    nvml_memory: tuple = (None, None)  # (bytes NVML counts for the target's processes, total of its GPUs)
 
 
 class MonitorState:
@@ -107,6 +113,8 @@ class MonitorState:
             self.process = c.process
         if c.training is not None:
             col.step_ms.extend(self._add_steps(c.training))
+            if c.training.gpu is not None and c.training.gpu.step_ms is not None:
+                col.gpu_step_ms.append(c.training.gpu.step_ms)
             self.training = c.training
         if c.capture is not None:
             self.capture = c.capture
@@ -141,21 +149,45 @@ class MonitorState:
         return View(self.training, self.process, gpus, list(self._step_ms), self._verdict(),
                     self.target_gpus(), self.gpu_note, paused, self.capture,
                     [self.captures[k] for k in sorted(self.captures)], dict(self.problems), self.channel,
-                    self.shown_why, [_median(c.step_ms) for c in self._columns])
+                    self.shown_why, [_median(c.step_ms) for c in self._columns],
+                    [_median(c.gpu_step_ms) for c in self._columns], self._nvml_memory())
+
+    def _nvml_memory(self) -> tuple:
+        """What NVML counts for the target's processes on its GPUs, and those GPUs' total."""
+        pids = {r.pid for r in self.process.procs} if self.process else set()
+        if self.training is not None:
+            pids.add(self.training.pid)
+        used = total = None
+        for i in self.target_gpus():
+            s = self.gpus[i]
+            if isinstance(s.processes, list):
+                mine = [p.gpu_mem for p in s.processes if p.pid in pids and p.gpu_mem is not None]
+                if mine:
+                    used = (used or 0) + sum(mine)
+            if num(s.mem_total) is not None:
+                total = (total or 0) + s.mem_total
+        return used, total
 
     def _gpu_columns(self, i: int) -> dict[str, list]:
         return {f: [_mean(c.gpu[i][f]) if i in c.gpu else None for c in self._columns] for f in GPU_SERIES}
 
     def _verdict(self) -> Verdict:
-        t = self.training
         used = self.target_gpus() or sorted(self.gpus)
-        busy, coarse = [], False
-        for i in used:
-            s = self.gpus[i]
-            v = num(s.sm_active)
-            if v is None and num(s.util_gpu) is not None:
-                v, coarse = num(s.util_gpu), True
-            if v is not None:
-                busy.append(v)
-        return verdict(t.window_steps if t else 0, t.data_wait_share if t else None,
-                       sum(busy) / len(busy) if busy else None, coarse)
+        span_ns = evidence.window_span_s(self.training) * 1e9
+        means: dict[str, float | None] = {}
+        for f in EVIDENCE_FIELDS:  # the target GPUs' mean over the span the step window covers
+            per_gpu = [m for i in used if (m := self._window_mean(i, f, span_ns)) is not None]
+            means[f] = sum(per_gpu) / len(per_gpu) if per_gpu else None
+        gpm = any(self.gpus[i].gpm for i in used)
+        has_channel = self.training is not None or not isinstance(self.channel, NA)
+        return diagnose(evidence.build(self.training, self.process, means, gpm,
+                                       [self.captures[k] for k in sorted(self.captures)], has_channel))
+
+    def _window_mean(self, i: int, f: str, span_ns: float) -> float | None:
+        hist = self._gpu_hist.get(i)
+        if not hist or not hist["t"]:
+            return None
+        since = hist["t"][-1] - span_ns
+        vals = [v for t, v in zip(reversed(hist["t"]), reversed(hist[f]), strict=True) if t is not None and t >= since
+                and v is not None]
+        return sum(vals) / len(vals) if vals else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ..analysis import summary
+from ..analysis import anatomy, summary
 from ..analysis.steps import StepAccumulator
 from ..model import TrainingSnapshot
 from ..sources.channel import ChannelSource
@@ -52,6 +52,12 @@ class TrainingView:
             records=self.source.records_read,
             dropped=r.total_lost,
             corrupt=r.total_corrupt,
+            phases=anatomy.phases(steps, name),
+            gpu=anatomy.gpu_times(steps, name),
+            syncs=anatomy.syncs(steps, name),
+            memory=anatomy.memory(self.steps.gauges, name),
+            dataloader_workers=anatomy.dataloader_workers(self.steps.gauges, name),
+            loop_tid=steps[-1].tid if steps else None,
         )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import sys
 import threading
 import time
 
@@ -192,9 +193,21 @@ def _program() -> str:
     return program_name(procinfo.cmdline(os.getpid()) or ["job"])
 
 
+MEMORY_EVERY_S = 0.5
+
+
 def control_thread(capturer: Capturer, writer, stop: threading.Event, period: float = 0.2) -> None:
-    """Polls the control block and keeps the heartbeat, until the process ends."""
+    """Polls the control block, keeps the heartbeat and reads the GPU memory gauges, until the
+    process ends."""
+    memory_at = 0.0
     while not stop.wait(period):
+        if memory_at is not None and time.monotonic() - memory_at >= MEMORY_EVERY_S:
+            memory_at = time.monotonic()
+            try:
+                capturer.probe.sample_memory()
+            except Exception as e:  # noqa: BLE001 - no memory gauges then, said once
+                print(f"tuimon: GPU memory gauges off: {type(e).__name__}: {e}", file=sys.stderr)
+                memory_at = None
         try:
             capturer.poll()
             writer.heartbeat(time.monotonic_ns())

@@ -1,7 +1,7 @@
 """The probe inside the training process: ranges, steps, data waits, counters.
 
-Hot path: tuimon.range is channel.ring.Range (C when built). What is here runs per step or per
-push/pop-style range. Nothing here may raise into the training loop, block on the monitor, or
+Hot path: tuimon.range is channel.ring.Range (C when built). What is here runs per step, per
+push/pop-style range, per phase change or per device-to-host sync (anatomy.py). Nothing here may raise into the training loop, block on the monitor, or
 import torch. Nesting depth per thread lives in channel.ring, shared by every kind of range.
 """
 
@@ -15,8 +15,12 @@ from time import monotonic_ns as _now
 from ..channel import layout as L
 from ..channel import ring
 from ..channel.writer import SegmentWriter
+from .anatomy import DATA, OTHER, Anatomy
 
 _tls = threading.local()
+MEMORY_STATS = (("cuda.allocated", "allocated_bytes.all.current"), ("cuda.reserved", "reserved_bytes.all.current"),
+                ("cuda.peak_allocated", "allocated_bytes.all.peak"), ("cuda.alloc_retries", "num_alloc_retries"),
+                ("cuda.ooms", "num_ooms"))
 
 
 def open_ranges() -> list:
@@ -45,6 +49,10 @@ class Probe:
         self._nvtx_attrs: dict = {}
         self.capturer = None  # capture windows (probe/capture.py), set by instrument()
         self._bad_count_said = False
+        self.thread_id = ring.thread_id
+        self.anatomy = Anatomy(self.emit, self.intern, ring.thread_id)
+        self.roots = None  # torch_hooks.ModuleRoots, once torch is imported
+        self.gpu = None  # gpu_timing.GpuTiming, once torch is imported and has CUDA
 
     # -- ranges ---------------------------------------------------------------------------------
 
@@ -108,17 +116,58 @@ class Probe:
                 return
             self.mode = "auto"
         t0 = self.step_t0 or self.created_ns
-        self.emit(L.STEP, 0, 0, ring.thread_id(), self.step_no, t0, t1, 0.0)
-        self.writer.set_steps(self.step_no, t1)
+        step = self.step_no
+        a = self.anatomy
+        if threading.get_ident() != a.loop:  # this thread steps: it is the loop
+            a.loop, a.stack = threading.get_ident(), [OTHER]
+        self.emit(L.STEP, 0, 0, ring.thread_id(), step, t0, t1, 0.0)
+        syncs = a.sync_spans
+        a.close(step, t1)
+        self.writer.set_steps(step, t1)
         self.step_no += 1
         self.step_t0 = t1
+        if self.gpu is not None:
+            self.gpu.boundary(step, t0, t1, syncs)
+        if self.roots is not None:
+            self.roots.on_step(step)
         if self.capturer is not None:
-            self.capturer.on_step(self.step_no - 1)
+            self.capturer.on_step(step)
 
-    def data_wait(self, t0: int, t1: int) -> None:
+    def data_start(self, t0: int, workers: int | None = None) -> None:
+        """The loop asks a DataLoader for a batch (workers: the loader's worker count, said once
+        per iterator)."""
         if not self.step_t0:
             self.step_t0 = t0  # the first step starts at its first batch, not at import time
+            self.anatomy.restart(t0)
+        self.anatomy.enter(DATA, t0)
+        if workers is not None:
+            self.emit(L.GAUGE, 0, self.intern("dataloader.workers"), ring.thread_id(), self.step_no, 0, t0,
+                      float(workers))
+
+    def data_wait(self, t0: int, t1: int) -> None:
+        """...and got it at t1."""
+        self.anatomy.exit(DATA, t1)
         self.emit(L.DATA_WAIT, ring.depth(), 0, ring.thread_id(), self.step_no, t0, t1, 0.0)
+
+    def synced(self, t0: int, t1: int) -> None:
+        """The loop thread was blocked t0..t1 waiting for the GPU (a device-to-host sync)."""
+        self.anatomy.sync(t0, t1, sys._getframe(1))
+        if self.gpu is not None:
+            self.gpu.after_sync()
+
+    def sample_memory(self) -> None:
+        """The caching allocator's numbers for the loop's GPU, as gauges. Called by the control
+        thread (~every 0.5 s: torch.cuda.memory_stats() costs ~90 us), never by the loop."""
+        torch = sys.modules.get("torch")
+        gpu = self.gpu
+        if torch is None or gpu is None or gpu.device is None or not torch.cuda.is_initialized():
+            return
+        stats = torch.cuda.memory_stats(gpu.device)
+        t, tid = _now(), ring.thread_id()
+        for name, key in MEMORY_STATS:
+            v = stats.get(key)
+            if isinstance(v, int):
+                self.emit(L.GAUGE, 0, self.intern(name), tid, self.step_no, 0, t, float(v))
 
     def count(self, name: str, n: float) -> None:
         t = _now()

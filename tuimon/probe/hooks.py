@@ -1,7 +1,7 @@
 """Hooks that make existing code visible with no change to it:
 
-- torch: the time the loop blocks in next() on any DataLoader iterator (data wait), steps from
-  torch's global optimizer step hooks, and torch.cuda.nvtx.range_push/range_pop/range;
+- torch: data waits, steps and the step's phases (torch_hooks.py), and
+  torch.cuda.nvtx.range_push/range_pop/range;
 - nvtx: nvtx.annotate (context manager and decorator), nvtx.push_range / nvtx.pop_range.
 
 Modules imported after instrument() are patched as their import finishes (a meta-path finder,
@@ -15,7 +15,6 @@ import functools
 import importlib.abc
 import importlib.util
 import sys
-from time import monotonic_ns as _now
 
 _probe = None  # the Probe that patched functions report to; None after a fork
 _patched: set[str] = set()
@@ -26,6 +25,10 @@ def install(probe) -> None:
     _probe = probe
     for name in _PATCHES:
         if name in sys.modules:
+            if name == "torch" and name in _patched:  # patched for an earlier probe: attach this one
+                from . import torch_hooks
+
+                torch_hooks.attach(probe, sys.modules["torch"])
             _apply(name, sys.modules[name])
         elif name not in _patched and not any(isinstance(f, _PostImportFinder) for f in sys.meta_path):
             sys.meta_path.insert(0, _PostImportFinder())
@@ -85,32 +88,9 @@ class _PatchingLoader(importlib.abc.Loader):
 
 
 def _patch_torch(torch) -> None:
-    from torch.utils.data import dataloader  # (torch is fully imported when this runs)
+    from . import torch_hooks
 
-    it = dataloader._BaseDataLoaderIter
-    if not getattr(it.__next__, "_tuimon", False):
-        orig_next = it.__next__
-
-        def __next__(self):
-            t0 = _now()
-            try:
-                return orig_next(self)
-            finally:
-                p = _probe
-                if p is not None:
-                    p.data_wait(t0, _now())
-
-        __next__._tuimon = True
-        it.__next__ = __next__
-
-    def on_optimizer_step(optimizer, args, kwargs):
-        p = _probe
-        if p is not None:
-            p.step(explicit=False, optimizer=optimizer)
-
-    from torch.optim.optimizer import register_optimizer_step_post_hook
-
-    register_optimizer_step_post_hook(on_optimizer_step)
+    torch_hooks.patch(torch)
     import torch.cuda.nvtx
 
     _patch_torch_nvtx(torch.cuda.nvtx)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import psutil
 
 from ..channel import procinfo
 from ..model import NA, ProcessSample, ProcRow
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 class ProcessSampler:
@@ -20,6 +23,8 @@ class ProcessSampler:
         self._procs: dict[int, psutil.Process] = {}
         self.exited_at: float | None = None  # wall-clock time we first saw it gone
         self.exit_code: int | None = None
+        self.loop_tid: int | None = None  # the target's thread that steps, when the channel says
+        self._loop_cpu: tuple | None = None  # (tid, ticks, monotonic s) at the last sample
         try:
             self._target = self._procs[pid] = psutil.Process(pid)
             self._target.cpu_percent(None)  # prime: the first reading is relative to this
@@ -55,7 +60,25 @@ class ProcessSampler:
             self.pid, t, procs=rows,
             cpu_percent=round(sum(r.cpu_percent for r in rows if isinstance(r.cpu_percent, float)), 1),
             rss=sum(r.rss for r in rows if isinstance(r.rss, int)),
+            loop_cpu=self._loop_thread_cpu(),
         )
+
+    def follow_loop(self, tid: int | None) -> None:
+        """The loop's thread (from the channel): its first CPU reading is taken now."""
+        if tid != self.loop_tid:
+            self.loop_tid = tid
+            self._loop_thread_cpu()
+
+    def _loop_thread_cpu(self) -> float | None:
+        """% of one core the loop's thread used since the last sample."""
+        tid = self.loop_tid
+        if tid is None:
+            return None
+        ticks, now = procinfo.thread_cpu_ticks(self.pid, tid), time.monotonic()
+        last, self._loop_cpu = self._loop_cpu, (tid, ticks, now) if ticks is not None else None
+        if ticks is None or last is None or last[0] != tid or now <= last[2]:
+            return None
+        return round(100.0 * (ticks - last[1]) / _CLK_TCK / (now - last[2]), 1)
 
 
     def _row(self, pid: int, role: str) -> ProcRow | None:

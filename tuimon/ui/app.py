@@ -14,7 +14,7 @@ from ..channel import ChannelError
 from ..channel.control import MAX_STEPS
 from ..monitor.state import MonitorState
 from . import partial_updates
-from .screens import CapturesScreen, GpuScreen, HelpScreen, MainScreen, RangesScreen
+from .screens import CapturesScreen, ExplainScreen, GpuScreen, HelpScreen, MainScreen, RangesScreen
 
 
 class TuimonApp(App):
@@ -23,6 +23,7 @@ class TuimonApp(App):
     BINDINGS = [
         Binding("q", "quit", "quit"),
         Binding("p", "pause", "pause"),
+        Binding("e", "explain", "why"),
         Binding("r", "ranges", "ranges"),
         Binding("g", "gpu", "GPU detail"),
         Binding("c", "capture", "capture"),
@@ -103,6 +104,10 @@ class TuimonApp(App):
 
     def action_ranges(self) -> None:
         self.push_screen(RangesScreen())
+        self.call_after_refresh(self.redraw)
+
+    def action_explain(self) -> None:
+        self.push_screen(ExplainScreen())
         self.call_after_refresh(self.redraw)
 
     def action_gpu(self) -> None:

@@ -7,14 +7,15 @@ import time
 
 from rich.text import Text
 
-from ..analysis.verdict import Verdict
+from ..analysis.diagnosis import Verdict
 from ..capture.client import window_steps
 from ..channel.text import safe_text
 from ..model import NA, num
 from ..monitor.state import GpuView, View
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
-VERDICT_STYLE = {"input-bound": "bold yellow", "gpu-bound": "bold green", "host-bound": "bold red",
+VERDICT_STYLE = {"input-bound": "bold yellow", "sync-bound": "bold red", "host-bound": "bold red",
+                 "memory-bound": "bold magenta", "compute-bound": "bold green", "healthy": "bold green",
                  "mixed": "bold", "waiting": "dim"}
 
 
@@ -101,10 +102,15 @@ def header(view: View, source_label: str) -> Text:
 
 
 def verdict_line(v: Verdict) -> Text:
+    """The verdict, its numbers, and on a second line the next step (e: every rule, explained)."""
     out = Text()
     out.append(f" {v.headline.upper()} ", VERDICT_STYLE.get(v.code, "bold") + " reverse")
     out.append("  ")
-    out.append(v.evidence)
+    out.append(safe_text(v.evidence, 300))
+    out.append("\n→ ", "bold")
+    out.append(safe_text(v.next_step, 400))
+    if v.code != "waiting":
+        out.append(f"  ({v.confidence} confidence; e: why)", "dim")
     return out
 
 
@@ -201,10 +207,19 @@ def steps_panel(view: View, width: int) -> Text:
     out = Text()
     stats = f" p50 {st.p50:.1f}  p95 {st.p95:.1f}  p99 {st.p99:.1f} ms  (last {t.window_steps} steps)"
     series = view.step_columns or view.step_ms
-    spark_w = max(8, width - len(stats) - 1)
-    hi = max([v for v in series[-spark_w:] if v is not None] or [1.0])
+    spark_w = max(8, width - len(stats) - 6)
+    hi = max([v for v in series[-spark_w:] if v is not None] + [v for v in view.gpu_step_columns[-spark_w:]
+                                                                 if v is not None] or [1.0])
+    out.append("host ", "dim")
     out.append(spark(series, spark_w, hi=hi), "cyan")
     out.append(stats)
+    g = t.gpu
+    if g is not None:
+        out.append("\nGPU  ", "dim")
+        out.append(spark(view.gpu_step_columns, spark_w, hi=hi), "green")
+        step = f" p50 {g.step_ms:.1f} ms" if g.step_ms is not None else " n/a"
+        lag = f" · lag at step end {g.lag_ms:.1f} ms" if g.lag_ms is not None else ""
+        out.append(f"{step} · busy >= {g.busy_share:.0%} of the step{lag}  ({g.steps} steps, CUDA events)")
     return out
 
 
@@ -219,39 +234,62 @@ def no_channel_text(view: View) -> Text:
     return out
 
 
-def breakdown_panel(view: View, width: int) -> Text:
+PHASE_STYLE = {"data": "yellow", "forward": "blue", "backward": "magenta", "optimizer": "cyan", "sync": "red",
+               "comm": "green", "other": "grey50"}
+FILLS = "█▓▒░▚▞▙▟"  # without colour (NO_COLOR) each part of the bar gets its own fill
+
+
+def stacked_bar(parts: list[tuple[str, float, str]], width: int, plain: bool) -> Text:
+    """(label, share, style) as one bar of width cells, and a legend that wraps between items.
+    Cumulative rounding: one share moving moves only its own edges."""
+    out, cum, start = Text(), 0.0, 0
+    for k, (_, frac, style) in enumerate(parts):
+        cum += frac
+        end = min(width, round(cum * width))
+        out.append((FILLS[k % len(FILLS)] if plain else "█") * (end - start), style)
+        start = end
+    out.append("\n")
+    used = 0
+    for k, (label, frac, style) in enumerate(parts):
+        item = f"{FILLS[k % len(FILLS)] if plain else '■'} {label} {frac:.0%}   "
+        if used and used + len(item) > width + 2:
+            out.append("\n")
+            used = 0
+        out.append(item[:2], style)
+        out.append(item[2:-len(f" {frac:.0%}   ")])
+        out.append(f" {frac:.0%}   ", "bold")
+        used += len(item)
+    return out
+
+
+def breakdown_panel(view: View, width: int, plain: bool = False) -> Text:
+    """The step's phases on the loop thread (with the user's own top-level ranges beside them),
+    or, from a probe without phases, data wait, top-level ranges and the unaccounted rest."""
     t = view.training
     if t is None:
         return Text("needs the probe (see above)", "dim")
-    parts = t.breakdown
-    if not parts:
-        return Text("not enough steps yet", "dim")
-    out = Text()
-    colors = ["yellow", "green", "magenta", "blue", "cyan", "red", "white"]
     bar_w = max(10, width - 2)
-    bar = Text()
-    items = list(parts.items())
-    cum, start = 0.0, 0
-    for k, (name, share) in enumerate(items):  # cumulative rounding: one share moving moves only its edges
-        color = "grey50" if name == "unaccounted" else colors[k % len(colors)]
-        cum += share
-        end = min(bar_w, round(cum * bar_w))
-        bar.append("█" * (end - start), color)
-        start = end
-    out.append_text(bar)
-    out.append("\n")
-    used = 0
-    for k, (name, share) in enumerate(items):  # the legend wraps between items, never inside one
-        color = "grey50" if name == "unaccounted" else colors[k % len(colors)]
-        label = safe_text(str("data wait" if name == "data_wait" else name), 30)
-        item_w = 2 + len(label) + len(f" {share:.0%}") + 3
-        if used and used + item_w > width:
-            out.append("\n")
-            used = 0
-        out.append("■ ", color)
-        out.append(label)
-        out.append(f" {share:.0%}   ", "bold")
-        used += item_w
+    if t.phases:
+        out = stacked_bar([(p.name, p.share, PHASE_STYLE.get(p.name, "white")) for p in t.phases], bar_w, plain)
+        per_step = "  ".join(f"{p.name} {p.mean_ms:.1f}" for p in t.phases)
+        out.append(f"\nms per step: {per_step}", "dim")
+        ranges = [r for r in t.ranges if r.depth == 0 and r.share]
+        if ranges:
+            out.append("\nyour ranges: ", "dim")
+            out.append(" · ".join(f"{safe_text(r.name, 30)} {r.share:.0%}" for r in ranges[:8]))
+    elif t.breakdown:
+        colors = ["yellow", "green", "magenta", "blue", "cyan", "red", "white"]
+        parts = [("data wait" if name == "data_wait" else safe_text(name, 30), frac,
+                  "grey50" if name == "unaccounted" else colors[k % len(colors)])
+                 for k, (name, frac) in enumerate(t.breakdown.items())]
+        out = stacked_bar(parts, bar_w, plain)
+    else:
+        return Text("not enough steps yet", "dim")
+    if t.syncs and t.syncs.per_step:
+        out.append(f"\nsyncs: {t.syncs.per_step:,.1f} per step, {t.syncs.mean_us:,.0f} us each", "dim")
+        if t.syncs.top:
+            out.append(" · " + " · ".join(f"{safe_text(s.site, 50)} {s.per_step:,.1f}/step" for s in t.syncs.top[:3]),
+                       "dim")
     if t.dropped:
         out.append(f"\n{t.dropped:,} records dropped (ring overrun)", "yellow")
     return out
@@ -285,7 +323,28 @@ def process_panel(view: View) -> Text:
         out.append(f"  CPU {cpu:.0f}%  RSS {human_bytes(rss)}")
         per = "  ".join(f"{r.pid}:{r.cpu_percent:.0f}%" for r in children[:6] if num(r.cpu_percent) is not None)
         out.append(f"  ({per})", "dim")
+    if p.loop_cpu is not None:
+        out.append(f"\nloop thread CPU {p.loop_cpu:.0f}%", "dim")
+    mem = memory_line(view)
+    if mem:
+        out.append("\n" + mem)
     return out
+
+
+def memory_line(view: View) -> str:
+    """GPU memory: the caching allocator's numbers beside NVML's for the process, and headroom."""
+    m = view.training.memory if view.training else None
+    used, total = view.nvml_memory
+    parts = []
+    if m is not None:
+        parts.append(f"GPU memory: allocated {human_bytes(m.allocated)} · reserved {human_bytes(m.reserved)}"
+                     f" · peak {human_bytes(m.peak_allocated)}")
+        if m.alloc_retries:
+            parts.append(f"{m.alloc_retries} allocator retries (memory pressure)")
+    if used is not None:
+        parts.append(f"NVML: {human_bytes(used)} for the process" + (f" of {human_bytes(total)}, "
+                     f"{human_bytes(total - used)} headroom" if total else ""))
+    return " · ".join(parts)
 
 
 def value(v) -> str:
@@ -346,4 +405,30 @@ def capture_panel(view: View, steps: int) -> Text:
             out.append("\n  " + safe_text(s.error, 200), "red")
         for line in (s.lines if s else [])[:4]:
             out.append("\n  " + safe_text(str(line), 110), "dim")
+    return out
+
+
+def explain(v: Verdict, width: int) -> Text:
+    """Every rule of the diagnosis, in the order they are tried: its checks (value, threshold,
+    result, where the threshold comes from) and why it fired or not. The first that fires decides."""
+    out = Text()
+    out.append(f" {v.headline.upper()} ", VERDICT_STYLE.get(v.code, "bold") + " reverse")
+    out.append(f"  {v.confidence} confidence\n", "dim")
+    out.append(safe_text(v.evidence, 400) + "\n")
+    out.append("→ ", "bold")
+    out.append(safe_text(v.next_step, 600) + "\n\n")
+    out.append("The rules, in the order they are tried (the first that fires decides):\n", "bold")
+    decided = False
+    for rule in v.rules:
+        mark, style = ("✓", "bold green") if rule.fired else ("·", "dim")
+        if rule.fired and not decided:
+            mark, decided = "▶", True
+        out.append(f"\n{mark} {rule.title}", style)
+        out.append(f" — {safe_text(rule.why, 300)}\n")
+        for ch in rule.checks:
+            res = {True: "yes", False: "no", None: "n/a"}[ch.passed]
+            out.append(f"    {ch.what}: {ch.value} {ch.test}".rstrip() + f"  → {res}\n",
+                       "" if ch.passed else "dim")
+            if ch.source:
+                out.append(f"      {safe_text(ch.source, 500)}\n", "dim")
     return out

@@ -45,7 +45,7 @@ class MainScreen(Screen):
         steps = q("#steps", Panel)
         steps.show(render.steps_panel(view, steps.text_width))
         bd = q("#breakdown", Panel)
-        bd.show(render.breakdown_panel(view, bd.text_width))
+        bd.show(render.breakdown_panel(view, bd.text_width, plain=self.app.no_color))
         q("#process", Panel).show(render.process_panel(view))
         q("#capture", Panel).show(render.capture_panel(view, self.app.capture_steps))
 
@@ -191,10 +191,27 @@ class CapturesScreen(Screen):
         self.query_one("#capture-summary", Panel).show(Text("\n".join(safe_text(str(x), 120) for x in lines)))
 
 
+class ExplainScreen(Screen):
+    """Why the verdict says what it says: every rule, its numbers and thresholds."""
+
+    BINDINGS = [Binding("escape,e", "app.pop_screen", "back")]
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(" The verdict, explained (esc: back)", "bold"))
+        with VerticalScroll():
+            yield Panel(id="explain", classes="box")
+        yield Footer()
+
+    def show_view(self, view: View, label: str) -> None:
+        panel = self.query_one("#explain", Panel)
+        panel.show(render.explain(view.verdict, panel.text_width))
+
+
 class HelpScreen(ModalScreen):
     BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "close")]
     TEXT = """tuimon keys
 
+  e    the verdict explained: every rule, its numbers and thresholds
   r    ranges: every range with count, mean, p95 and share (s: sort)
   g    GPU detail: longer histories (n: next GPU)
   p    pause / resume the display (sampling goes on)
@@ -204,10 +221,10 @@ class HelpScreen(ModalScreen):
   ?    this help
   q    quit (the training process is never touched)
 
-The verdict: input-bound when the loop waits for data (>= 5% moderate,
->= 20% high, TensorBoard's anchors), GPU-bound when SM activity is >= 80%,
-host-bound when both are low. "coarse" marks GPUs without GPM, where only
-kernel-busy time is known."""
+The verdict (e explains it): input-bound, GPU memory- or compute-bound,
+healthy, sync-bound, host-bound, or no single bottleneck; each with the
+numbers that decided it and a next step. "coarse" marks GPUs without GPM,
+where only kernel-busy time is known."""
 
     def compose(self) -> ComposeResult:
         yield Static(Text(self.TEXT), id="help")

@@ -1,0 +1,91 @@
+"""The step's anatomy with no code change, against real training loops on the CPU (CI has no
+GPU: the GPU classes run on the GPU machine, tests/gpu/check_diagnosis.py): each phase matches the
+loop's own timers, the phases add up to the step, and the verdict names the planted cause."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT, tuimon_cmd, wait_for
+
+PLANTED = str(ROOT / "tests" / "workloads" / "planted.py")
+PHASES = ("data", "forward", "backward", "optimizer", "sync", "other")
+
+
+def run_planted(kind: str, tmp_path, seconds: float = 9, attach_after: float = 6):
+    """Run a planted loop under `tuimon run` (no tuimon import in it); attach --once --json while it
+    runs; return (tuimon's snapshot, the loop's own truth at about the same moment)."""
+    truth_path = tmp_path / f"{kind}.truth.json"
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, PLANTED, kind, "--seconds", seconds,
+                                      "--truth", truth_path, "--device", "cpu"), stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "training"
+        time.sleep(attach_after)
+        p = subprocess.run(tuimon_cmd("attach", job.pid, "--once", "--json"), capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0, p.stderr
+        truth = json.loads(truth_path.read_text())
+    finally:
+        job.kill()
+        job.wait()
+    return json.loads(p.stdout), truth
+
+
+@pytest.mark.parametrize("kind", ["phases", "lightning", "python"])
+def test_phases_match_the_loops_own_timers(kind, shm_dir, tmp_path):
+    """phases: one forward and backward per step; lightning: forward and backward inside
+    optimizer.step(closure), two micro-batches per step; python: 30 ms of Python outside the model."""
+    snap, truth = run_planted(kind, tmp_path)
+    assert snap["window_steps"] >= 5 and truth["steps"] >= 5
+    shares = {p["name"]: p["share"] for p in snap["phases"]}
+    assert abs(sum(shares.values()) - 1) <= 0.05  # the phases account for the step
+    for name in PHASES:
+        assert abs(shares.get(name, 0.0) - truth["shares"][name]) <= 0.05, (name, shares, truth["shares"])
+    mean_ms = {p["name"]: p["mean_ms"] for p in snap["phases"]}
+    assert abs(sum(mean_ms.values()) - snap["step_time_ms"]["mean"]) <= 0.05 * snap["step_time_ms"]["mean"]
+    assert snap["syncs"] == {"per_step": 0.0, "share": 0.0, "mean_us": 0.0, "top": []}  # CPU tensors: no syncs
+    v = snap["verdict"]
+    if kind == "python":
+        assert v["code"] == "host-bound" and v["headline"] == "host-bound: Python outside the model"
+        assert "move it off the loop" in v["next_step"] and v["confidence"] == "low"  # no GPU metrics here
+    else:  # the planted 10 ms batch made in the loop is >= 20% of the step
+        assert v["code"] == "input-bound" and v["next_step"].startswith("num_workers=0")
+
+
+def test_input_bound_with_idle_workers_names_them(shm_dir, tmp_path):
+    snap, truth = run_planted("input", tmp_path)
+    assert abs(snap["data_wait_share"] - truth["shares"]["data"]) <= 0.05
+    v = snap["verdict"]
+    assert v["code"] == "input-bound" and v["confidence"] == "high"
+    # the workers sleep (I/O-like), so they are not busy: the fix is not "more CPU"
+    assert v["next_step"].startswith("num_workers=2, the workers at") and "wait on I/O" in v["next_step"]
+    assert snap["dataloader_workers"] == 2
+    rules = {r["code"]: r for r in v["rules"]}
+    assert rules["input-high"]["fired"] and rules["input-high"]["checks"][0]["test"] == ">= 20%"
+    assert "TensorBoard" in rules["input-high"]["checks"][0]["source"]
+
+
+def test_the_loop_threads_cpu_is_read(shm_dir, tmp_path):
+    snap, _ = run_planted("python", tmp_path)
+    # the loop spins 30 ms of each ~35 ms step on one core
+    assert snap["process"]["loop_cpu"] is not None and snap["process"]["loop_cpu"] > 60
+    assert "loop thread at" in snap["verdict"]["evidence"]
+
+
+def test_a_job_without_phases_still_shows_its_steps(shm_dir):
+    """An explicit tuimon.step() loop with no torch: steps and the 'other' phase only."""
+    code = "import time, tuimon; tuimon.instrument(); print('training', flush=True)\n" \
+           "for _ in range(400): time.sleep(0.01); tuimon.step()"
+    job = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "training"
+        snap = wait_for(lambda: (s := json.loads(subprocess.run(tuimon_cmd("attach", job.pid, "--once", "--json"),
+                                                               capture_output=True, text=True).stdout))["steps"] > 10 and s,
+                        what="steps")
+        assert [p["name"] for p in snap["phases"]] == ["other"] and snap["phases"][0]["share"] == 1.0
+    finally:
+        job.kill()
+        job.wait()

@@ -1,0 +1,95 @@
+"""The diagnosis rules on hand-made evidence, on both sides of every threshold."""
+
+import pytest
+
+from tuimon.analysis import thresholds as T
+from tuimon.analysis.diagnosis import Evidence, diagnose
+from tuimon.model import to_json
+
+HOST = dict(steps=50, step_ms=40.0, data_share=0.01, phases={"forward": 0.3, "backward": 0.3, "optimizer": 0.05,
+                                                                "other": 0.35}, sync_share=0.0, sync_per_step=0.0)
+
+
+def gpm(sm, tensor=5.0, dram=10.0, fp32=2.0, fp16=1.0):
+    return dict(gpm=True, sm_active=sm, tensor_active=tensor, dram_bw=dram, fp32_active=fp32, fp16_active=fp16)
+
+
+@pytest.mark.parametrize("evidence, code, headline", [
+    (dict(steps=3, data_share=0.5), "waiting", "not enough data yet"),
+    (dict(has_channel=False), "waiting", "no loop timings"),
+    ({**HOST, "data_share": 0.25, **gpm(95)}, "input-bound", "input-bound"),  # input first: it hides the rest
+    ({**HOST, **gpm(97, tensor=3, dram=88)}, "memory-bound", "GPU memory-bound"),
+    ({**HOST, **gpm(96, tensor=93, dram=17)}, "compute-bound", "GPU compute-bound (tensor)"),
+    ({**HOST, **gpm(99, tensor=0, dram=20, fp32=85)}, "compute-bound", "GPU compute-bound (FP32)"),
+    ({**HOST, **gpm(90, tensor=45, dram=40)}, "healthy", "healthy: the GPU is busy"),
+    ({**HOST, **gpm(90, tensor=65, dram=60)}, "healthy", "healthy: the GPU is busy"),  # balanced: no unit leads by 10
+    ({**HOST, "data_share": 0.08, **gpm(40)}, "input-bound", "input-bound (moderate)"),
+    ({**HOST, "sync_share": 0.25, "sync_per_step": 1.0, "phases": {"sync": 0.25, "other": 0.7}, **gpm(25)},
+     "sync-bound", "sync-bound"),
+    ({**HOST, "sync_share": 0.08, "sync_per_step": 300.0, **gpm(30)}, "sync-bound", "sync-bound"),
+    ({**HOST, **gpm(20), "loop_cpu": 99.0}, "host-bound", "host-bound: launches and Python in the model"),
+    ({**HOST, "phases": {"forward": 0.05, "other": 0.95}, **gpm(10), "loop_cpu": 99.0}, "host-bound",
+     "host-bound: Python outside the model"),
+    ({**HOST, **gpm(10), "loop_cpu": 20.0}, "host-bound", "host-bound: the loop waits elsewhere"),
+    ({**HOST, **gpm(65)}, "mixed", "no single bottleneck"),
+])
+def test_each_class_and_its_headline(evidence, code, headline):
+    v = diagnose(Evidence(**evidence))
+    assert (v.code, v.headline) == (code, headline), v.evidence
+    assert v.next_step and v.confidence in ("high", "medium", "low")
+    assert len(v.rules) == 8 and len({r.code for r in v.rules}) == 8
+
+
+def test_the_sync_rule_needs_an_idle_gpu_for_moderate_syncs():
+    """5-20% of the step in syncs is sync-bound only when the GPU is mostly idle (< 50% SM): with a
+    GPU at 60% the host mostly waits for a busy GPU, which no sync removal fixes."""
+    base = {**HOST, "sync_share": 0.10, "sync_per_step": 2.0}
+    assert diagnose(Evidence(**base, **gpm(45))).code == "sync-bound"
+    assert diagnose(Evidence(**base, **gpm(60))).code == "mixed"
+    # >= 20% is sync-bound unless the GPU is busy (then a GPU class decides first)
+    assert diagnose(Evidence(**{**base, "sync_share": 0.3}, **gpm(70))).code == "sync-bound"
+    assert diagnose(Evidence(**{**base, "sync_share": 0.3}, **gpm(92, tensor=40, dram=30))).code == "healthy"
+
+
+def test_thresholds_are_exactly_where_the_sources_put_them():
+    at = {**HOST}
+    assert diagnose(Evidence(**{**at, "data_share": T.INPUT_HIGH.value}, **gpm(95))).code == "input-bound"
+    assert diagnose(Evidence(**{**at, "data_share": T.INPUT_HIGH.value - 0.001}, **gpm(95))).code == "healthy"
+    assert diagnose(Evidence(**at, **gpm(T.GPU_BUSY.value, tensor=40, dram=40))).code == "healthy"
+    assert diagnose(Evidence(**at, **gpm(T.GPU_BUSY.value - 0.1, tensor=40, dram=40))).code == "mixed"
+    assert diagnose(Evidence(**at, **gpm(90, tensor=5, dram=T.UNIT_BOUND.value))).code == "memory-bound"
+    assert diagnose(Evidence(**at, **gpm(90, tensor=5, dram=T.UNIT_BOUND.value - 0.1))).code == "healthy"
+    assert diagnose(Evidence(**at, **gpm(T.GPU_IDLE.value - 0.1), loop_cpu=99)).code == "host-bound"
+    assert diagnose(Evidence(**at, **gpm(T.GPU_IDLE.value), loop_cpu=99)).code == "mixed"
+    for t in T.ALL.values():
+        assert t.source, t
+
+
+def test_next_steps_come_from_the_evidence():
+    e = Evidence(**{**HOST, "data_share": 0.4, "workers": 4, "workers_cpu": [99, 100, 98, 97]}, **gpm(30))
+    assert diagnose(e).next_step.startswith("num_workers=4 and the workers at 98% CPU: more workers")
+    e = Evidence(**{**HOST, "sync_share": 0.3, "sync_per_step": 312.0, "sync_mean_us": 95.0,
+                    "sync_sites": [("train.py:88", 312.0)]}, **gpm(20))
+    assert diagnose(e).next_step.startswith("312 syncs per step at train.py:88 (312/step)")
+    e = Evidence(**HOST, **gpm(15), loop_cpu=100.0, kernels_per_step=12000.0, kernel_us=4.0)
+    assert diagnose(e).next_step.startswith("12,000 kernels per step averaging 4.0 us (last capture): CUDA graphs")
+    e = Evidence(**HOST, **gpm(97, tensor=0, dram=88))
+    assert diagnose(e).next_step.startswith("DRAM 88% while tensor 0% and FP32 2%: the kernels move bytes")
+    assert "fuse elementwise ops" in diagnose(e).next_step
+
+
+def test_confidence_follows_the_margin_and_the_gpu_measure():
+    assert diagnose(Evidence(**{**HOST, "data_share": 0.6}, **gpm(30))).confidence == "high"
+    assert diagnose(Evidence(**{**HOST, "data_share": 0.21}, **gpm(30))).confidence == "medium"
+    coarse = diagnose(Evidence(**HOST, util_gpu=100.0))  # no GPM: a GPU running one tiny kernel reads 100%
+    assert coarse.code == "healthy" and coarse.confidence == "low" and "coarse" in coarse.evidence
+    blind = diagnose(Evidence(**HOST, loop_cpu=99))
+    assert blind.code == "host-bound" and blind.confidence == "low" and "no GPU metrics" in blind.evidence
+
+
+def test_the_verdict_goes_to_json_with_every_rule():
+    doc = to_json(diagnose(Evidence(**HOST, **gpm(97, tensor=3, dram=88))))
+    assert doc["code"] == "memory-bound" and {"headline", "evidence", "next_step", "confidence"} <= set(doc)
+    fired = [r for r in doc["rules"] if r["fired"]]
+    assert fired[0]["code"] == "memory-bound"
+    assert {c["what"] for c in fired[0]["checks"]} == {"SM activity", "DRAM bandwidth", "DRAM over tensor"}

@@ -1,0 +1,136 @@
+"""The CUDA-event arithmetic of tuimon/probe/gpu_timing.py against a simulated GPU queue (CI has
+no GPU: the fake stands at the CUDA boundary only; the same code runs on the GPU machine in
+tests/gpu/check_diagnosis.py)."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from tuimon.channel import layout as L
+from tuimon.probe import gpu_timing
+
+MS = 1_000_000
+
+
+class Sim:
+    """A host clock and one in-order GPU stream: work enqueued at host time t starts when the GPU
+    is free and the host has enqueued it."""
+
+    def __init__(self):
+        self.now = 10 * MS
+        self.free_at = 0
+        self.records = []
+
+    def enqueue(self, work_ms: float, host_ms: float = 0.0):
+        """The host spends host_ms enqueueing work_ms of GPU work."""
+        self.free_at = max(self.free_at, self.now) + int(work_ms * MS)
+        self.now += int(host_ms * MS)
+
+    def host(self, ms: float):
+        self.now += int(ms * MS)
+
+    def sync(self):
+        """The host waits until the GPU is done; returns (t0, t1)."""
+        t0 = self.now
+        self.now = max(self.now, self.free_at)
+        return t0, self.now
+
+
+class FakeEvent:
+    def __init__(self, sim):
+        self.sim, self.done_at = sim, None
+
+    def record(self):
+        self.done_at = max(self.sim.now, self.sim.free_at)  # completes when the work before it is done
+
+    def query(self):
+        return self.sim.now >= self.done_at
+
+    def elapsed_time(self, other):
+        return (other.done_at - self.done_at) / MS
+
+
+@pytest.fixture
+def sim(monkeypatch):
+    s = Sim()
+    monkeypatch.setattr(gpu_timing, "_now", lambda: s.now)
+    return s
+
+
+def timing(sim):
+    cuda = SimpleNamespace(is_initialized=lambda: True, Event=lambda enable_timing: FakeEvent(sim),
+                           current_device=lambda: 0)
+    records = []
+    names = {}
+    t = gpu_timing.GpuTiming(SimpleNamespace(cuda=cuda), lambda *r: records.append(r),
+                             lambda n: names.setdefault(n, len(names) + 1), lambda: 1)
+    by_name = {v: k for k, v in names.items()}
+
+    def values():
+        out = {}
+        for r in records:
+            assert r[0] == L.STEP_VALUE
+            out.setdefault(r[4], {})[by_name.get(r[2]) or {v: k for k, v in names.items()}[r[2]]] = r[7]
+        return out
+
+    return t, values
+
+
+def steps(sim, t, n, body):
+    for k in range(1, n + 1):
+        t0 = sim.now
+        syncs = body(k) or []
+        t.boundary(k, t0, sim.now, syncs)
+
+
+def test_a_gpu_bound_loop_that_syncs_each_step(sim):
+    """2 ms to enqueue 10 ms of GPU work, then .item(): the host waits 8 ms; the GPU is busy the
+    whole step. Busy is a lower bound: at least the sync's 8 ms of the 10."""
+    t, values = timing(sim)
+
+    def body(k):
+        sim.enqueue(10, host_ms=2)
+        span = sim.sync()
+        t.after_sync()
+        return [span]
+
+    steps(sim, t, 20, body)
+    v = values()
+    assert len(v) >= 15
+    for step in list(v)[3:]:
+        assert v[step]["gpu.lag_ns"] == 0  # it synced: nothing queued at the end
+        assert 0.8 * 10 * MS <= v[step]["gpu.busy_ns"] <= 10 * MS
+        assert v[step]["gpu.step_ns"] == pytest.approx(10 * MS, rel=0.01)
+
+
+def test_a_host_bound_loop_shows_an_idle_gpu(sim):
+    """10 ms of host work, 1 ms of GPU work: the GPU has nothing queued at each boundary."""
+    t, values = timing(sim)
+    steps(sim, t, 20, lambda k: (sim.enqueue(1), sim.host(10)) and None)
+    v = values()
+    for step in list(v)[3:]:
+        assert v[step]["gpu.lag_ns"] == 0 and v[step]["gpu.busy_ns"] < 0.15 * 11 * MS
+
+
+def test_a_host_running_ahead_of_a_busy_gpu(sim):
+    """20 ms steps enqueueing 30 ms of GPU work each and never waiting: the lag grows by 10 ms a
+    step, the GPU side of a step is its 30 ms of work, and the GPU is busy the whole step (seen
+    from the mark at the end of forward: the boundary events alone see only the older work)."""
+    t, values = timing(sim)
+    steps(sim, t, 12, lambda k: (sim.enqueue(30, host_ms=2), t.mark(), sim.host(18)) and None)  # mark: end of forward
+    sim.now += 1000 * MS  # let the GPU finish, then fold the events in
+    t.resolve()
+    v = values()
+    lags = [v[s]["gpu.lag_ns"] for s in sorted(v)]
+    assert len(lags) >= 10 and lags == sorted(lags) and lags[-1] - lags[-2] == pytest.approx(10 * MS, rel=0.01)
+    for step in sorted(v)[2:]:
+        assert v[step]["gpu.step_ns"] == pytest.approx(30 * MS, rel=0.01)
+        assert v[step]["gpu.busy_ns"] == pytest.approx(20 * MS, rel=0.01)  # the whole 20 ms host step
+
+
+def test_short_steps_are_sampled_and_pending_events_never_wait(sim):
+    t, values = timing(sim)
+    steps(sim, t, 40, lambda k: sim.enqueue(0.2, host_ms=1) and None)  # 1 ms steps
+    assert t.every == 10  # events on every 10th step: ~0.2% of step time at ~10 us each
+    v = values()
+    assert 2 <= len(v) <= 6 and all(s % 10 == 0 for s in v if s > 1)  # (step 1 ran before the sampling)

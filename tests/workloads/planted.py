@@ -1,0 +1,388 @@
+"""Training loops with a planted bottleneck, each measuring its own truth. No tuimon import: run
+them under `tuimon run`, which sees them with no code change.
+
+    python planted.py KIND [--seconds S] [--truth FILE] [--device cpu|cuda]
+
+Every 0.5 s the loop writes its truth (since its warm-up) to FILE as JSON: its own timers around
+next(), the model call, backward, the optimizer step and the rest (shares of step time), its
+syncs, and for GPU loops what CUDA events and its own byte/FLOP counts say.
+
+KIND (CPU and GPU):
+  phases      data 10 ms (a batch made in the loop), forward 15, backward 10, optimizer 5, other 8
+  lightning   the same, with forward and backward inside optimizer.step(closure), 2 micro-batches
+  input       batches take 60 ms each in 2 workers; the model computes ~5 ms
+  python      30 ms of Python per step outside the model, no syncs
+KIND (GPU):
+  launch      a deep narrow MLP (200 layers of 64x64, batch 16): ~1,000 tiny kernels a step
+  sync        ~10 ms of matmuls, loss.item(), then 30 ms of Python
+  memory      elementwise passes over 1 GiB tensors (DRAM-bound)
+  compute     bf16 8192x8192 matmuls (tensor-core-bound)
+  healthy     a transformer encoder (bf16 autocast) on batches already on the GPU
+"""
+
+import argparse
+import json
+import os
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+WARMUP_STEPS = 10
+
+
+def spin(ms: float) -> None:
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+
+class Made(Dataset):
+    """Batches that take `ms` to make (a sleep: I/O-like), `n` of them."""
+
+    def __init__(self, make, ms: float, n: int = 10**9):
+        self.make, self.ms, self.n = make, ms, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if self.ms:
+            time.sleep(self.ms / 1e3)
+        return self.make(i)
+
+
+class SlowForward(nn.Module):
+    def __init__(self, ms):
+        super().__init__()
+        self.ms, self.lin = ms, nn.Linear(32, 1)
+
+    def forward(self, x):
+        spin(self.ms)
+        return SlowBackward.apply(self.lin(x))
+
+
+class SlowBackward(torch.autograd.Function):
+    ms = 10.0
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        spin(SlowBackward.ms)
+        return g
+
+
+class SlowSGD(torch.optim.SGD):
+    def __init__(self, params, ms):
+        super().__init__(params, lr=0.01)
+        self.ms = ms
+
+    def step(self, closure=None):
+        t = time.perf_counter()
+        loss = closure() if closure is not None else None  # (the closure's time is not the optimizer's)
+        self.closure_s = time.perf_counter() - t
+        spin(self.ms)
+        super().step()
+        return loss
+
+
+class Truth:
+    """The loop's own accounting, written to a file twice a second."""
+
+    def __init__(self, path, kind, device):
+        self.path, self.kind, self.device = path, kind, device
+        self.t = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0, "sync": 0.0}
+        self.steps, self.step_s, self.syncs = 0, 0.0, 0
+        self.extra: dict = {}
+        self.last_write = 0.0
+
+    def add(self, step_s, **parts):
+        self.steps += 1
+        if self.steps <= WARMUP_STEPS:
+            return
+        self.step_s += step_s
+        for k, v in parts.items():
+            if k == "syncs":
+                self.syncs += v
+            else:
+                self.t[k] += v
+        if time.monotonic() - self.last_write >= 0.5:
+            self.write()
+
+    def write(self):
+        self.last_write = time.monotonic()
+        n = self.steps - WARMUP_STEPS
+        if n <= 0 or not self.path:
+            return
+        shares = {k: v / self.step_s for k, v in self.t.items()}
+        shares["other"] = max(0.0, 1 - sum(shares.values()))
+        out = {"kind": self.kind, "device": self.device, "steps": n, "step_ms": 1e3 * self.step_s / n,
+               "shares": shares, "syncs_per_step": self.syncs / n, **self.extra}
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(out, f)
+        os.replace(tmp, self.path)
+
+
+def run(kind: str, seconds: float, truth_path: str | None, device: str) -> None:
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    torch.manual_seed(0)
+    if not cuda:
+        torch.set_num_threads(1)
+    truth = Truth(truth_path, kind, device)
+    end = time.monotonic() + seconds
+    print("training", flush=True)
+
+    if kind in ("phases", "lightning"):
+        SlowBackward.ms = 10.0
+        net = SlowForward(15).to(dev)
+        opt = SlowSGD(net.parameters(), ms=5)
+        loader = iter(DataLoader(Made(lambda i: (torch.randn(16, 32), torch.randn(16, 1)), 10), batch_size=None))
+        micro = 2 if kind == "lightning" else 1
+        while time.monotonic() < end:
+            t0 = time.perf_counter()
+            parts = {"data": 0.0, "forward": 0.0, "backward": 0.0}
+
+            def closure(parts=parts):
+                for _ in range(micro):
+                    a = time.perf_counter()
+                    x, y = next(loader)
+                    b = time.perf_counter()
+                    loss = nn.functional.mse_loss(net(x.to(dev)), y.to(dev))
+                    c = time.perf_counter()
+                    loss.backward()
+                    d = time.perf_counter()
+                    parts["data"] += b - a
+                    parts["forward"] += c - b
+                    parts["backward"] += d - c
+                return loss
+
+            opt.zero_grad()
+            if kind == "lightning":  # forward and backward run inside optimizer.step(closure)
+                a = time.perf_counter()
+                opt.step(closure)
+                optim = time.perf_counter() - a - opt.closure_s
+            else:
+                closure()
+                a = time.perf_counter()
+                opt.step()
+                optim = time.perf_counter() - a
+            spin(8)  # other: Python work outside the model
+            truth.add(time.perf_counter() - t0, optimizer=optim, **parts)
+        truth.write()
+        return
+
+    if kind == "input":
+        net = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 1)).to(dev)
+        opt = torch.optim.SGD(net.parameters(), lr=0.01)
+        loader = DataLoader(Made(lambda i: (torch.randn(64, 256), torch.randn(64, 1)), 60), batch_size=None,
+                            num_workers=2, persistent_workers=True)
+        it = iter(loader)
+        while time.monotonic() < end:
+            t0 = time.perf_counter()
+            x, y = next(it)
+            b = time.perf_counter()
+            loss = nn.functional.mse_loss(net(x.to(dev)), y.to(dev))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            spin(5)
+            truth.add(time.perf_counter() - t0, data=b - t0)
+        truth.write()
+        return
+
+    # The loops below make their data on the device ahead of time: no input wait.
+    if kind == "python":
+        net = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 1)).to(dev)
+        opt = torch.optim.SGD(net.parameters(), lr=0.01)
+        x, y = torch.randn(256, 512, device=dev), torch.randn(256, 1, device=dev)
+        while time.monotonic() < end:
+            t0 = time.perf_counter()
+            loss = nn.functional.mse_loss(net(x), y)
+            a = time.perf_counter()
+            opt.zero_grad()
+            loss.backward()
+            b = time.perf_counter()
+            opt.step()
+            c = time.perf_counter()
+            spin(30)  # host work (metrics, logging...) that never waits for the GPU
+            truth.add(time.perf_counter() - t0, forward=a - t0, backward=b - a, optimizer=c - b)
+        truth.write()
+        return
+
+    assert cuda, f"{kind} needs a GPU"
+    clock = GpuClock()
+
+    if kind == "launch":
+        net = nn.Sequential(*[m for _ in range(200) for m in (nn.Linear(64, 64), nn.ReLU())]).to(dev)
+        opt = torch.optim.SGD(net.parameters(), lr=1e-4, foreach=True)
+        x = torch.randn(16, 64, device=dev)
+        truth.extra["kernels_per_step"] = _kernels_per_step(lambda: _plain_step(net, opt, x))
+        while time.monotonic() < end:
+            t0 = time.perf_counter()
+            e = clock.start()
+            _plain_step(net, opt, x)
+            clock.stop("step", e)
+            truth.add(time.perf_counter() - t0)
+            clock.report(truth, "step", "gpu_span_share")
+        truth.write()
+        return
+
+    if kind == "sync":
+        a = torch.randn(4096, 4096, device=dev)
+        w = torch.randn(4096, 4096, device=dev, requires_grad=True)
+        opt = torch.optim.SGD([w], lr=1e-6)
+        while time.monotonic() < end:
+            t0 = time.perf_counter()
+            e = clock.start()
+            loss = (a @ w).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            clock.stop("step", e)
+            s = time.perf_counter()
+            value = loss.item()  # waits for the GPU: the planted sync
+            sync = time.perf_counter() - s
+            spin(30)  # then host work, with the GPU idle
+            truth.add(time.perf_counter() - t0, sync=sync, syncs=1)
+            clock.report(truth, "step", "gpu_busy_share")
+            del value
+        truth.write()
+        return
+
+    if kind == "memory":
+        w = torch.zeros(2**28, device=dev, requires_grad=True)  # 1 GiB of fp32
+        opt = torch.optim.SGD([w], lr=1e-3, foreach=True)
+        while time.monotonic() < end:
+            t0 = time.perf_counter()
+            e = clock.start()
+            y = w
+            for _ in range(4):
+                y = y * 1.0001 + 0.5  # 2 elementwise kernels a pass, each reading and writing 1 GiB
+            clock.stop("forward", e)
+            loss = y.sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            truth.add(time.perf_counter() - t0)
+            clock.collect()
+            if truth.steps > WARMUP_STEPS and clock.ms.get("forward"):  # forward: 8 kernels x 2 GiB moved
+                truth.extra["forward_dram_tb_per_s"] = clock.n["forward"] * 8 * 2 * 2**30 / (clock.ms["forward"] / 1e3) / 1e12
+        truth.write()
+        return
+
+    if kind == "compute":
+        a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+        w = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16, requires_grad=True)
+        opt = torch.optim.SGD([w], lr=1e-6)
+        while time.monotonic() < end:
+            t0 = time.perf_counter()
+            e = clock.start()
+            y = a @ w
+            for _ in range(3):
+                y = y @ w
+            clock.stop("forward", e)
+            loss = y.float().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            truth.add(time.perf_counter() - t0)
+            clock.collect()
+            if truth.steps > WARMUP_STEPS and clock.ms.get("forward"):  # forward: 4 matmuls of 2 * 8192^3 FLOPs
+                truth.extra["forward_tflops"] = clock.n["forward"] * 4 * 2 * 8192**3 / (clock.ms["forward"] / 1e3) / 1e12
+        truth.write()
+        return
+
+    if kind == "healthy":
+        layer = nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True, dropout=0.0)
+        net = nn.TransformerEncoder(layer, 8, enable_nested_tensor=False).to(dev)
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-4, fused=True)
+        x = torch.randn(32, 512, 1024, device=dev)
+        while time.monotonic() < end:
+            t0 = time.perf_counter()
+            e = clock.start()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = net(x).float().square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            clock.stop("step", e)
+            truth.add(time.perf_counter() - t0)
+            clock.report(truth, "step", "gpu_busy_share")
+        truth.write()
+        return
+    raise SystemExit(f"unknown kind {kind}")
+
+
+class GpuClock:
+    """CUDA event pairs around parts of steps, summed once they have completed (query(): the
+    truth's own measurement never makes the loop wait)."""
+
+    def __init__(self):
+        self.pending, self.ms, self.n = [], {}, {}
+        self.seen = 0
+
+    def start(self):
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    def stop(self, name, e0):
+        e1 = torch.cuda.Event(enable_timing=True)
+        e1.record()
+        self.seen += 1
+        if self.seen > WARMUP_STEPS:
+            self.pending.append((name, e0, e1))
+
+    def collect(self):
+        while self.pending and self.pending[0][2].query():
+            name, e0, e1 = self.pending.pop(0)
+            self.ms[name] = self.ms.get(name, 0.0) + e0.elapsed_time(e1)
+            self.n[name] = self.n.get(name, 0) + 1
+
+    def report(self, truth, name, key):
+        """GPU time of `name` over the loop's own step time, for the steps measured so far."""
+        self.collect()
+        n = self.n.get(name, 0)
+        if n and truth.steps > WARMUP_STEPS:
+            truth.extra[key] = min(1.0, self.ms[name] / 1e3 / (truth.step_s * n / (truth.steps - WARMUP_STEPS)))
+
+
+def _plain_step(net, opt, x):
+    loss = net(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
+def _kernels_per_step(step, n: int = 3) -> float:
+    """Kernels one step launches, counted by torch.profiler over n steps (the truth, before the run)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+    return sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA") / n
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kind")
+    ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--truth")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    a = ap.parse_args()
+    run(a.kind, a.seconds, a.truth, a.device)
+    print("finished", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,325 @@
+"""The verdict: which bottleneck the window of steps shows, the numbers that decided it, how sure
+it is, and one next step from those numbers. Pure: Evidence in, Verdict out.
+
+One rule per class, each listing its checks (value, threshold, where the threshold comes from:
+thresholds.py), so a screen can show why every rule fired or did not. Precedence, first match:
+  not enough data
+  input-bound (high)        the loop waits >= 20% of the step for data: fix that first, it hides the rest
+  GPU busy (SM >= 80%):     memory-bound | compute-bound | healthy, by which unit leads (Nsight
+                            Compute's speed-of-light logic applied to GPM's DRAM and pipe activity)
+  input-bound (moderate)    >= 5%
+  sync-bound                the loop blocks on device-to-host syncs (>= 20%, or >= 5% with the GPU
+                            mostly idle): host and GPU take turns instead of overlapping
+  host-bound                the GPU is mostly idle (SM < 50%) and the loop neither waits for data
+                            nor for the GPU: launches / Python in the model, Python outside it, or
+                            a loop thread blocked somewhere tuimon does not see
+  no single bottleneck      none of the above (SM 50-80%): a capture (c) is the next look
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import thresholds as T
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The window's numbers the rules read. None: not measured."""
+
+    has_channel: bool = True
+    steps: int = 0
+    step_ms: float | None = None
+    data_share: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)  # share of step time per phase
+    sync_per_step: float | None = None
+    sync_share: float | None = None
+    sync_mean_us: float | None = None
+    sync_sites: list[tuple[str, float]] = field(default_factory=list)  # (file:line, per step)
+    gpm: bool = False
+    sm_active: float | None = None  # %, GPM, the target's GPUs over the window
+    tensor_active: float | None = None
+    fp32_active: float | None = None
+    fp16_active: float | None = None
+    dram_bw: float | None = None
+    util_gpu: float | None = None  # %, the coarse kernel-running time (GPUs without GPM)
+    gpu_busy_events: float | None = None  # share of step time, a lower bound from CUDA events
+    loop_cpu: float | None = None  # % of one core, the loop's thread
+    workers: int | None = None  # DataLoader num_workers
+    workers_cpu: list[float] = field(default_factory=list)  # % per worker process
+    kernels_per_step: float | None = None  # from the last capture
+    kernel_us: float | None = None
+
+
+@dataclass(frozen=True)
+class Check:
+    what: str
+    value: str  # as shown; "n/a" when not measured
+    test: str  # e.g. ">= 20%"
+    passed: bool | None  # None: could not be checked
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str  # unique among the rules (input-high, input-moderate, memory-bound, ...)
+    title: str
+    fired: bool
+    checks: list[Check]
+    why: str  # one sentence: why it fired, or what it lacked
+
+
+@dataclass(frozen=True)
+class Verdict:
+    code: str  # waiting | input-bound | memory-bound | compute-bound | healthy | sync-bound | host-bound | mixed
+    headline: str
+    evidence: str  # the numbers that decided it
+    next_step: str
+    confidence: str  # high | medium | low
+    rules: list[Rule] = field(default_factory=list)
+
+
+def pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.0f}%"
+
+
+def share(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.0%}"
+
+
+def _at_least(what, value, t: T.Threshold, fmt=share) -> Check:
+    return Check(what, fmt(value), f">= {t.show()}", None if value is None else value >= t.value, t.source)
+
+
+def _below(what, value, t: T.Threshold, fmt=share) -> Check:
+    return Check(what, fmt(value), f"< {t.show()}", None if value is None else value < t.value, t.source)
+
+
+def _margin(value: float | None, t: T.Threshold, above: bool = True) -> str:
+    """high when the deciding number is clearly past its threshold (by a quarter), else medium."""
+    if value is None:
+        return "low"
+    far = value >= t.value * 1.25 if above else value <= t.value * 0.75
+    return "high" if far else "medium"
+
+
+class _Context:
+    """What several rules share: the GPU activity measure, and which one it is."""
+
+    def __init__(self, e: Evidence):
+        self.e = e
+        if e.sm_active is not None:
+            self.busy, self.busy_name, self.busy_note = e.sm_active, "SM activity", ""
+        elif e.util_gpu is not None:  # kernel-running time: a GPU running one tiny kernel reads 100%
+            self.busy, self.busy_name, self.busy_note = e.util_gpu, "GPU util (coarse)", " (coarse: no GPM)"
+        elif e.gpu_busy_events is not None:
+            self.busy, self.busy_name = 100 * e.gpu_busy_events, "GPU busy (CUDA events, a lower bound)"
+            self.busy_note = ""
+        else:
+            self.busy, self.busy_name, self.busy_note = None, "GPU activity", " (no GPU metrics)"
+        compute = [(v, n) for v, n in ((e.tensor_active, "tensor"), (e.fp32_active, "FP32"), (e.fp16_active, "FP16"))
+                   if v is not None]
+        self.compute, self.compute_name = max(compute) if compute else (None, "compute")
+
+    def busy_check(self, t=T.GPU_BUSY) -> Check:
+        return _at_least(self.busy_name, self.busy, t, pct)
+
+    def gpu_words(self) -> str:
+        return f"{self.busy_name} {pct(self.busy)}{self.busy_note}"
+
+
+# -- the rules ------------------------------------------------------------------------------------
+
+
+def rule_waiting(c: _Context) -> Rule:
+    e = c.e
+    check = _at_least("steps in the window", e.steps, T.MIN_STEPS, lambda v: f"{v}")
+    if not e.has_channel:
+        return Rule("waiting", "Not enough data", True, [check], "no channel: the loop's own timings need the probe")
+    fired = e.steps < T.MIN_STEPS.value or e.data_share is None
+    return Rule("waiting", "Not enough data", fired, [check],
+                f"{e.steps} step{'s' if e.steps != 1 else ''} seen" if fired else "enough steps")
+
+
+def rule_input(c: _Context, high: bool) -> Rule:
+    e = c.e
+    t = T.INPUT_HIGH if high else T.INPUT_MODERATE
+    check = _at_least("data wait", e.data_share, t)
+    fired = bool(check.passed)
+    return Rule("input-high" if high else "input-moderate", f"Input-bound ({'high' if high else 'moderate'})", fired,
+                [check],
+                f"the loop waits {share(e.data_share)} of the step for batches" if fired
+                else f"data wait {share(e.data_share)} is under {t.show()}")
+
+
+def rule_gpu_unit(c: _Context, code: str) -> Rule:
+    """memory-bound / compute-bound / healthy, among steps where the GPU is busy."""
+    e = c.e
+    busy = c.busy_check()
+    lead_dram = None if e.dram_bw is None or c.compute is None else e.dram_bw - c.compute
+    if code == "memory-bound":
+        checks = [busy, _at_least("DRAM bandwidth", e.dram_bw, T.UNIT_BOUND, pct),
+                  Check(f"DRAM over {c.compute_name}", "n/a" if lead_dram is None else f"{lead_dram:+.0f} points",
+                        f">= +{T.UNIT_LEAD.show()}", None if lead_dram is None else lead_dram >= T.UNIT_LEAD.value,
+                        T.UNIT_LEAD.source)]
+        title = "GPU memory-bound (DRAM)"
+    elif code == "compute-bound":
+        checks = [busy, _at_least(f"{c.compute_name} pipe activity", c.compute, T.UNIT_BOUND, pct),
+                  Check(f"{c.compute_name} over DRAM", "n/a" if lead_dram is None else f"{-lead_dram:+.0f} points",
+                        f">= +{T.UNIT_LEAD.show()}", None if lead_dram is None else -lead_dram >= T.UNIT_LEAD.value,
+                        T.UNIT_LEAD.source)]
+        title = "GPU compute-bound"
+    else:
+        checks = [busy]
+        title = "Healthy (GPU busy, no unit saturated)"
+    fired = all(ch.passed for ch in checks)
+    if code == "healthy":
+        fired = bool(busy.passed)  # (after memory- and compute-bound, in precedence)
+    why = (f"{c.gpu_words()}; DRAM {pct(e.dram_bw)}, {c.compute_name} {pct(c.compute)}" if busy.passed
+           else f"{c.gpu_words()} is under {T.GPU_BUSY.show()}: the GPU is not the bottleneck")
+    return Rule(code, title, fired, checks, why)
+
+
+def rule_sync(c: _Context) -> Rule:
+    e = c.e
+    high = _at_least("time blocked in syncs", e.sync_share, T.SYNC_HIGH)
+    moderate = _at_least("time blocked in syncs", e.sync_share, T.SYNC_MODERATE)
+    idle = _below(c.busy_name, c.busy, T.GPU_IDLE, pct)
+    not_busy = _below(c.busy_name, c.busy, T.GPU_BUSY, pct)
+    fired = bool(not_busy.passed is not False and (high.passed or (moderate.passed and idle.passed)))
+    checks = [high, Check("...or", "", f">= {T.SYNC_MODERATE.show()} with the GPU idle", None), idle, not_busy]
+    n = f"{e.sync_per_step:.0f} per step" if e.sync_per_step is not None else "none seen"
+    return Rule("sync-bound", "Sync-bound (host and GPU take turns)", fired, checks,
+                f"blocked {share(e.sync_share)} of the step in syncs ({n}) with {c.gpu_words()}" if fired
+                else f"syncs take {share(e.sync_share)} of the step ({n})")
+
+
+def rule_host(c: _Context) -> Rule:
+    e = c.e
+    idle = _below(c.busy_name, c.busy, T.GPU_IDLE, pct)
+    data = _below("data wait", e.data_share, T.INPUT_MODERATE)
+    sync = _below("time blocked in syncs", e.sync_share, T.SYNC_MODERATE)
+    fired = idle.passed is not False and bool(data.passed) and sync.passed is not False
+    return Rule("host-bound", "Host-bound (the GPU waits for Python)", fired, [idle, data, sync],
+                f"{c.gpu_words()} while the loop neither waits for data nor for the GPU" if fired
+                else "the GPU is not idle enough, or the loop waits for data or syncs")
+
+
+# -- the verdict ----------------------------------------------------------------------------------
+
+
+def diagnose(e: Evidence) -> Verdict:
+    c = _Context(e)
+    rules = {
+        "waiting": rule_waiting(c),
+        "input-high": rule_input(c, high=True),
+        "memory-bound": rule_gpu_unit(c, "memory-bound"),
+        "compute-bound": rule_gpu_unit(c, "compute-bound"),
+        "healthy": rule_gpu_unit(c, "healthy"),
+        "input-moderate": rule_input(c, high=False),
+        "sync-bound": rule_sync(c),
+        "host-bound": rule_host(c),
+    }
+    shown = list(rules.values())
+    for key, rule in rules.items():
+        if rule.fired:
+            return _verdict(key, c, shown)
+    return Verdict("mixed", "no single bottleneck",
+                   f"{c.gpu_words()} · data wait {share(e.data_share)} · syncs {share(e.sync_share)}",
+                   "no rule fired: c captures a window to see the top kernels and operators", "low", shown)
+
+
+def _verdict(key: str, c: _Context, rules: list[Rule]) -> Verdict:
+    e = c.e
+    gpu = c.gpu_words()
+    low_gpu = c.busy is None or c.busy_note  # no GPM: the GPU side is guessed
+    if key == "waiting":
+        if not e.has_channel:
+            return Verdict("waiting", "no loop timings", "this process has no tuimon channel",
+                           "restart it with `tuimon run -- <command>` (or call tuimon.instrument()) for its steps",
+                           "low", rules)
+        return Verdict("waiting", "not enough data yet",
+                       f"{e.steps} step{'s' if e.steps != 1 else ''} seen; a verdict needs {T.MIN_STEPS.value:g}",
+                       "wait for a few steps (steps come from optimizer.step() or tuimon.step())", "low", rules)
+    if key in ("input-high", "input-moderate"):
+        high = key == "input-high"
+        return Verdict("input-bound", "input-bound" if high else "input-bound (moderate)",
+                       f"data wait {share(e.data_share)} of step time (>= {(T.INPUT_HIGH if high else T.INPUT_MODERATE).show()}"
+                       f" is {'high' if high else 'moderate'}) · {gpu}",
+                       _input_next_step(e), _margin(e.data_share, T.INPUT_HIGH if high else T.INPUT_MODERATE), rules)
+    if key == "memory-bound":
+        return Verdict("memory-bound", "GPU memory-bound",
+                       f"{gpu} · DRAM {pct(e.dram_bw)} · {c.compute_name} {pct(c.compute)}",
+                       f"DRAM {pct(e.dram_bw)} while tensor {pct(e.tensor_active)} and FP32 {pct(e.fp32_active)}: the "
+                       "kernels move bytes more than they compute: fuse elementwise ops (torch.compile), bf16 to halve "
+                       "the bytes, larger batches",
+                       _margin(e.dram_bw, T.UNIT_BOUND), rules)
+    if key == "compute-bound":
+        if c.compute_name == "tensor":
+            step = (f"tensor cores {pct(c.compute)} busy: the math itself is the limit: FP8 (Transformer Engine), "
+                    "fewer FLOPs, or a larger GPU")
+        else:
+            step = (f"{c.compute_name} pipes {pct(c.compute)} busy, tensor cores {pct(e.tensor_active)}: move the math "
+                    "to tensor cores (bf16 autocast, or TF32: torch.backends.cuda.matmul.allow_tf32 = True)")
+        return Verdict("compute-bound", f"GPU compute-bound ({c.compute_name})",
+                       f"{gpu} · {c.compute_name} {pct(c.compute)} · DRAM {pct(e.dram_bw)}", step,
+                       _margin(c.compute, T.UNIT_BOUND), rules)
+    if key == "healthy":
+        units = f" · DRAM {pct(e.dram_bw)} · {c.compute_name} {pct(c.compute)}" if not c.busy_note else ""
+        return Verdict("healthy", "healthy: the GPU is busy", f"{gpu}{units} · data wait {share(e.data_share)}",
+                       "nothing in the loop to fix; kernel efficiency is Nsight Compute's job: c captures the top "
+                       "kernels" + ("" if not c.busy_note else "; without GPM this GPU's busy time is coarse"),
+                       "low" if low_gpu else _margin(c.busy, T.GPU_BUSY), rules)
+    if key == "sync-bound":
+        sites = ", ".join(f"{site} ({n:.0f}/step)" for site, n in e.sync_sites[:3])
+        per = f"{e.sync_per_step:.0f} sync{'s' if e.sync_per_step != 1 else ''} per step" if e.sync_per_step else "syncs"
+        mean = f" ({e.sync_mean_us:,.0f} us each)" if e.sync_mean_us else ""
+        return Verdict("sync-bound", "sync-bound",
+                       f"blocked {share(e.sync_share)} of the step in {per}{mean} · {gpu}",
+                       f"{per}{' at ' + sites if sites else ''}: the host waits for the GPU, then the GPU waits for the "
+                       "host: keep values on the GPU and read them every N steps, or copy with non_blocking=True",
+                       "low" if low_gpu else _margin(e.sync_share, T.SYNC_HIGH), rules)
+    return _host_verdict(c, rules)
+
+
+def _input_next_step(e: Evidence) -> str:
+    if e.workers == 0:
+        return "num_workers=0: the loop makes its own batches: DataLoader(num_workers=N) loads them in parallel"
+    if e.workers and e.workers_cpu:
+        mean = sum(e.workers_cpu) / len(e.workers_cpu)
+        if mean >= T.WORKERS_BUSY.value:
+            return (f"num_workers={e.workers} and the workers at {mean:.0f}% CPU: more workers (cores allowing) "
+                    "or cheaper transforms")
+        return (f"num_workers={e.workers}, the workers at {mean:.0f}% CPU (not busy): they wait on I/O: faster "
+                "storage, cached or pre-decoded data, a larger prefetch_factor")
+    return "the loop waits for batches: more DataLoader workers, or cheaper transforms"
+
+
+def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
+    e = c.e
+    model = sum(e.phases.get(p, 0.0) for p in ("forward", "backward", "optimizer"))
+    other = e.phases.get("other", 0.0)
+    cpu = f"loop thread at {e.loop_cpu:.0f}% CPU" if e.loop_cpu is not None else "loop thread CPU n/a"
+    busy_loop = e.loop_cpu is None or e.loop_cpu >= T.LOOP_CPU_BUSY.value
+    gpu = c.gpu_words()
+    confidence = "low" if c.busy is None else _margin(c.busy, T.GPU_IDLE, above=False)
+    if not busy_loop:
+        return Verdict("host-bound", "host-bound: the loop waits elsewhere",
+                       f"{gpu} · {cpu} · data wait {share(e.data_share)} · syncs {share(e.sync_share)}",
+                       "the loop thread neither computes nor waits for data or the GPU: it is blocked somewhere tuimon "
+                       "does not see (I/O, locks, sleeps, collectives): c captures a window to see where", confidence,
+                       rules)
+    if other > model:
+        return Verdict("host-bound", "host-bound: Python outside the model",
+                       f"{gpu} · other {share(other)} of the step (forward+backward+optimizer {share(model)}) · {cpu}",
+                       f"{share(other)} of the step is Python outside the model, data and syncs: move it off the loop "
+                       "(logging, metrics, host-side preprocessing), or do it every N steps", confidence, rules)
+    if e.kernels_per_step:
+        step = (f"{e.kernels_per_step:,.0f} kernels per step averaging {e.kernel_us:.1f} us (last capture): CUDA graphs "
+                "(torch.compile(mode='reduce-overhead')) or torch.compile to fuse them, or larger batches")
+    else:
+        step = ("the host launches work slower than the GPU runs it: torch.compile (fuses kernels), CUDA graphs, or "
+                "larger batches; c counts the kernels per step")
+    return Verdict("host-bound", "host-bound: launches and Python in the model",
+                   f"{gpu} · forward+backward+optimizer {share(model)} of the step on the host · {cpu}", step,
+                   confidence, rules)

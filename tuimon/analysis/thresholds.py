@@ -1,0 +1,42 @@
+"""Every threshold the diagnosis uses, in one place, each with where it comes from. None of them
+was fitted to tuimon's own test loops: they are the anchors published by the tools people
+already read (TensorBoard, DCGM, Nsight Compute, SageMaker Debugger)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Threshold:
+    value: float
+    unit: str  # '' for a share of step time (0..1), '%' for a percentage, 'points' (of a %), 'steps'
+    source: str
+
+    def show(self) -> str:
+        if self.unit == "":
+            return f"{self.value:.0%}"
+        return f"{self.value:g}{'' if self.unit == '%' else ' '}{self.unit}"
+
+
+MIN_STEPS = Threshold(5, "steps", "tuimon: fewer steps than this in the window are anecdotes, not a distribution")
+INPUT_HIGH = Threshold(0.20, "", "TensorBoard Profiler, input-pipeline analysis: input >= 20% of step time is "
+                                 "'highly input-bound'")
+INPUT_MODERATE = Threshold(0.05, "", "TensorBoard Profiler, input-pipeline analysis: input >= 5% of step time is "
+                                     "'moderately input-bound'")
+SYNC_HIGH = Threshold(0.20, "", "TensorBoard's input anchors, applied to the loop's other wait: time blocked in "
+                                "device-to-host syncs is time the loop cannot issue work, as a data wait is")
+SYNC_MODERATE = Threshold(0.05, "", "as above, TensorBoard's 'moderate' anchor")
+GPU_BUSY = Threshold(80, "%", "DCGM profiling metrics (SM activity): 'a value of 0.8 or greater is necessary, but "
+                              "not sufficient, for effective use of the GPU'")
+GPU_IDLE = Threshold(50, "%", "DCGM profiling metrics (SM activity): 'a value less than 0.5 likely indicates "
+                              "ineffective GPU usage'")
+UNIT_BOUND = Threshold(60, "%", "Nsight Compute's SOLBottleneck rule: compute and memory throughput both below 60% "
+                                "of peak indicate latency issues; a unit at or above it can be the limiter")
+UNIT_LEAD = Threshold(10, "points", "Nsight Compute's SOLBottleneck rule: compute and memory within 10 points of each "
+                               "other are 'well-balanced'")
+LOOP_CPU_BUSY = Threshold(90, "%", "SageMaker Debugger's CPUBottleneck rule: CPU above 90% is high utilization "
+                                   "(here: of the one core the loop's thread can use)")
+WORKERS_BUSY = Threshold(90, "%", "as above, for each DataLoader worker process")
+
+ALL = {name: t for name, t in globals().items() if isinstance(t, Threshold)}

@@ -1,0 +1,54 @@
+"""The diagnosis's evidence, gathered from the monitor's state: the training window's anatomy, the
+target GPUs' activity over the same span of time, the loop thread's and DataLoader workers' CPU,
+and the last capture's kernel count."""
+
+from __future__ import annotations
+
+from ..analysis.diagnosis import Evidence
+from ..model import CaptureStatus, ProcessSample, TrainingSnapshot
+
+MIN_SPAN_S, MAX_SPAN_S = 3.0, 60.0  # GPU samples averaged: the step window's span, within these
+
+
+def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_means: dict[str, float | None],
+          gpm: bool, captures: list[CaptureStatus], has_channel: bool) -> Evidence:
+    t = training
+    if t is None:
+        return Evidence(has_channel=has_channel, **gpu_means, gpm=gpm)
+    phases = {p.name: p.share for p in t.phases}
+    workers = [r for r in (process.procs if process else []) if r.role == "child"]
+    loaders = [r for r in workers if r.name == "pt_data_worker"] or workers
+    kernels = _kernels(captures)
+    return Evidence(
+        has_channel=True,
+        steps=t.window_steps,
+        step_ms=t.step_time_ms.p50 if t.step_time_ms else None,
+        data_share=t.data_wait_share,
+        phases=phases,
+        sync_per_step=t.syncs.per_step if t.syncs else None,
+        sync_share=t.syncs.share if t.syncs else phases.get("sync"),
+        sync_mean_us=t.syncs.mean_us if t.syncs else None,
+        sync_sites=[(s.site, s.per_step) for s in t.syncs.top] if t.syncs else [],
+        gpm=gpm,
+        gpu_busy_events=t.gpu.busy_share if t.gpu else None,
+        loop_cpu=process.loop_cpu if process else None,
+        workers=t.dataloader_workers,
+        workers_cpu=[r.cpu_percent for r in loaders if isinstance(r.cpu_percent, float)] if t.dataloader_workers else [],
+        kernels_per_step=kernels[0], kernel_us=kernels[1],
+        **gpu_means,
+    )
+
+
+def window_span_s(t: TrainingSnapshot | None) -> float:
+    """How far back the step window reaches, in seconds."""
+    if t is None or t.step_time_ms is None:
+        return MIN_SPAN_S
+    return min(MAX_SPAN_S, max(MIN_SPAN_S, t.window_steps * t.step_time_ms.mean / 1e3))
+
+
+def _kernels(captures: list[CaptureStatus]) -> tuple[float | None, float | None]:
+    for c in reversed(captures):
+        s = c.summary
+        if s is not None and s.kernels_per_step is not None:
+            return s.kernels_per_step, s.kernel_us
+    return None, None

@@ -1,0 +1,149 @@
+"""GPU time per step from CUDA events, without ever waiting on the GPU.
+
+An event is recorded on the current stream at each step boundary, at the end of the step's
+outermost forward and backward (where queued work is likely), and right after the first
+device-to-host sync of a step (an anchor: the host just waited for the stream to drain, so the
+GPU has nothing queued at that moment). Events are resolved later with query(); a pending event
+is never waited for. From two consecutive resolved events, recorded at host times h0, h1 and
+completed dt apart on the GPU, the GPU's lag behind the host changes by dt - (h1 - h0): how far
+the queue grew or drained in between. The lag is pinned to 0 at anchors and never below 0 (at
+an idle moment it must be 0), so it is exact from the first idle moment on.
+
+Per step (emitted once its end event has completed):
+- gpu.step_ns: GPU time between its two boundary events (the GPU side of the step);
+- gpu.lag_ns: how much queued work the GPU still had when the host finished the step (0: the
+  GPU was waiting for the host; large: the host runs ahead of a busy GPU);
+- gpu.busy_ns: a lower bound on the time the GPU had work during the step: the union of each
+  event's [host time, host time + lag] and of the step's syncs (while the host waits on a sync,
+  the GPU is busy by definition). Idle gaps between events count as idle, so tiny kernels the GPU
+  keeps up with are not seen here; GPM's SM activity, sampled by the monitor, covers those.
+
+Cost: ~6-7 us a cudaEventRecord from Python and ~1 us a query; steps under MIN_STEP_NS are
+sampled (every n-th step) so events stay under ~0.2% of step time."""
+
+from __future__ import annotations
+
+from collections import deque
+from time import monotonic_ns as _now
+
+from ..channel import layout as L
+
+MIN_STEP_NS = 10_000_000  # events on every step from 10 ms steps up; shorter steps are sampled
+MARKS = 2  # mid-step events a measured step may add (end of forward, end of backward)
+POOL = 64
+
+
+class GpuTiming:
+    def __init__(self, torch, emit, intern, tid_of_record):
+        self.cuda = torch.cuda
+        self._emit, self._intern, self._tid = emit, intern, tid_of_record
+        self._free: list = []
+        self._pending: deque = deque()  # (event, host ns, step it ends or None, anchor?)
+        self._last: tuple | None = None  # (event, host ns, lag) of the last resolved event
+        self._points: deque = deque(maxlen=256)  # resolved (host ns, lag ns), oldest first
+        self._bounds: dict[int, tuple[int, int]] = {}  # step -> (host ns, lag) of its end event
+        self._open: dict[int, tuple] = {}  # step -> (start, end, syncs) awaiting its end event
+        self._names: dict[str, int] = {}
+        self.every = 1
+        self._measuring = True
+        self._anchored = False  # True once this step has its anchor (or is not measured)
+        self._marks = 0
+        self.device: int | None = None
+
+    def _record(self):
+        if self._free:
+            ev = self._free.pop()
+        elif len(self._pending) < POOL:
+            ev = self.cuda.Event(enable_timing=True)
+        else:
+            return None  # the GPU is far behind: skip rather than pile up events
+        ev.record()
+        return ev
+
+    def boundary(self, step: int, t0: int, t1: int, syncs: list) -> None:
+        """Step `step` ran t0..t1 on the host, with these syncs; called at its end, on the loop thread."""
+        if not self.cuda.is_initialized():
+            return
+        self.resolve()
+        if step % self.every == 0 or (step + 1) % self.every == 0:  # a measured step needs both ends
+            ev = self._record()
+            if ev is not None:
+                self._pending.append((ev, _now(), step, False))
+                if step % self.every == 0:
+                    self._open[step] = (t0, t1, list(syncs))
+        dur = t1 - t0
+        self.every = 1 if dur >= MIN_STEP_NS else max(2, min(100, MIN_STEP_NS // max(dur, 1)))
+        self._measuring = (step + 1) % self.every == 0  # marks and anchors only in a measured step
+        self._anchored, self._marks = not self._measuring, 0
+        if self.device is None or step % 64 == 0:
+            self.device = self.cuda.current_device()
+
+    def mark(self) -> None:
+        """A point inside a measured step where queued work is likely (the end of forward, of
+        backward): its lag shows how long the GPU stays busy from there. Two a step at most."""
+        if self._marks < MARKS and self._measuring and self.cuda.is_initialized():
+            self._marks += 1
+            ev = self._record()
+            if ev is not None:
+                self._pending.append((ev, _now(), None, False))
+
+    def after_sync(self) -> None:
+        """The loop thread just came back from a device-to-host sync: one anchor per step."""
+        if not self._anchored and self.cuda.is_initialized():
+            self._anchored = True
+            ev = self._record()
+            if ev is not None:
+                self._pending.append((ev, _now(), None, True))
+
+    def resolve(self) -> None:
+        """Fold in the events the GPU has completed, oldest first; never waits."""
+        while self._pending:
+            ev, host, step, anchor = self._pending[0]
+            if not ev.query():
+                return
+            self._pending.popleft()
+            if self._last is None:
+                lag = 0  # the first event: taken as an idle moment
+            else:
+                prev, prev_host, prev_lag = self._last
+                gpu_ns = int(prev.elapsed_time(ev) * 1e6)
+                lag = max(0, prev_lag + gpu_ns - (host - prev_host))
+                self._free.append(prev)
+            if anchor:
+                lag = 0  # the stream had just drained
+            self._last = (ev, host, lag)
+            self._points.append((host, lag))
+            if step is not None:
+                self._bounds[step] = (host, lag)
+                if step in self._open:
+                    self._finish(step, *self._open.pop(step))
+        for old in [s for s in self._bounds if s < max(self._bounds, default=0) - 2]:
+            del self._bounds[old]
+
+    def _finish(self, step: int, start: int, end: int, syncs: list) -> None:
+        host, lag = self._bounds[step]
+        spans = [(h, h + lag_) for h, lag_ in self._points if start <= h <= host and lag_ > 0] + syncs
+        tid, emit = self._tid(), self._emit
+        emit(L.STEP_VALUE, 0, self._name("gpu.lag_ns"), tid, step, 0, end, float(lag))
+        emit(L.STEP_VALUE, 0, self._name("gpu.busy_ns"), tid, step, 0, end, float(_covered(spans, start, end)))
+        before = self._bounds.get(step - 1)
+        if before is not None:  # the GPU side of the step: from its start event to its end event
+            gpu = (host + lag) - (before[0] + before[1])
+            emit(L.STEP_VALUE, 0, self._name("gpu.step_ns"), tid, step, 0, end, float(max(0, gpu)))
+
+    def _name(self, name: str) -> int:
+        nid = self._names.get(name)
+        if nid is None:
+            nid = self._names[name] = self._intern(name)
+        return nid
+
+
+def _covered(spans: list[tuple[int, int]], start: int, end: int) -> int:
+    """How much of start..end the spans cover together."""
+    total, reach = 0, start
+    for a, b in sorted(spans):
+        a, b = max(a, reach), min(b, end)
+        if b > a:
+            total += b - a
+            reach = b
+    return total

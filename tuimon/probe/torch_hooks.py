@@ -1,0 +1,252 @@
+"""torch, seen with no change to the training code: data waits, steps and the step's phases.
+
+- data: next() on any DataLoader iterator (the time the loop waits for a batch);
+- forward: the outermost nn.Module calls of the loop thread. A global module hook slows every
+  module call of the model, so it only runs for the first DISCOVER_STEPS steps, to find those
+  outermost modules; then only they keep hooks (one call each per step);
+- backward: Tensor.backward / torch.autograd.backward / torch.autograd.grad;
+- optimizer: torch's global optimizer step pre/post hooks (the lead optimizer's post hook also
+  ends the step);
+- sync: the loop blocked in a device-to-host copy or wait on a CUDA tensor or device: .item(),
+  .tolist(), .cpu(), .to() to the CPU, bool()/int()/float() of a tensor,
+  torch.cuda.synchronize(), Event.synchronize(), Stream.synchronize(). Implicit syncs inside
+  other ops (nonzero, boolean masks) are not caught.
+
+Every wrapper calls the original and keeps its behaviour (results, exceptions). Under
+torch.compile's tracing the hooks step aside (torch.compiler.is_compiling()), so compiled code
+never sees them."""
+
+from __future__ import annotations
+
+import functools
+import os
+import weakref
+from time import monotonic_ns as _now
+
+from . import hooks
+from .anatomy import BACKWARD, DATA, FORWARD, OPTIMIZER
+
+DISCOVER_STEPS = 3
+_compiling = None  # torch.compiler.is_compiling, bound by patch()
+
+
+def patch(torch) -> None:
+    global _compiling
+    _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+    _patch_dataloader(torch)
+    _patch_optimizer(torch)
+    _patch_backward(torch)
+    _patch_syncs(torch)
+    p = hooks._probe
+    if p is not None:
+        attach(p, torch)
+
+
+def attach(p, torch) -> None:
+    """Give this process's probe its torch-side helpers (forward roots, GPU timing)."""
+    from .gpu_timing import GpuTiming
+
+    p.anatomy.skip_frames_in(os.path.dirname(torch.__file__))
+    if getattr(p, "roots", None) is None:
+        p.roots = ModuleRoots(torch, p)
+    if getattr(p, "gpu", None) is None and torch.cuda.is_available():
+        p.gpu = GpuTiming(torch, p.emit, p.intern, p.thread_id)
+
+
+# -- data -----------------------------------------------------------------------------------------
+
+
+def _patch_dataloader(torch) -> None:
+    from torch.utils.data import dataloader  # (torch is fully imported when this runs)
+
+    it = dataloader._BaseDataLoaderIter
+    if getattr(it.__next__, "_tuimon", False):
+        return
+    orig_next = it.__next__
+
+    def __next__(self):
+        p = hooks._probe
+        if p is None:
+            return orig_next(self)
+        workers = None
+        if not getattr(self, "_tuimon_seen", False):  # a new iterator (epoch): say its worker count
+            workers = getattr(self, "_num_workers", None)
+            try:
+                self._tuimon_seen = True
+            except AttributeError:
+                pass
+        t0 = _now()
+        p.data_start(t0, workers)
+        try:
+            return orig_next(self)
+        finally:
+            p.data_wait(t0, _now())
+
+    __next__._tuimon = True
+    it.__next__ = __next__
+
+
+# -- optimizer ------------------------------------------------------------------------------------
+
+
+def _patch_optimizer(torch) -> None:
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    def before(optimizer, args, kwargs):
+        p = hooks._probe
+        if p is not None:
+            p.anatomy.enter(OPTIMIZER)
+
+    def after(optimizer, args, kwargs):
+        p = hooks._probe
+        if p is not None:
+            p.anatomy.exit(OPTIMIZER)
+            p.step(explicit=False, optimizer=optimizer)
+
+    register_optimizer_step_pre_hook(before)
+    register_optimizer_step_post_hook(after)
+
+
+# -- backward -------------------------------------------------------------------------------------
+
+
+def _phase(orig, phase: int):
+    @functools.wraps(orig)
+    def wrapper(*args, **kwargs):
+        p = hooks._probe
+        if p is None or _compiling():
+            return orig(*args, **kwargs)
+        anatomy = p.anatomy
+        anatomy.enter(phase)
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            anatomy.exit(phase)
+            if p.gpu is not None and anatomy.on_loop() and anatomy.stack[-1] != phase:
+                p.gpu.mark()  # the outermost backward ended: its kernels are queued
+
+    wrapper._tuimon = True
+    return wrapper
+
+
+def _patch_backward(torch) -> None:
+    import torch.autograd
+
+    for owner, name in ((torch.Tensor, "backward"), (torch.autograd, "backward"), (torch.autograd, "grad")):
+        orig = getattr(owner, name)
+        if not getattr(orig, "_tuimon", False):
+            setattr(owner, name, _phase(orig, BACKWARD))
+
+
+# -- syncs ----------------------------------------------------------------------------------------
+
+
+def _tensor_sync(orig, to_cpu_only: bool = False):
+    """A Tensor method that waits for the GPU when the tensor is on it (to_cpu_only: only when
+    the result is on the CPU, as for .to())."""
+
+    @functools.wraps(orig)
+    def wrapper(self, *args, **kwargs):
+        p = hooks._probe
+        if p is None or not self.is_cuda or not p.anatomy.on_loop() or _compiling():
+            return orig(self, *args, **kwargs)
+        t0 = _now()
+        result = orig(self, *args, **kwargs)
+        if not to_cpu_only or not getattr(result, "is_cuda", True):
+            p.synced(t0, _now())
+        return result
+
+    wrapper._tuimon = True
+    return wrapper
+
+
+def _device_sync(orig):
+    """A call that waits for the device or a stream or event."""
+
+    @functools.wraps(orig)
+    def wrapper(*args, **kwargs):
+        p = hooks._probe
+        if p is None or not p.anatomy.on_loop() or _compiling():
+            return orig(*args, **kwargs)
+        t0 = _now()
+        result = orig(*args, **kwargs)
+        p.synced(t0, _now())
+        return result
+
+    wrapper._tuimon = True
+    return wrapper
+
+
+def _patch_syncs(torch) -> None:
+    import torch.cuda
+
+    T = torch.Tensor
+    for name in ("item", "tolist", "cpu", "__bool__", "__int__", "__float__", "to"):
+        orig = getattr(T, name)
+        if not getattr(orig, "_tuimon", False):
+            setattr(T, name, _tensor_sync(orig, to_cpu_only=name == "to"))
+    if not getattr(torch.cuda.synchronize, "_tuimon", False):
+        torch.cuda.synchronize = _device_sync(torch.cuda.synchronize)
+    for cls in (torch.cuda.Event, torch.cuda.Stream):
+        if not getattr(cls.synchronize, "_tuimon", False):
+            cls.synchronize = _device_sync(cls.synchronize)
+
+
+# -- forward --------------------------------------------------------------------------------------
+
+
+class ModuleRoots:
+    """The forward phase: the loop thread's outermost module calls (outside data loading and
+    backward, where recomputed or preprocessing modules are not the model's forward)."""
+
+    def __init__(self, torch, probe):
+        from torch.nn.modules import module as nn_module
+
+        self.probe = probe
+        self.depth = 0
+        self.entered: list[bool] = []  # per open module call: did it open the forward phase?
+        self.roots: weakref.WeakSet = weakref.WeakSet()
+        self.discovering = True
+        self._global = [nn_module.register_module_forward_pre_hook(self._pre),
+                        nn_module.register_module_forward_hook(self._post, always_call=True)]
+        self._handles: list = []
+
+    def _pre(self, module, args):
+        if hooks._probe is not self.probe:  # forked child, or the probe switched off
+            return
+        a = self.probe.anatomy
+        if not a.on_loop() or _compiling():
+            return
+        opened = self.depth == 0 and a.stack[-1] not in (DATA, BACKWARD)
+        if opened:
+            if self.discovering:
+                self.roots.add(module)
+            a.enter(FORWARD)
+        self.depth += 1
+        self.entered.append(opened)
+
+    def _post(self, module, args, output):
+        if hooks._probe is not self.probe:
+            return
+        a = self.probe.anatomy
+        if not a.on_loop() or _compiling() or not self.entered:
+            return
+        self.depth -= 1
+        if self.entered.pop():
+            a.exit(FORWARD)
+            if self.probe.gpu is not None:
+                self.probe.gpu.mark()  # the outermost forward ended: its kernels are queued
+
+    def on_step(self, completed: int) -> None:
+        """After DISCOVER_STEPS steps, keep hooks on the outermost modules only."""
+        if not self.discovering or completed < DISCOVER_STEPS or self.depth:
+            return
+        self.discovering = False
+        for h in self._global:
+            h.remove()
+        for m in list(self.roots):
+            try:
+                self._handles += [m.register_forward_pre_hook(self._pre),
+                                  m.register_forward_hook(self._post, always_call=True)]
+            except Exception:  # noqa: BLE001 - a module that refuses hooks: its time stays "other"
+                pass
