@@ -1,15 +1,17 @@
 """What the probe costs a real training step, with a monitor attached (budget: <= 1%).
 
-    python benchmarks/step_overhead.py [--pairs 12] [--block-steps 50] [--device auto]
+    python benchmarks/step_overhead.py [--pairs 12] [--block-steps 50] [--device auto] [--model demo|resnet50]
 
-One process trains the demo model (tuimon/workloads/demo_train.py) on batches made ahead of time,
-so the step is the model's own work and not the input pipeline's. The probe is instrumented
-once; blocks of steps then alternate between the probe on and the probe off (its hooks told to
-forget it, its ranges unbound: what a process without `tuimon.instrument()` pays for the
-annotations it carries), in on-off-off-on order so slow drifts cancel. `tuimon record` runs
-beside it the whole time as the attached monitor (channel drain, NVML, psutil at 1 Hz).
-The table: median block mean step time with the probe on and off, their ratio, and the spread
-of the per-pair ratios.
+One process trains a model on batches made ahead of time, so the step is the model's own work
+and not the input pipeline's: the demo CNN (tuimon/workloads/demo_train.py), or torchvision's
+ResNet-50 (161 modules: what the step anatomy's module hooks see on a real model). The probe is
+instrumented once, with everything on: ranges, steps, the step anatomy (phases, sync timing,
+CUDA events, memory gauges). Blocks of steps then alternate between the probe on and the probe
+off (every torch wrapper and hook swapped back to the original, ranges unbound: what a process
+without tuimon runs, apart from the annotations it carries), in on-off-off-on order so slow
+drifts cancel. `tuimon record` runs beside it the whole time as the attached monitor (channel
+drain, NVML, psutil at 1 Hz). The table: median block mean step time with the probe on and off,
+their ratio, and the spread of the per-pair ratios.
 """
 
 import argparse
@@ -29,6 +31,7 @@ def main():
     ap.add_argument("--block-steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=40)
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--model", default="demo", choices=("demo", "resnet50"))
     a = ap.parse_args()
     os.environ.setdefault("TUIMON_SHM_DIR", tempfile.mkdtemp())
 
@@ -40,11 +43,15 @@ def main():
     probe = api._probe
 
     def probe_on(on: bool):
+        from tuimon.probe import torch_hooks
+
         if on:
             api._probe = probe
             hooks.install(probe)
             ring.bind(probe.writer.ring, probe.writer.names, probe.writer.intern)
+            torch_hooks.set_enabled(True)
         else:
+            torch_hooks.set_enabled(False)
             api._probe = None
             hooks.forget_probe()
             ring.bind(None)
@@ -60,6 +67,13 @@ def main():
     batch, size, width = (256, 64, 128) if cuda else (32, 32, 16)
     if not cuda:
         torch.set_num_threads(1)
+    net = model(width)
+    if a.model == "resnet50":
+        import torchvision
+
+        net = torchvision.models.resnet50(num_classes=10)
+        batch, size = (64, 224) if cuda else (4, 64)
+    net = net.to(device)
     g = torch.Generator().manual_seed(0)
     made = [(torch.randn(batch, 3, size, size, generator=g), torch.randint(0, 10, (batch,), generator=g))
             for _ in range(8)]
@@ -73,7 +87,6 @@ def main():
         def __getitem__(self, i):
             return made[i % len(made)]
 
-    net = model(width).to(device)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     batches = iter(DataLoader(Ready(), batch_size=None, num_workers=0))
 
@@ -115,7 +128,8 @@ def main():
     # each on-off-off-on group gives two pairs
     ratios = [x / y for x, y in zip(on, off, strict=True)]
     m_on, m_off = statistics.median(on), statistics.median(off)
-    print(f"device {device}{' ' + torch.cuda.get_device_name(0) if cuda else ''}, hot path {ring.IMPLEMENTATION}, "
+    print(f"device {device}{' ' + torch.cuda.get_device_name(0) if cuda else ''}, model {a.model} "
+          f"({sum(1 for _ in net.modules())} modules, batch {batch}), hot path {ring.IMPLEMENTATION}, "
           f"{len(on)} blocks of {a.block_steps} steps each way, monitor attached: {alive}")
     if not alive:
         print(f"  the monitor stopped early: {err.strip()[-300:]}")
@@ -125,7 +139,9 @@ def main():
     print(f"{'ratio on/off (medians)':<28}{m_on / m_off:>10.4f}")
     q = statistics.quantiles(ratios, n=4)
     print(f"{'per-pair ratio p25..p75':<28}{q[0]:>10.4f} .. {q[2]:.4f}")
-    print(f"records written {probe.writer.records_written}, probe enabled {probe.writer.enabled}")
+    print(f"records written {probe.writer.records_written}, probe enabled {probe.writer.enabled}, "
+          f"forward roots {len(probe.roots.roots) if probe.roots else 0}, GPU timing "
+          f"{'every ' + str(probe.gpu.every) + ' step(s)' if probe.gpu else 'off'}")
     probe.writer.unlink()
 
 

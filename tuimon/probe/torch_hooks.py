@@ -28,6 +28,30 @@ from .anatomy import BACKWARD, DATA, FORWARD, OPTIMIZER
 
 DISCOVER_STEPS = 3
 _compiling = None  # torch.compiler.is_compiling, bound by patch()
+_swaps: list[tuple[object, str, object, object]] = []  # (owner, name, original, wrapper)
+_optimizer_hooks: list = []  # (register, hook, handle)
+
+
+def _swap(owner, name: str, wrapper) -> None:
+    """Put wrapper in place of owner.name, remembering the original (set_enabled can put it back)."""
+    _swaps.append((owner, name, getattr(owner, name), wrapper))
+    setattr(owner, name, wrapper)
+
+
+def set_enabled(on: bool) -> None:
+    """Every wrapper and hook in place (True) or the originals back (False): what a process
+    without tuimon runs. For benchmarks that alternate the probe on and off in one process."""
+    for owner, name, orig, wrapper in _swaps:
+        setattr(owner, name, wrapper if on else orig)
+    for k, (register, hook, handle) in enumerate(_optimizer_hooks):
+        if on and handle is None:
+            _optimizer_hooks[k] = (register, hook, register(hook))
+        elif not on and handle is not None:
+            handle.remove()
+            _optimizer_hooks[k] = (register, hook, None)
+    p = hooks._probe
+    if p is not None and getattr(p, "roots", None) is not None:
+        p.roots.set_enabled(on)
 
 
 def patch(torch) -> None:
@@ -83,7 +107,7 @@ def _patch_dataloader(torch) -> None:
             p.data_wait(t0, _now())
 
     __next__._tuimon = True
-    it.__next__ = __next__
+    _swap(it, "__next__", __next__)
 
 
 # -- optimizer ------------------------------------------------------------------------------------
@@ -103,8 +127,8 @@ def _patch_optimizer(torch) -> None:
             p.anatomy.exit(OPTIMIZER)
             p.step(explicit=False, optimizer=optimizer)
 
-    register_optimizer_step_pre_hook(before)
-    register_optimizer_step_post_hook(after)
+    for register, hook in ((register_optimizer_step_pre_hook, before), (register_optimizer_step_post_hook, after)):
+        _optimizer_hooks.append((register, hook, register(hook)))
 
 
 # -- backward -------------------------------------------------------------------------------------
@@ -135,7 +159,7 @@ def _patch_backward(torch) -> None:
     for owner, name in ((torch.Tensor, "backward"), (torch.autograd, "backward"), (torch.autograd, "grad")):
         orig = getattr(owner, name)
         if not getattr(orig, "_tuimon", False):
-            setattr(owner, name, _phase(orig, BACKWARD))
+            _swap(owner, name, _phase(orig, BACKWARD))
 
 
 # -- syncs ----------------------------------------------------------------------------------------
@@ -184,12 +208,12 @@ def _patch_syncs(torch) -> None:
     for name in ("item", "tolist", "cpu", "__bool__", "__int__", "__float__", "to"):
         orig = getattr(T, name)
         if not getattr(orig, "_tuimon", False):
-            setattr(T, name, _tensor_sync(orig, to_cpu_only=name == "to"))
+            _swap(T, name, _tensor_sync(orig, to_cpu_only=name == "to"))
     if not getattr(torch.cuda.synchronize, "_tuimon", False):
-        torch.cuda.synchronize = _device_sync(torch.cuda.synchronize)
+        _swap(torch.cuda, "synchronize", _device_sync(torch.cuda.synchronize))
     for cls in (torch.cuda.Event, torch.cuda.Stream):
         if not getattr(cls.synchronize, "_tuimon", False):
-            cls.synchronize = _device_sync(cls.synchronize)
+            _swap(cls, "synchronize", _device_sync(cls.synchronize))
 
 
 # -- forward --------------------------------------------------------------------------------------
@@ -244,9 +268,22 @@ class ModuleRoots:
         self.discovering = False
         for h in self._global:
             h.remove()
+        self._hook_roots()
+
+    def _hook_roots(self) -> None:
         for m in list(self.roots):
             try:
                 self._handles += [m.register_forward_pre_hook(self._pre),
                                   m.register_forward_hook(self._post, always_call=True)]
             except Exception:  # noqa: BLE001 - a module that refuses hooks: its time stays "other"
                 pass
+
+    def set_enabled(self, on: bool) -> None:
+        """(after discovery) the outermost modules' hooks on or off"""
+        if self.discovering:
+            return
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        if on:
+            self._hook_roots()
