@@ -49,6 +49,8 @@ def main():
     procs = ProcessSampler(os.getpid())
     rows.append(("ProcessSampler.sample()", timed(procs.sample)))
 
+    per_call = _per_call_costs(s)
+
     cpu0, wall0 = time.process_time(), time.monotonic()
     poller = Poller(lambda: (procs.sample(), s.sample()), lambda r: None, a.interval).start()
     time.sleep(a.seconds)
@@ -58,8 +60,41 @@ def main():
     for name, ms in rows:
         print(f"{name:<46}{ms:>9.2f}")
     print(f"{'one cycle, process tree + all GPUs (mean)':<46}{poller.busy_s / poller.cycles * 1e3:>9.2f}")
+    print("inside DeviceSampler.sample(), per NVML function, ms per cycle:")
+    for name, ms in per_call:
+        print(f"  {name:<44}{ms:>9.3f}")
     print(f"{'sampling CPU % of one core at ' + str(a.interval) + ' s':<46}{100 * cpu / wall:>9.2f}")
     s.close()
+
+
+def _per_call_costs(sampler, cycles: int = 20) -> list[tuple[str, float]]:
+    """Where DeviceSampler.sample()'s time goes: every nvml function it calls, timed."""
+    real = sampler.nvml
+    spent: dict[str, float] = {}
+
+    class Timed:
+        def __getattr__(self, name):
+            fn = getattr(real, name)
+            if not callable(fn) or not name.startswith("nvml"):
+                return fn
+
+            def timed(*args, **kwargs):
+                t = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    spent[name] = spent.get(name, 0.0) + time.perf_counter() - t
+
+            return timed
+
+    sampler.nvml = Timed()
+    try:
+        for _ in range(cycles):
+            sampler.sample()
+            time.sleep(0.05)
+    finally:
+        sampler.nvml = real
+    return sorted(((k, v / cycles * 1e3) for k, v in spent.items()), key=lambda kv: -kv[1])
 
 
 if __name__ == "__main__":

@@ -39,8 +39,9 @@ def one(kind: str, out: str) -> dict:
     first = job.stdout.readline().strip()
     start = time.monotonic()
     capture = None
-    if kind in CAPTURE:
-        time.sleep(6)
+    if kind in CAPTURE:  # once the loop is past its warm-up (and its own profiling, for `launch`)
+        while not os.path.exists(truth_path) and time.monotonic() - start < ATTACH_AFTER_S:
+            time.sleep(0.2)
         c = tuimon("capture", job.pid, "--steps", 5, "--wait", "--timeout", 60)
         capture = (c.stdout + c.stderr).strip().splitlines()
     time.sleep(max(0.0, ATTACH_AFTER_S - (time.monotonic() - start)))

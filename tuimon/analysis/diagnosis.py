@@ -296,20 +296,23 @@ def _input_next_step(e: Evidence) -> str:
 
 
 def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
+    """Which host work the GPU waits for, from the phases: the model's own calls (launches and the
+    Python around them), or time outside every phase, where the loop thread's CPU tells Python
+    work from a thread blocked on something tuimon does not see. (The loop thread's CPU cannot
+    judge the model phases: on CUDA, backward runs in autograd's own thread while the loop waits.)"""
     e = c.e
     model = sum(e.phases.get(p, 0.0) for p in ("forward", "backward", "optimizer"))
     other = e.phases.get("other", 0.0)
     cpu = f"loop thread at {e.loop_cpu:.0f}% CPU" if e.loop_cpu is not None else "loop thread CPU n/a"
-    busy_loop = e.loop_cpu is None or e.loop_cpu >= T.LOOP_CPU_BUSY.value
     gpu = c.gpu_words()
     confidence = "low" if c.busy is None else _margin(c.busy, T.GPU_IDLE, above=False)
-    if not busy_loop:
-        return Verdict("host-bound", "host-bound: the loop waits elsewhere",
-                       f"{gpu} · {cpu} · data wait {share(e.data_share)} · syncs {share(e.sync_share)}",
-                       "the loop thread neither computes nor waits for data or the GPU: it is blocked somewhere tuimon "
-                       "does not see (I/O, locks, sleeps, collectives): c captures a window to see where", confidence,
-                       rules)
     if other > model:
+        if e.loop_cpu is not None and e.loop_cpu < T.LOOP_CPU_BUSY.value:
+            return Verdict("host-bound", "host-bound: the loop waits elsewhere",
+                           f"{gpu} · other {share(other)} of the step · {cpu} (< {T.LOOP_CPU_BUSY.show()})",
+                           "outside the model, data and syncs the loop thread is mostly not computing: it is blocked "
+                           "on something tuimon does not see (I/O, locks, sleeps, collectives): c captures a window "
+                           "to see where", confidence, rules)
         return Verdict("host-bound", "host-bound: Python outside the model",
                        f"{gpu} · other {share(other)} of the step (forward+backward+optimizer {share(model)}) · {cpu}",
                        f"{share(other)} of the step is Python outside the model, data and syncs: move it off the loop "

@@ -24,7 +24,8 @@ PHASES = ("other", "data", "forward", "backward", "optimizer", "sync")
 OTHER, DATA, FORWARD, BACKWARD, OPTIMIZER, SYNC = range(len(PHASES))
 SITE_WALKS = 16  # stack walks per step at most (each ~1-2 us)
 MAX_SITES = 256  # distinct call sites named; later ones count as "(other sites)"
-_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the tuimon package
+_TUIMON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_HERE = (os.path.join(_TUIMON, "probe"), os.path.join(_TUIMON, "channel"))  # the probe's own frames
 
 
 class Anatomy:
@@ -40,7 +41,7 @@ class Anatomy:
         self.period = 1  # walk the stack on every period-th sync
         self._countdown = 1
         self._site_names: dict[tuple, int] = {}
-        self._skip = (_HERE,)  # frames inside these are not the call site (torch's dir added by hooks)
+        self._skip = _HERE  # frames inside these are not the call site (torch's dir added by hooks)
         self._ids = None  # phase name ids, interned on first use
 
     def restart(self, t: int) -> None:

@@ -28,6 +28,8 @@ class TorchWindow:
         import torch
         from torch.profiler import ProfilerActivity, profile
 
+        if torch.autograd.profiler._is_profiler_enabled:  # one Kineto session per process
+            raise RuntimeError("the job's own torch.profiler is running: try again once it has stopped")
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
         self.trace = base + ".pt.trace.json.gz"
         self.prof = profile(activities=acts, **_all_threads_config() if all_threads else {})

@@ -28,7 +28,7 @@ from time import monotonic_ns as _now
 
 from ..channel import layout as L
 
-MIN_STEP_NS = 10_000_000  # events on every step from 10 ms steps up; shorter steps are sampled
+MIN_STEP_NS = 20_000_000  # events on every step from 20 ms steps up; shorter steps are sampled
 MARKS = 2  # mid-step events a measured step may add (end of forward, end of backward)
 POOL = 64
 

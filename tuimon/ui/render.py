@@ -50,7 +50,8 @@ def human_bytes(b) -> str:
 
 
 def pct(v) -> str:
-    return f"{v:5.1f}%" if num(v) is not None else "   n/a"
+    """A percentage, whole: the tenths changed every second and cost bytes, not information."""
+    return f"{v:3.0f}%" if num(v) is not None else " n/a"
 
 
 def duration(s: float) -> str:
@@ -67,8 +68,10 @@ def short_command(argv: list) -> str:
     return " ".join(short(k, str(a)) for k, a in enumerate(argv))
 
 
-def header(view: View, source_label: str) -> Text:
+def header(view: View, source_label: str, rates: View | None = None) -> Text:
+    """rates: the view the window's steps/s and throughput come from (default: view)."""
     t, p = view.training, view.process
+    r = (rates or view).training or t
     out = Text()
     out.append("tuimon ", "bold")
     pid = t.pid if t else p.pid if p else None
@@ -85,9 +88,9 @@ def header(view: View, source_label: str) -> Text:
         out.append(f"· rank {t.rank}/{t.world_size} ", "dim")
     if t:
         out.append(f"· up {duration(t.uptime_s)} · step {t.steps:,}", "")
-        if t.steps_per_s:
-            out.append(f" · {t.steps_per_s:.2f} steps/s")
-        for name, per_s in list(t.throughput_per_s.items())[:2]:
+        if r.steps_per_s:
+            out.append(f" · {r.steps_per_s:.3g} steps/s")
+        for name, per_s in list(r.throughput_per_s.items())[:2]:
             out.append(f" · {per_s:,.0f} ")
             out.append(safe_text(str(name), 24))
             out.append("/s")
@@ -167,7 +170,7 @@ def gpu_block(g: GpuView, width: int, is_target: bool) -> Text:
     for k, (label, series, value, color) in enumerate(rows):
         out.append(f"{label:<{label_w}} ", "dim")
         out.append(spark(series, spark_w), color)
-        out.append(f" {value:>11}")
+        out.append(f" {value.strip():<11}")  # beside the newest column: one span to redraw, not two
         if two_cols and k % 2 == 0 and k + 1 < len(rows):
             out.append("  ")
         elif k + 1 < len(rows):
@@ -197,29 +200,33 @@ def gpus_panel(view: View, width: int) -> Text:
     return out
 
 
-def steps_panel(view: View, width: int) -> Text:
-    t = view.training
-    if t is None:
+def steps_panel(view: View, width: int, stats: View | None = None) -> Text:
+    """Step time: sparklines from view, the window's statistics from stats (default: view)."""
+    if view.training is None:
         return no_channel_text(view)
+    t = (stats or view).training or view.training
     st = t.step_time_ms
     if not st:
         return Text("no steps yet (steps come from optimizer.step() or tuimon.step())", "dim")
     out = Text()
     stats = f" p50 {st.p50:.1f}  p95 {st.p95:.1f}  p99 {st.p99:.1f} ms  (last {t.window_steps} steps)"
+    g = t.gpu
+    gpu_stats = ""
+    if g is not None:
+        gpu_stats = (f" p50 {g.step_ms:.1f} ms" if g.step_ms is not None else " n/a") + f" · busy >= {g.busy_share:.0%}"
+        if g.lag_ms is not None:
+            gpu_stats += f" · {g.lag_ms:.1f} ms queued at step end"
     series = view.step_columns or view.step_ms
-    spark_w = max(8, width - len(stats) - 6)
+    spark_w = max(8, width - max(len(stats), len(gpu_stats)) - 6)
     hi = max([v for v in series[-spark_w:] if v is not None] + [v for v in view.gpu_step_columns[-spark_w:]
                                                                  if v is not None] or [1.0])
     out.append("host ", "dim")
     out.append(spark(series, spark_w, hi=hi), "cyan")
     out.append(stats)
-    g = t.gpu
     if g is not None:
         out.append("\nGPU  ", "dim")
         out.append(spark(view.gpu_step_columns, spark_w, hi=hi), "green")
-        step = f" p50 {g.step_ms:.1f} ms" if g.step_ms is not None else " n/a"
-        lag = f" · lag at step end {g.lag_ms:.1f} ms" if g.lag_ms is not None else ""
-        out.append(f"{step} · busy >= {g.busy_share:.0%} of the step{lag}  ({g.steps} steps, CUDA events)")
+        out.append(gpu_stats)
     return out
 
 
@@ -295,12 +302,14 @@ def breakdown_panel(view: View, width: int, plain: bool = False) -> Text:
     return out
 
 
-def process_panel(view: View) -> Text:
-    p = view.process
+def process_panel(view: View, stats: View | None = None) -> Text:
+    """Whether the process lives from view; its CPU, memory and GPU memory from stats (the
+    window view: 1 s CPU readings jitter, and each redraw is bytes to the terminal)."""
+    if view.process is not None and not view.process.alive:
+        return Text("process exited", "bold red")
+    p = (stats or view).process or view.process
     if not p:
         return Text(view.problems.get("process") or "no process data", "dim")
-    if not p.alive:
-        return Text("process exited", "bold red")
     out = Text()
     target = [r for r in p.procs if r.role == "target"]
     children = [r for r in p.procs if r.role == "child"]
@@ -325,7 +334,7 @@ def process_panel(view: View) -> Text:
         out.append(f"  ({per})", "dim")
     if p.loop_cpu is not None:
         out.append(f"\nloop thread CPU {p.loop_cpu:.0f}%", "dim")
-    mem = memory_line(view)
+    mem = memory_line(stats or view)
     if mem:
         out.append("\n" + mem)
     return out
@@ -337,13 +346,13 @@ def memory_line(view: View) -> str:
     used, total = view.nvml_memory
     parts = []
     if m is not None:
-        parts.append(f"GPU memory: allocated {human_bytes(m.allocated)} · reserved {human_bytes(m.reserved)}"
-                     f" · peak {human_bytes(m.peak_allocated)}")
+        parts.append(f"GPU memory: allocated {human_bytes(m.allocated)}, reserved {human_bytes(m.reserved)}, "
+                     f"peak {human_bytes(m.peak_allocated)}")
         if m.alloc_retries:
             parts.append(f"{m.alloc_retries} allocator retries (memory pressure)")
     if used is not None:
-        parts.append(f"NVML: {human_bytes(used)} for the process" + (f" of {human_bytes(total)}, "
-                     f"{human_bytes(total - used)} headroom" if total else ""))
+        parts.append(f"NVML {human_bytes(used)}" + (f" of {human_bytes(total)} ({human_bytes(total - used)} free)"
+                                                    if total else ""))
     return " · ".join(parts)
 
 

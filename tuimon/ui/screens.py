@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -33,21 +34,38 @@ class MainScreen(Screen):
                 yield Panel(id=wid, classes="box")
         yield Footer()
 
+    _slow: View | None = None
+    _slow_at = 0.0
+
+    def _window_view(self, view: View) -> View:
+        """The view the window statistics are drawn from: renewed every SLOW_S, or at once when
+        the verdict or the training's presence changes. Statistics over the last 100 steps move
+        slowly, and each redraw is bytes to the terminal; live numbers use the newest view."""
+        now, slow = time.monotonic(), self._slow
+        if (slow is None or now - self._slow_at >= SLOW_S or slow.verdict.code != view.verdict.code
+                or (slow.training is None) != (view.training is None) or slow.paused != view.paused):
+            self._slow, self._slow_at = view, now
+        return self._slow
+
     def show_view(self, view: View, label: str) -> None:
         q = self.query_one
-        q("#header", Panel).show(render.header(view, label))
+        slow = self._window_view(view)
+        q("#header", Panel).show(render.header(view, label, rates=slow))
         status = render.status_line(view)
         q("#status", Panel).display = bool(status)
         q("#status", Panel).show(status)
-        q("#verdict", Panel).show(render.verdict_line(view.verdict))
+        q("#verdict", Panel).show(render.verdict_line(slow.verdict))
         gpus = q("#gpus", Panel)
         gpus.show(render.gpus_panel(view, gpus.text_width))
         steps = q("#steps", Panel)
-        steps.show(render.steps_panel(view, steps.text_width))
+        steps.show(render.steps_panel(view, steps.text_width, stats=slow))
         bd = q("#breakdown", Panel)
-        bd.show(render.breakdown_panel(view, bd.text_width, plain=self.app.no_color))
-        q("#process", Panel).show(render.process_panel(view))
+        bd.show(render.breakdown_panel(slow, bd.text_width, plain=self.app.no_color))
+        q("#process", Panel).show(render.process_panel(view, stats=slow))
         q("#capture", Panel).show(render.capture_panel(view, self.app.capture_steps))
+
+
+SLOW_S = COLUMN_S  # window statistics are redrawn this often (or at once when the verdict changes)
 
 
 SORT_KEYS = [("share", "share"), ("count", "count"), ("mean_ms", "mean ms"), ("p95_ms", "p95 ms"), ("name", "name")]
