@@ -1,7 +1,7 @@
-"""Render the main, ranges and GPU screens from the committed real-GPU recording into
+"""Render the main, explain, ranges and GPU screens from the committed real-GPU recording into
 screenshots/ as SVG (and PNG where rsvg-convert is installed: apt-get install librsvg2-bin).
 
-    .venv/bin/python scripts/screenshots.py
+    bash scripts/setup.sh && .venv/bin/python scripts/screenshots.py
 """
 
 import asyncio
@@ -16,12 +16,12 @@ sys.path.insert(0, ROOT)
 from tuimon.ui.app import make_app  # noqa: E402
 from tuimon.ui.replay_frames import state_from_recording  # noqa: E402
 
-FIXTURE = os.path.join(ROOT, "tests", "fixtures", "h200_demo.jsonl")
+FIXTURE = os.path.join(ROOT, "tests", "fixtures", "h100_demo_v2.jsonl")
 OUT = os.path.join(ROOT, "screenshots")
 
 
 async def shoot(size, keys_and_names):
-    app = make_app(None, "replay of h200_demo.jsonl", state_from_recording(FIXTURE))
+    app = make_app(None, "replay of h100_demo_v2.jsonl", state_from_recording(FIXTURE))
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         for keys, name in keys_and_names:
@@ -38,7 +38,8 @@ async def shoot(size, keys_and_names):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    asyncio.run(shoot((120, 40), [([], "main-120x40"), (["r"], "ranges-120x40"), (["escape", "g"], "gpu-120x40")]))
+    asyncio.run(shoot((120, 40), [([], "main-120x40"), (["e"], "explain-120x40"), (["escape", "r"], "ranges-120x40"),
+                                  (["escape", "g"], "gpu-120x40")]))
     asyncio.run(shoot((80, 24), [([], "main-80x24")]))
 
 

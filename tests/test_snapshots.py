@@ -1,4 +1,4 @@
-"""SVG snapshots of every screen from the real H200 recording (pytest-textual-snapshot).
+"""SVG snapshots of every screen from real GPU recordings (pytest-textual-snapshot).
 After an intended UI change: pytest tests/test_snapshots.py --snapshot-update, and look."""
 
 import pytest
@@ -7,7 +7,8 @@ from tests.conftest import ROOT
 from tuimon.ui.app import make_app
 from tuimon.ui.replay_frames import state_from_recording
 
-FIXTURE = str(ROOT / "tests" / "fixtures" / "h200_demo.jsonl")
+FIXTURE = str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl")  # the demo on an H100, with its anatomy
+V1_FIXTURE = str(ROOT / "tests" / "fixtures" / "h200_demo.jsonl")  # an older probe: no phases
 
 
 async def redraw(pilot):
@@ -16,11 +17,16 @@ async def redraw(pilot):
     await pilot.pause()
 
 
-def app():
-    return make_app(None, "replay of h200_demo.jsonl", state_from_recording(FIXTURE))
+def app(fixture=FIXTURE):
+    return make_app(None, f"replay of {fixture.rsplit('/', 1)[-1]}", state_from_recording(fixture))
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
-@pytest.mark.parametrize("keys", [[], ["r"], ["g"], ["question_mark"]], ids=["main", "ranges", "gpu", "help"])
+@pytest.mark.parametrize("keys", [[], ["r"], ["g"], ["e"], ["question_mark"]],
+                         ids=["main", "ranges", "gpu", "explain", "help"])
 def test_screen(snap_compare, size, keys):
     assert snap_compare(app(), terminal_size=size, press=keys, run_before=redraw)
+
+
+def test_a_recording_of_an_older_probe(snap_compare):
+    assert snap_compare(app(V1_FIXTURE), terminal_size=(120, 40), run_before=redraw)

@@ -45,6 +45,7 @@ class GpuTiming:
         self._open: dict[int, tuple] = {}  # step -> (start, end, syncs) awaiting its end event
         self._names: dict[str, int] = {}
         self.every = 1
+        self._step_ns: float | None = None  # smoothed step time
         self._measuring = True
         self._anchored = False  # True once this step has its anchor (or is not measured)
         self._marks = 0
@@ -71,8 +72,11 @@ class GpuTiming:
                 self._pending.append((ev, _now(), step, False))
                 if step % self.every == 0:
                     self._open[step] = (t0, t1, list(syncs))
-        dur = t1 - t0
-        self.every = 1 if dur >= MIN_STEP_NS else max(2, min(100, MIN_STEP_NS // max(dur, 1)))
+        # the stride follows a smoothed step time: loops whose steps alternate short and long (two
+        # DataLoader workers deliver batches in pairs) would otherwise measure a biased subset
+        self._step_ns = (t1 - t0) if self._step_ns is None else 0.9 * self._step_ns + 0.1 * (t1 - t0)
+        dur = self._step_ns
+        self.every = 1 if dur >= MIN_STEP_NS else max(2, min(100, int(MIN_STEP_NS // max(dur, 1))))
         self._measuring = (step + 1) % self.every == 0  # marks and anchors only in a measured step
         self._anchored, self._marks = not self._measuring, 0
         if self.device is None or step % 64 == 0:

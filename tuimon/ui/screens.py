@@ -51,9 +51,10 @@ class MainScreen(Screen):
         q = self.query_one
         slow = self._window_view(view)
         q("#header", Panel).show(render.header(view, label, rates=slow))
-        status = render.status_line(view)
-        q("#status", Panel).display = bool(status)
-        q("#status", Panel).show(status)
+        status, line = render.status_line(view), q("#status", Panel)
+        if line.display != bool(status):
+            line.display = bool(status)  # (a change of display lays the screen out again)
+        line.show(status)
         q("#verdict", Panel).show(render.verdict_line(slow.verdict))
         gpus = q("#gpus", Panel)
         gpus.show(render.gpus_panel(view, gpus.text_width))

@@ -65,8 +65,9 @@ class Panel(Widget):
         if text == self._last and width == self._width:
             return  # unchanged: no repaint, no bytes to the terminal
         self._last = text
-        if width <= 0:  # not laid out yet: drawn once the width is known
-            self.refresh(layout=True)
+        if width <= 0:  # not laid out yet (or hidden): drawn once the width is known
+            if self.display:
+                self.refresh(layout=True)
             return
         old = self._strips
         new = self._lay_out(text, width)
