@@ -29,6 +29,15 @@ def run_python(script: str, *args, timeout=120, env=None) -> subprocess.Complete
                           text=True, timeout=timeout, env=env)
 
 
+@pytest.fixture
+def sleeper():
+    """A plain process with no probe and no channel."""
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield p
+    p.kill()
+    p.wait()
+
+
 def wait_for(pred, timeout=30.0, what="condition"):
     end = time.monotonic() + timeout
     while time.monotonic() < end:

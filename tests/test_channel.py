@@ -19,6 +19,7 @@ from tuimon.channel import (
     find_segments,
 )
 from tuimon.channel import layout as L
+from tuimon.channel.text import safe_text
 from tuimon.channel.writer import truncate_name
 
 sys.path.insert(0, str(HELPERS))
@@ -131,7 +132,9 @@ def test_names_are_untrusted_text():
     long = "é" * 500
     ids = [w.intern(hostile), w.intern(long)]
     r = SegmentReader(w.path)
-    assert r.name(ids[0]) == "[bold red]x[/] \\x1b[2J\\x07 \\u202egnp.exe"
+    # names stay as written (JSON escapes them); a terminal gets them through safe_text
+    assert r.name(ids[0]) == hostile
+    assert safe_text(r.name(ids[0])) == "[bold red]x[/] \\x1b[2J\\x07 \\u202egnp.exe"
     assert len(truncate_name(long)) <= L.MAX_NAME_BYTES and r.name(ids[1]) == "é" * 100
     assert r.name(999) == "(name #999)"
 

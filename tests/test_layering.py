@@ -51,8 +51,12 @@ def imports(path: Path):
 
 
 def layer_of(module: str) -> str | None:
+    """The tuimon package (layer) a module is in; None for the top-level package and its names
+    (`from tuimon import __version__`)."""
     parts = module.split(".")
-    return parts[1] if parts[0] == "tuimon" and len(parts) > 1 else None
+    if parts[0] != "tuimon" or len(parts) < 2 or not (PKG / parts[1]).is_dir():
+        return None
+    return parts[1]
 
 
 @pytest.mark.parametrize("layer", sorted(ALLOWED))

@@ -3,7 +3,7 @@
 The monitor writes the request (parameters first, then the sequence number that publishes it);
 the probe writes its state (message and path first, then the state record). Either side reads
 twice until two reads agree, so a half-written record is never trusted. Text read from here is
-untrusted and made safe.
+untrusted: whatever shows it on a terminal passes it through safe_text.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from . import layout as L
 from .errors import ChannelError
 from .reader import open_own_segment
-from .text import safe_text
 
 STATE_NAMES = {L.STATE_IDLE: "idle", L.STATE_ARMED: "armed", L.STATE_CAPTURING: "capturing",
                L.STATE_WRITING: "writing", L.STATE_DONE: "done", L.STATE_FAILED: "failed"}
@@ -90,7 +89,7 @@ class ControlBlock:
 
         fields, msg, path = self._stable(read)
         return State(fields[0], fields[1], fields[2], fields[3], fields[4], fields[5],
-                     safe_text(msg.decode("utf-8", "replace")), safe_text(path.decode("utf-8", "replace")))
+                     msg.decode("utf-8", "replace"), path.decode("utf-8", "replace"))
 
     def write_state(self, ack_seq: int, state: int, first_step: int = 0, last_step: int = 0, kind: int = 0,
                     now_ns: int = 0, message: str = "", path: str = "") -> None:

@@ -6,6 +6,7 @@ Stdlib only, so the probe can use it inside the training process.
 from __future__ import annotations
 
 import os
+import signal
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -127,3 +128,19 @@ def cmdline(pid: int) -> list[str] | None:
     except OSError:
         return None
     return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+
+
+def exit_status(returncode: int) -> int:
+    """A shell's exit status for a child's return code: 128 + N when signal N ended it."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def how_it_ended(returncode: int) -> str:
+    """'exited with code 1' / 'was killed by SIGKILL', from a child's return code."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name}"
+    return f"exited with code {returncode}"

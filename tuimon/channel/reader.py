@@ -19,7 +19,7 @@ from . import procinfo
 from .errors import ChannelError, CorruptSegment, ForeignSegment, IncompatibleSegment, NoSegment
 from .paths import parse_segment_name
 from .ring import unpack_records
-from .text import safe_json_value, safe_text
+from .text import bounded_json_value
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class SegmentReader:
             raise bad(f"metadata {meta_off}+{meta_len} outside the header")
         try:
             meta = json.loads(bytes(mm[meta_off : meta_off + meta_len]).decode("utf-8"))
-            meta = safe_json_value(meta) if isinstance(meta, dict) else {}
+            meta = bounded_json_value(meta) if isinstance(meta, dict) else {}
         except (ValueError, UnicodeDecodeError):
             meta = {"unreadable": True}
         return SegmentInfo(path, pid, uid, start, created, ring_n, meta)
@@ -235,7 +235,7 @@ class SegmentReader:
             if n > L.MAX_NAME_BYTES or at + hdr + n > used:
                 break  # corrupt entry: names from here on stay unknown
             raw = bytes(self._mm[base + at + hdr : base + at + hdr + n])
-            self._names.append(safe_text(raw.decode("utf-8", "replace")))
+            self._names.append(raw.decode("utf-8", "replace"))  # (length-limited by the writer)
             at += hdr + n
         self._names_parsed = at
 

@@ -1,4 +1,6 @@
-"""Text from another process is untrusted: make it inert before anyone prints it."""
+"""Text from another process is untrusted: make it inert before a terminal shows it. (The
+channel keeps it as written: JSON output escapes it, and every place that draws or prints it for a
+person passes it through safe_text.)"""
 
 from __future__ import annotations
 
@@ -17,16 +19,18 @@ def safe_text(s: str, limit: int = 4096) -> str:
     return s.translate(_ESCAPES)
 
 
-def safe_json_value(v, depth: int = 0):
-    """A JSON value from a segment with every string made safe and nesting bounded."""
+def bounded_json_value(v, depth: int = 0):
+    """A JSON value from a segment with its size and nesting bounded. Strings stay what they are
+    (JSON output escapes them itself); whatever shows them on a terminal passes them through
+    safe_text."""
     if depth > 8:
         return None
     if isinstance(v, str):
-        return safe_text(v)
+        return v[:4096]
     if isinstance(v, list):
-        return [safe_json_value(x, depth + 1) for x in v[:256]]
+        return [bounded_json_value(x, depth + 1) for x in v[:256]]
     if isinstance(v, dict):
-        return {safe_text(str(k), 128): safe_json_value(x, depth + 1) for k, x in list(v.items())[:64]}
+        return {str(k)[:128]: bounded_json_value(x, depth + 1) for k, x in list(v.items())[:64]}
     if isinstance(v, (int, float, bool)) or v is None:
         return v
     return None

@@ -10,12 +10,12 @@ from .capture import CaptureStatus, CaptureSummary
 from .codec import BadValue, from_json, to_json
 from .cycle import Cycle
 from .gpu import GpuProcess, GpuSample
-from .process import ProcessSample, ProcRow
+from .process import HostSample, ProcessSample, ProcRow
 from .training import GpuTimes, Memory, PhaseRow, RangeRow, StepTimes, Syncs, SyncSite, TrainingSnapshot
 from .values import NA, is_na, num, reason
 
 __all__ = [
-    "NA", "BadValue", "CaptureStatus", "CaptureSummary", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "Memory",
+    "NA", "BadValue", "CaptureStatus", "CaptureSummary", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "Memory",
     "PhaseRow", "ProcRow", "ProcessSample", "RangeRow", "StepTimes", "SyncSite", "Syncs", "TrainingSnapshot",
     "from_json", "is_na", "num", "reason", "to_json",
 ]

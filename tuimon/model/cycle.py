@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from .capture import CaptureStatus
 from .gpu import GpuSample
-from .process import ProcessSample
+from .process import HostSample, ProcessSample
 from .training import TrainingSnapshot
 from .values import NA
 
@@ -23,3 +23,6 @@ class Cycle:
     shown_why: str | None = None  # ...and why ("PID 812 has no channel; showing its descendant 815")
     problems: dict[str, str] = field(default_factory=dict)  # source -> why it failed this cycle
     gpu_note: str | None = None  # e.g. why the target is missing from every GPU's processes
+    host: HostSample | None = None
+    job_log: str | None = None  # where the output of a job tuimon launched goes
+    job_tail: list[str] = field(default_factory=list)  # its last lines, once it has exited

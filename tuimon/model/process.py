@@ -20,6 +20,16 @@ class ProcRow:
     state: str | NA = NA("not read")
     io_read: Num = NA("not read")  # bytes, since the process started
     io_write: Num = NA("not read")
+    pss: int | None = None  # bytes, shared pages split among their sharers (forked workers share most)
+    loop: bool = False  # the process whose channel is shown (the training process)
+
+
+@dataclass(frozen=True)
+class HostSample:
+    cpu_percent: float  # all cores, 0..100
+    cpus: int
+    mem_used: int  # bytes
+    mem_total: int
 
 
 @dataclass(frozen=True)

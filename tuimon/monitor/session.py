@@ -14,7 +14,7 @@ from ..model import NA, CaptureStatus, Cycle
 from ..sources.channel import ChannelSource
 from ..sources.nvml import DeviceSampler, target_note
 from ..sources.poller import Poller
-from ..sources.process import ProcessSampler
+from ..sources.process import ProcessNames, ProcessSampler, host_sample
 from ..sources.recording import ReplaySource
 from .summaries import SummaryWorker
 from .target import open_channel
@@ -29,8 +29,13 @@ class LiveSession:
     fails is reported in the cycle's problems, with the reason, and tried again next cycle."""
 
     def __init__(self, pid: int | None, interval: float = 1.0, popen=None, devices=None,
-                 summaries: SummaryWorker | None = None):
+                 summaries: SummaryWorker | None = None, job_log: str | None = None, gpus: list[int] | None = None):
+        """job_log: where the output of a job tuimon launched goes (its last lines are shown when it
+        exits); gpus: only these GPU indices (None: all)."""
         self.pid, self.interval = pid, interval
+        self.job_log, self.only_gpus = job_log, gpus
+        self._job_tail: list[str] | None = None
+        self.names = ProcessNames()
         self.procs = ProcessSampler(pid, popen) if pid else None
         self._gpus = devices
         self.summaries = summaries or SummaryWorker()
@@ -66,7 +71,16 @@ class LiveSession:
             problems["gpu"] = self.gpus.error
         else:
             gpus = _guard(problems, "gpu", self.gpus.sample)
+            if gpus is not None and self.only_gpus is not None:
+                missing = sorted(set(self.only_gpus) - {g.index for g in gpus})
+                if missing:  # (asked with --gpus: say so, not "no GPU")
+                    problems["gpu"] = (f"no GPU {', '.join(map(str, missing))} here: NVML sees "
+                                       f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''} (indices 0 to {len(gpus) - 1})")
+                gpus = [g for g in gpus if g.index in self.only_gpus]
+            if gpus is not None:
+                gpus = [self._named(g) for g in gpus]
             note = target_note(gpus or [], pids) if pids else None
+        host = _guard(problems, "host", host_sample)
         view = self._view(problems)
         if view is not None:
             try:
@@ -79,9 +93,33 @@ class LiveSession:
                 capture = self._capture(problems)
                 if self.procs is not None and training.pid == self.pid:
                     self.procs.follow_loop(training.loop_tid)  # its CPU is read from the next cycle on
+        if process is not None and training is not None:  # mark the training process among the tree's
+            process = replace(process, procs=[replace(r, loop=r.pid == training.pid) for r in process.procs])
         return Cycle(t, process, gpus, training, capture, self.channel,
                      view.source.reader.info.pid if view is not None and self.shown_why else None,
-                     self.shown_why, problems, note)
+                     self.shown_why, problems, note, host, self.job_log, self._tail(process))
+
+    def _named(self, g):
+        """The GPU's processes with their names, users and commands."""
+        if not isinstance(g.processes, list) or not g.processes:
+            return g
+        return replace(g, processes=[replace(p, **dict(zip(("name", "user", "command"), self.names.describe(p.pid),
+                                                           strict=True))) for p in g.processes])
+
+    def _tail(self, process) -> list[str]:
+        """The last lines of the job's output, read once it has exited."""
+        if self.job_log is None or process is None or process.alive:
+            return []
+        if self._job_tail is None:
+            try:
+                with open(self.job_log, "rb") as f:
+                    f.seek(0, 2)
+                    f.seek(max(0, f.tell() - 16384))
+                    lines = f.read().decode("utf-8", "replace").splitlines()
+                self._job_tail = lines[-8:]
+            except OSError as e:
+                self._job_tail = [f"(cannot read {self.job_log}: {e.strerror})"]
+        return self._job_tail
 
     def _view(self, problems: dict) -> TrainingView | None:
         if self.training is not None or not self.pid:
@@ -169,18 +207,32 @@ def _with_summary(status: CaptureStatus, summary) -> CaptureStatus:
 
 
 class ReplaySession:
-    """A recording, paced as recorded (speed > 1: faster)."""
+    """A recording, paced as recorded (speed > 1: faster). total/skipped: its cycle count and
+    unreadable lines, when the caller counted them first."""
 
-    def __init__(self, path: str, speed: float = 1.0):
+    def __init__(self, path: str, speed: float = 1.0, total: int | None = None, skipped: int = 0):
         self.source = ReplaySource(path, speed)
         self.recording = self.source.recording
+        self.total, self.skipped = total, skipped
+        self.played = 0
         self.finished = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def progress(self) -> str:
+        """Where the replay is: '12/36', 'end, 36 cycles', and the lines it skipped."""
+        where = f"end, {self.played} cycle{'s' if self.played != 1 else ''}" if self.finished else (
+            f"{self.played}/{self.total}" if self.total else f"{self.played}")
+        skipped = self.skipped or self.recording.skipped
+        return where + (f" · {skipped} bad line{'s' if skipped != 1 else ''} skipped" if skipped else "")
+
     def start(self, on_cycle, on_end=None) -> None:
+        def played(c):
+            self.played += 1
+            on_cycle(c)
+
         def run():
-            self.source.run(on_cycle, self._stop)
+            self.source.run(played, self._stop)
             self.finished = True
             if on_end is not None and not self._stop.is_set():
                 on_end()

@@ -8,7 +8,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..analysis.diagnosis import Verdict, diagnose
-from ..model import NA, CaptureStatus, Cycle, GpuSample, ProcessSample, TrainingSnapshot, num
+from ..model import NA, CaptureStatus, Cycle, GpuSample, HostSample, ProcessSample, TrainingSnapshot, num
 from . import evidence
 
 GPU_SERIES = ("sm_active", "tensor_active", "fp32_active", "fp16_active", "dram_bw", "power_w", "util_gpu",
@@ -65,6 +65,9 @@ class View:
     step_columns: list = field(default_factory=list)  # median step time per COLUMN_S (None: no step ended)
     gpu_step_columns: list = field(default_factory=list)  # the GPU side of the step, per COLUMN_S
     nvml_memory: tuple = (None, None)  # (bytes NVML counts for the target's processes, total of its GPUs)
+    host: HostSample | None = None
+    job_log: str | None = None
+    job_tail: list[str] = field(default_factory=list)
 
 
 class MonitorState:
@@ -83,6 +86,9 @@ class MonitorState:
         self.channel: str | NA | None = None
         self.shown_why: str | None = None
         self.cycles = 0
+        self.host: HostSample | None = None
+        self.job_log: str | None = None
+        self.job_tail: list[str] = []
         self._columns: deque[_Column] = deque(maxlen=COLUMNS)
         self._column_id: int | None = None
 
@@ -123,7 +129,13 @@ class MonitorState:
         if c.channel is not None:
             self.channel, self.shown_why = c.channel, c.shown_why
         self.gpu_note = c.gpu_note
+        if c.gpus == [] and "gpu" not in c.problems and not self.gpus:  # sampled, and none there
+            self.gpu_note = "no GPU samples (NVML found no GPU where this ran)"
         self.problems = dict(c.problems)  # a source that recovered clears its problem
+        if c.host is not None:
+            self.host = c.host
+        if c.job_log is not None:
+            self.job_log, self.job_tail = c.job_log, c.job_tail
 
     def _add_steps(self, snap: TrainingSnapshot) -> list[float]:
         """The times of the steps that ended since the last snapshot."""
@@ -150,7 +162,8 @@ class MonitorState:
                     self.target_gpus(), self.gpu_note, paused, self.capture,
                     [self.captures[k] for k in sorted(self.captures)], dict(self.problems), self.channel,
                     self.shown_why, [_median(c.step_ms) for c in self._columns],
-                    [_median(c.gpu_step_ms) for c in self._columns], self._nvml_memory())
+                    [_median(c.gpu_step_ms) for c in self._columns], self._nvml_memory(), self.host,
+                    self.job_log, list(self.job_tail))
 
     def _nvml_memory(self) -> tuple:
         """What NVML counts for the target's processes on its GPUs, and those GPUs' total."""

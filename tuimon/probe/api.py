@@ -46,6 +46,7 @@ def _meta() -> dict:
         "capture_kind": "nsys" if env.get("TUIMON_NSYS") == "1" else "torch.profiler",
         "nsys_output": env.get("TUIMON_NSYS_OUTPUT"),
         "hot_path": ring.IMPLEMENTATION,  # "c", or "python" where the extension is missing
+        "job_log": env.get("TUIMON_JOB_LOG"),  # where `tuimon run` sends the job's output
     }
 
 

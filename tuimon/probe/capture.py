@@ -33,6 +33,7 @@ class TorchWindow:
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
         self.trace = base + ".pt.trace.json.gz"
         self.prof = profile(activities=acts, **_all_threads_config() if all_threads else {})
+        self.off_thread = all_threads
         self.prof.start()
         self.stop_ms = 0.0
 
@@ -53,8 +54,13 @@ class TorchWindow:
         export_ms = (time.perf_counter() - t) * 1e3
         self.prof = None
         size = os.path.getsize(self.trace)
-        return self.trace, (f"trace {size / 1e6:.1f} MB; stop {self.stop_ms:.0f} ms on the step, "
-                            f"export {export_ms:.0f} ms off it")
+        where = "on the training step" if not self.off_thread else "off the loop"
+        return self.trace, (f"trace {_size(size)}; stopped in {self.stop_ms:.0f} ms {where}, "
+                            f"exported in {export_ms:.0f} ms off it")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.0f} KiB"
 
 
 def _all_threads_config() -> dict:

@@ -8,7 +8,7 @@ import time
 import psutil
 
 from ..channel import procinfo
-from ..model import NA, ProcessSample, ProcRow
+from ..model import NA, HostSample, ProcessSample, ProcRow
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -95,6 +95,26 @@ class ProcessSampler:
         return _row(p, role)
 
 
+PSS_EVERY_S = 5.0  # /proc/PID/smaps_rollup: ~0.5 ms a process; shares change slowly
+_pss: dict[tuple[int, float], tuple[float, int | None]] = {}  # (pid, create time) -> (when read, PSS)
+
+
+def _pss_of(p: psutil.Process) -> int | None:
+    """PSS (shared pages split among their sharers), read every PSS_EVERY_S; None where not readable."""
+    key, now = (p.pid, p.create_time()), time.monotonic()
+    hit = _pss.get(key)
+    if hit is not None and now - hit[0] < PSS_EVERY_S:
+        return hit[1]
+    try:
+        value = p.memory_full_info().pss
+    except (psutil.AccessDenied, AttributeError, NotImplementedError):
+        value = None
+    if len(_pss) > 4096:
+        _pss.clear()
+    _pss[key] = (now, value)
+    return value
+
+
 def _row(p: psutil.Process, role: str) -> ProcRow | None:
     try:
         with p.oneshot():
@@ -104,9 +124,49 @@ def _row(p: psutil.Process, role: str) -> ProcRow | None:
             except (psutil.AccessDenied, AttributeError) as e:
                 io_read = io_write = NA(f"I/O counters not readable: {type(e).__name__}")
             return ProcRow(p.pid, role, p.name(), float(p.cpu_percent(None)), p.memory_info().rss, p.num_threads(),
-                           p.status(), io_read, io_write)
+                           p.status(), io_read, io_write, pss=_pss_of(p))
     except psutil.NoSuchProcess:
         return None  # it exited between listing and reading
     except psutil.AccessDenied:
         denied = NA("access denied")
         return ProcRow(p.pid, role, denied, denied, denied, denied, denied, denied, denied)
+
+
+def host_sample() -> HostSample:
+    """The machine's CPU (all cores, since the last call) and memory."""
+    vm = psutil.virtual_memory()
+    return HostSample(psutil.cpu_percent(None), psutil.cpu_count() or 1, vm.total - vm.available, vm.total)
+
+
+class ProcessNames:
+    """Name, user and command of any PID (a GPU's processes), cached per process."""
+
+    def __init__(self):
+        self._known: dict[int, tuple[float, tuple]] = {}
+
+    def describe(self, pid: int) -> tuple[str | None, str | None, str | None]:
+        try:
+            p = psutil.Process(pid)
+            created = p.create_time()
+        except psutil.Error:
+            return None, None, None
+        hit = self._known.get(pid)
+        if hit is not None and hit[0] == created:
+            return hit[1]
+        try:
+            with p.oneshot():
+                name = p.name()
+                try:
+                    user = p.username()
+                except (psutil.Error, KeyError):
+                    user = None
+                try:
+                    command = " ".join(p.cmdline()) or None
+                except psutil.Error:
+                    command = None
+        except psutil.Error:
+            return None, None, None
+        if len(self._known) > 1024:
+            self._known.clear()
+        self._known[pid] = (created, (name, user, command))
+        return name, user, command

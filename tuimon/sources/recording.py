@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 from collections.abc import Iterator
 
@@ -29,8 +30,9 @@ class RecordingError(Exception):
 
 
 class Recorder:
-    def __init__(self, path: str, note: str = "", overwrite: bool = True):
-        self._f = open(path, "w" if overwrite else "x", encoding="utf-8")
+    def __init__(self, path_or_file, note: str = ""):
+        """path_or_file: a path (created or overwritten) or an open text file (standard output)."""
+        self._f = open(path_or_file, "w", encoding="utf-8") if isinstance(path_or_file, str) else path_or_file
         self._write({"format": FORMAT, "version": VERSION, "created": time.time(),
                      "host": socket.gethostname(), "note": note})
 
@@ -47,7 +49,8 @@ class Recorder:
             os.fsync(self._f.fileno())
         except OSError:  # a pipe or a terminal: nothing to sync
             pass
-        self._f.close()
+        if self._f is not sys.stdout:
+            self._f.close()
 
 
 class Recording:

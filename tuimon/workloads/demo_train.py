@@ -46,6 +46,13 @@ def model(width: int) -> nn.Module:
 
 
 def main(argv=None):
+    try:
+        train(argv)
+    except KeyboardInterrupt:  # `tuimon demo` stops its job this way when you quit: a normal end
+        print("demo workload stopped", flush=True)
+
+
+def train(argv=None):
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--seconds", type=float, default=0, help="stop after this long (0: never)")
     p.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: never)")
