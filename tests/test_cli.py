@@ -70,7 +70,7 @@ def test_run_shows_a_live_summary_and_cleans_up(shm_dir):
     assert p.returncode == 0, p.stderr
     lines = [x for x in p.stdout.splitlines() if x.startswith("pid ")]
     assert len(lines) >= 3 and "step 30 |" in lines[-1] and lines[-1].endswith("[process exited]")
-    assert "data wait" in lines[-1]
+    assert "data wait" in lines[-1] and "phases data" in lines[-1] and "verdict: input-bound" in lines[-1], lines[-1]
     assert p.stderr.splitlines()[-1] == "tuimon: the job exited with code 0"
     assert os.listdir(shm_dir) == []  # the job's segment went with it
 
@@ -249,7 +249,7 @@ def test_record_bad_targets_and_a_full_disk(tmp_path, sleeper):
 def test_a_bad_interval_is_refused_by_name(bad):
     p = subprocess.run(tuimon_cmd("attach", "1", "--interval", bad), capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "argument --interval:" in p.stderr and "_interval" not in p.stderr
-    assert "not a number of seconds" in p.stderr or "0.1 to 3600 s" in p.stderr
+    assert "not a number of seconds" in p.stderr or "is out of range: 0.1 to 3600 seconds" in p.stderr
 
 
 def test_replay_of_a_missing_file():

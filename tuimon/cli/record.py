@@ -3,6 +3,7 @@ states and summaries, failures), one JSON line each, into a recording."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from ..channel import procinfo
@@ -10,12 +11,16 @@ from ..monitor.session import LiveSession, run_cycles
 from ..sources.recording import Recorder
 
 
-def record(pid: int, path: str, seconds: float, interval: float, note: str = "") -> int:
+def record(pid: int, path: str, seconds: float, interval: float, note: str = "", force: bool = False) -> int:
+    """path '-': standard output (the messages go to standard error)."""
     if procinfo.start_ticks(pid) is None:
         print(f"tuimon: no process with PID {pid}: nothing to record", file=sys.stderr)
         return 2
+    if path != "-" and os.path.isfile(path) and not force:  # (a device or a pipe is no recording to lose)
+        print(f"tuimon: {path} exists: --force to overwrite it, or another -o", file=sys.stderr)
+        return 2
     try:
-        rec = Recorder(path, note)
+        rec = Recorder(sys.stdout if path == "-" else path, note)
     except OSError as e:
         print(f"tuimon: cannot write {path}: {e.strerror or e}", file=sys.stderr)
         return 2
@@ -45,5 +50,6 @@ def record(pid: int, path: str, seconds: float, interval: float, note: str = "")
         print(f"tuimon: recording stopped after {n} cycles: cannot write {path}: "
               f"{failed[0].strerror or failed[0]} (what was written before is kept)", file=sys.stderr)
         return 1
-    print(f"recorded {n} cycle{'s' if n != 1 else ''} to {path}")
+    print(f"recorded {n} cycle{'s' if n != 1 else ''} to {'standard output' if path == '-' else path}",
+          file=sys.stderr if path == "-" else sys.stdout)
     return 0

@@ -27,7 +27,9 @@ def summary_line(view: View) -> str:
         if t.data_wait_share is not None:
             parts.append(f"data wait {t.data_wait_share:.0%}")
         top = [r for r in t.ranges if r.depth == 0][:3]
-        if top:
+        if t.phases:  # the step's anatomy, found with no code change
+            parts.append("phases " + ", ".join(f"{ph.name} {ph.share:.0%}" for ph in t.phases if ph.share >= 0.005))
+        if top:  # the job's own names, where it has any
             parts.append("ranges " + ", ".join(f"{safe_text(r.name, 24)} {r.share or 0:.0%}" for r in top))
         if t.dropped or t.corrupt:
             parts.append(f"dropped {t.dropped} corrupt {t.corrupt}")
@@ -38,6 +40,8 @@ def summary_line(view: View) -> str:
     busy = [num(g.latest.sm_active) for g in view.gpus if g.latest.index in view.target_gpus]
     if any(b is not None for b in busy):
         parts.append("SM " + "/".join(f"{b:.0f}%" for b in busy if b is not None))
+    if view.verdict.code != "waiting":
+        parts.append(f"verdict: {view.verdict.headline}")
     state = t.state if t else ("alive" if p is not None and p.alive else "exited")
     if state != "alive":
         parts.append(f"[process {state}]")

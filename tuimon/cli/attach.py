@@ -1,0 +1,139 @@
+"""`tuimon attach`, `top`, `replay` and `ls`: the monitor on a running process, on all GPUs, on a
+recording, and which processes have a channel."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from ..channel import ChannelError, list_segments, procinfo
+from ..channel.discovery import segment_state
+from ..channel.reader import SegmentReader
+from ..channel.text import safe_text
+from ..model import to_json
+from ..monitor.report import view_json
+from ..monitor.session import LiveSession, ReplaySession
+from ..monitor.state import MonitorState, View
+from ..monitor.target import open_channel
+from ..sources.recording import Recording, RecordingError
+from . import textview
+from .tui import has_terminal, tui
+
+ONCE_MIN_WINDOW_S = 0.5  # CPU % and GPM activity are rates: they need two samples this far apart
+
+
+def cmd_attach(args) -> int:
+    if procinfo.start_ticks(args.pid) is None:  # gone: only a channel it left can still be shown
+        try:
+            reader, _ = open_channel(args.pid)
+            reader.close()
+        except ChannelError as e:
+            print(f"tuimon: {e}", file=sys.stderr)
+            return 2
+    session = LiveSession(args.pid, args.interval, gpus=args.gpus)
+    if args.once:
+        view = once(session, args.window)
+        if args.json:
+            print(json.dumps(view_json(view, args.pid), indent=2))
+        else:
+            print(textview.summary_line(view))
+            for source, why in view.problems.items():
+                print(f"tuimon: {source}: {safe_text(why, 500)}", file=sys.stderr)
+        return 0
+    if not args.plain and not has_terminal():
+        print("tuimon: no terminal here: one line per interval instead (--plain); --once --json for one "
+              "snapshot", file=sys.stderr)
+        args.plain = True
+    if args.plain:
+        textview.follow(session, args.interval)
+        return 0
+    return tui(session, f"attached, every {args.interval:g} s")
+
+
+def once(session: LiveSession, window: float) -> View:
+    """One view over `window` seconds (at least ONCE_MIN_WINDOW_S), from the cycles the TUI draws."""
+    state = MonitorState()
+    end = time.monotonic() + max(window, ONCE_MIN_WINDOW_S)
+    try:
+        while True:
+            state.apply(session.poll())
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(left, 1.0))
+    finally:
+        session.stop()
+    return state.view()
+
+
+def cmd_top(args) -> int:
+    session = LiveSession(None, args.interval, gpus=args.gpus)
+    if args.once:
+        view = once(session, args.window)
+        if args.json:
+            print(json.dumps({"gpus": [to_json(g.latest) for g in view.gpus], "host": to_json(view.host),
+                              "problems": dict(view.problems)}, indent=2))
+        else:
+            print(top_text(view))
+        return 0
+    if not has_terminal():
+        print("tuimon: top needs a terminal; `tuimon top --once` (or --once --json) prints one snapshot",
+              file=sys.stderr)
+        return 2
+    return tui(session, f"top, every {args.interval:g} s", top=True)
+
+
+def top_text(view: View) -> str:
+    """All GPUs and their processes, and the host, as plain text (`top --once`)."""
+    from ..ui import render  # formatting helpers only; textual is not started
+
+    lines = []
+    if not view.gpus or "gpu" in view.problems:
+        lines.append(f"{'no GPU data: ' if not view.gpus else ''}{view.problems.get('gpu', 'NVML found no GPU')}")
+    for g in view.gpus:
+        lines.append(render.gpu_line(g.latest))
+        lines += ["  " + row for row in render.gpu_process_rows(g.latest)]
+    if view.host is not None:
+        lines.append(render.host_line(view.host))
+    return "\n".join(lines)
+
+
+def cmd_replay(args) -> int:
+    try:
+        rec = Recording(args.file)
+        n = sum(1 for _ in rec.cycles())
+    except OSError as e:
+        print(f"tuimon: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except RecordingError as e:
+        print(f"tuimon: {e}", file=sys.stderr)
+        return 2
+    if n == 0:
+        print(f"tuimon: {args.file} has no samples (a header{' and ' + str(rec.skipped) + ' unreadable lines' if rec.skipped else ' only'})",
+              file=sys.stderr)
+        return 2
+    if not has_terminal():
+        print("tuimon: replay needs a terminal", file=sys.stderr)
+        return 2
+    return tui(ReplaySession(args.file, args.speed, total=n, skipped=rec.skipped), "replay")
+
+
+def cmd_ls(args) -> int:
+    rows = list_segments()
+    if not rows:
+        print("no tuimon channels of yours are open")
+        return 0
+    print(f"{'PID':>8}  {'STATE':<8}  {'RANK':<6}  {'COMMAND':<48}  JOB OUTPUT")
+    for pid, path in rows:
+        state, rank, command, log = segment_state(path), "", "", ""
+        try:
+            with SegmentReader(path) as r:
+                meta = r.info.meta
+                rank = "" if meta.get("rank") is None else safe_text(f"{meta.get('rank')}/{meta.get('world_size')}", 6)
+                command = safe_text(" ".join(str(a) for a in meta.get("argv") or []), 48)
+                log = safe_text(str(meta.get("job_log") or ""), 200)
+        except ChannelError as e:
+            command = f"(unreadable: {safe_text(str(e), 60)})"
+        print(f"{pid:>8}  {state:<8}  {rank:<6}  {command:<48}  {log}")
+    return 0

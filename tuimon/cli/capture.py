@@ -1,0 +1,77 @@
+"""`tuimon capture PID`: a capture window asked for from a script, and what it found."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from ..capture.client import CaptureClient, CaptureRefused, window_steps
+from ..capture.summary import summarize
+from ..channel import ChannelError
+from ..channel.text import safe_text
+from ..monitor.target import open_channel
+
+
+def cmd_capture(args) -> int:
+    try:
+        reader, why = open_channel(args.pid)
+        info, steps_seen = reader.info, reader.steps
+        reader.close()
+        if why:
+            print(f"tuimon: {why}", file=sys.stderr)
+        client = CaptureClient(info.path, info.pid, info.start_ticks)
+        kind = safe_text(str(info.meta.get("capture_kind", "torch.profiler")), 40)
+        steps, seconds = args.steps, args.seconds
+        if steps is None and seconds is None:  # as `c` does: steps if the loop has them, else 10 s
+            steps, seconds = (10, None) if steps_seen else (None, 10.0)
+        seq = client.request(steps=steps, seconds=seconds)
+        what = f"{seconds:g} s" if seconds is not None else f"{steps} steps"
+        if seconds is not None and args.seconds is None:
+            what += " (no steps seen yet)"
+        print(f"asked PID {info.pid} for a {kind} capture of {what} (request {seq})", flush=True)
+        if not args.wait:
+            return 0
+        st = client.wait(seq, args.timeout, on_change=lambda s: print("  " + progress_line(s), flush=True))
+        if st.busy:
+            print(f"tuimon: capture {seq} is still {st.state} after {args.timeout:g} s; it goes on in the job "
+                  f"(follow it in `tuimon attach {info.pid}`, l lists the captures)", file=sys.stderr)
+            return 1
+        if st.state != "done":
+            print(f"tuimon: capture {seq} failed: {safe_text(st.message, 300)}", file=sys.stderr)
+            return 1
+        if kind == "nsys" and not _wait_for_report(st.path, min(args.timeout, 15)):
+            print(safe_text(st.path, 1000))
+            print("nsys writes the report when the job exits; then: nsys stats --report nvtx_sum <report>")
+            return 0
+        result = summarize(st)
+        print(safe_text(result.file or "", 1000))
+        if result.error:
+            print(f"tuimon: {result.error}", file=sys.stderr)
+        for line in result.lines:
+            print(line)
+        return 0 if result.state == "done" else 1
+    except (ChannelError, CaptureRefused) as e:
+        print(f"tuimon: {e}", file=sys.stderr)
+        return 2
+
+
+def progress_line(st) -> str:
+    """'capturing: steps 12..15'; the probe's message when it says more than the state."""
+    steps = window_steps(st.state, st.first_step, st.last_step)
+    message = safe_text(st.message, 200)
+    parts = [f"{st.state}:", steps, message if message != st.state else ""]
+    return " ".join(p for p in parts if p)
+
+
+def _wait_for_report(report: str, timeout: float) -> bool:
+    """Whether the report is there and complete (non-empty, size steady) within timeout."""
+    end = time.monotonic() + timeout
+    last_size = -1
+    while time.monotonic() < end:
+        size = os.path.getsize(report) if os.path.exists(report) else 0
+        if size and size == last_size:
+            return True
+        last_size = size
+        time.sleep(1.0)
+    return False

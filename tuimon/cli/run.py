@@ -1,0 +1,115 @@
+"""`tuimon run` and `tuimon demo`: a job launched with the probe, and its monitor."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+from ..capture.nsys import find_nsys, nsys_command
+from ..channel import segment_path
+from ..channel.paths import captures_dir, program_name, safe_file_part
+from ..channel.procinfo import exit_status, how_it_ended
+from ..monitor.session import LiveSession
+from . import launch, textview
+from .tui import has_terminal, say, tui
+
+
+def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, demo: bool = False,
+        nsys: bool = False, nsys_args: str = "") -> int:
+    """demo: `q` (or a closed terminal) stops the job, and that is a clean exit (0)."""
+    if not cmd:
+        print("tuimon: nothing to run: tuimon run [--headless] -- COMMAND [ARGS...]", file=sys.stderr)
+        return 2
+    if not headless and not plain and not has_terminal():
+        print("tuimon: no terminal here: following the job in plain text (--plain); "
+              "--headless runs it with no monitor", file=sys.stderr)
+        plain = True
+    cmd = launch.command(cmd)
+    env = launch.probe_env()
+    if nsys:
+        tool = find_nsys()
+        if tool is None:
+            print("tuimon: --nsys: Nsight Systems (nsys) not found; install it or put it on PATH "
+                  "(captures without it use torch.profiler: run without --nsys)", file=sys.stderr)
+            return 2
+        output = os.path.join(captures_dir(), f"{safe_file_part(program_name(cmd))}-{time.strftime('%Y%m%d-%H%M%S')}")
+        env.update(TUIMON_NSYS="1", TUIMON_NSYS_OUTPUT=output)
+        cmd = nsys_command(tool, output, cmd, shlex.split(nsys_args))
+    if headless:
+        try:
+            os.execvpe(cmd[0], cmd, env)  # the job keeps our PID: `tuimon attach $!` works
+        except OSError as e:
+            print(f"tuimon: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
+            return 127
+    log, log_path = (None, None) if plain else launch.job_log()  # the TUI owns the terminal
+    if log_path:
+        env["TUIMON_JOB_LOG"] = log_path  # (the probe keeps it in the channel: `tuimon ls` shows it)
+    try:
+        child = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
+                                 start_new_session=not plain)
+    except OSError as e:
+        print(f"tuimon: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
+        return 127
+    finally:
+        if log is not None:
+            log.close()
+    try:
+        if plain:
+            return _follow_plain(child, interval)
+        what = "tuimon demo" if demo else "tuimon run"
+        tui(LiveSession(child.pid, interval, popen=child, job_log=log_path), f"{what}, every {interval:g} s",
+            quit_stops_job=demo)
+        say(f"tuimon: the job's output is in {log_path}")
+        if child.poll() is None:
+            if not demo:
+                say(f"tuimon: the job (PID {child.pid}) goes on; watch it again with `tuimon attach {child.pid}`")
+                return 0
+            _stop(child)
+            return 0  # quitting the demo stops its job: that is the normal end
+        say(f"tuimon: the job {how_it_ended(child.returncode)}")
+        return exit_status(child.returncode)
+    except KeyboardInterrupt:
+        child.wait()
+        return exit_status(child.returncode)
+    finally:
+        if child.poll() is not None:
+            try:
+                os.unlink(segment_path(child.pid))  # a finished job of ours: nobody else reads it
+            except OSError:
+                pass
+
+
+def _stop(child: subprocess.Popen) -> None:
+    child.send_signal(signal.SIGINT)  # the demo stops on KeyboardInterrupt, quietly
+    try:
+        child.wait(10)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
+def _follow_plain(child, interval: float) -> int:
+    try:
+        view = textview.follow(LiveSession(child.pid, interval, popen=child), interval,
+                               until=lambda: child.poll() is not None)
+    except KeyboardInterrupt:
+        view = None
+    if view is not None and view.training is None:
+        print("tuimon: the job ended before its channel appeared", file=sys.stderr)
+    code = child.wait()
+    print(f"tuimon: the job {how_it_ended(code)}", file=sys.stderr)
+    return exit_status(code)
+
+
+def cmd_run(args) -> int:
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    return run(cmd, args.headless, args.interval, args.plain, nsys=args.nsys, nsys_args=args.nsys_args)
+
+
+def cmd_demo(args) -> int:
+    cmd = [sys.executable, "-m", "tuimon.workloads.demo_train", "--seconds", str(args.seconds)]
+    return run(cmd, args.headless, args.interval, args.plain, demo=True)

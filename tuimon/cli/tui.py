@@ -1,0 +1,29 @@
+"""Starting the Textual UI, and what to do without a terminal."""
+
+from __future__ import annotations
+
+import sys
+
+
+def has_terminal() -> bool:
+    """A TUI needs both ends on a terminal (redirected, it would write escape codes to a file and
+    spin reading a closed input)."""
+    try:
+        return sys.stdin.isatty() and sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def tui(session, label: str, top: bool = False, quit_stops_job: bool = False) -> int:
+    from ..ui.app import make_app  # textual loads only for the TUI
+
+    make_app(session, label, top=top, quit_stops_job=quit_stops_job).run()
+    return 0
+
+
+def say(line: str) -> None:
+    """Print, unless the terminal is gone (SSH dropped: EIO) - what follows must still run."""
+    try:
+        print(line, flush=True)
+    except OSError:
+        pass
