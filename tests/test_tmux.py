@@ -197,3 +197,44 @@ def test_a_dropped_terminal_also_stops_the_demo_job(shm_dir):
         t.kill()
         if job is not None and job.is_running():
             job.kill()
+
+
+def test_quitting_the_demo_stops_its_job_cleanly_and_exits_0(shm_dir):
+    demo = " ".join(shlex.quote(x) for x in tuimon_cmd("demo", "--interval", "0.5"))
+    t = Tmux(f"sh -c {shlex.quote(demo + '; echo tuimon-exit=$?; sleep 30')}", size=(160, 40))  # room for the label
+    job = None
+    try:
+        screen = wait_for(lambda: (s := t.screen()) and step_of(s) and s, timeout=60, what="the demo's steps")
+        assert "[tuimon demo" in screen  # (not "tuimon run")
+        job = psutil.Process(int(re.search(r"PID (\d+)", screen).group(1)))
+        t.keys("?")
+        assert wait_for(lambda: "quit and stop the demo job" in t.screen(), timeout=10, what="the demo's help")
+        t.keys("Escape")  # (then wait: an Escape followed at once by q would read as alt+q)
+        wait_for(lambda: "quit and stop the demo job" not in t.screen(), timeout=10, what="the help closed")
+        t.keys("q")
+        end = wait_for(lambda: re.search(r"tuimon-exit=(\d+)", t.screen()), timeout=30, what="tuimon's exit")
+        assert end.group(1) == "0"
+        _, alive = psutil.wait_procs([job], timeout=10)
+        assert alive == []
+        log = re.search(r"the job's output is in (\S+)", t.screen()).group(1)
+        text = open(log).read()
+        assert "demo workload stopped" in text and "Traceback" not in text, text[-2000:]
+    finally:
+        t.kill()
+        if job is not None and job.is_running():
+            job.kill()
+
+
+def test_a_job_that_fails_at_start_shows_its_log_and_last_lines(shm_dir):
+    run = " ".join(shlex.quote(x) for x in tuimon_cmd("run", "--", sys.executable, "-c",
+                                                      "import tuimon_no_such_module"))
+    t = Tmux(f"sh -c {shlex.quote(run + '; sleep 30')}")
+    try:
+        screen = wait_for(lambda: (s := t.screen()) and "its output:" in s and "ModuleNotFoundError" in s and s,
+                          timeout=30, what="the failed job's log on screen")
+        assert "PROCESS EXITED" in screen and "exited with code 1" in screen
+        assert re.search(r"its output: \S+job-\S+\.log", screen)
+        t.keys("q")
+        assert wait_for(lambda: "tuimon: the job exited with code 1" in t.screen(), timeout=15, what="the exit line")
+    finally:
+        t.kill()

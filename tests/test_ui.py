@@ -167,25 +167,8 @@ async def test_a_target_that_exits_keeps_its_last_numbers():
     app = make_app(None, "replay", state)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
-        assert "PROCESS EXITED" in text(app, "#header") and "(code 3)" in text(app, "#header")
+        assert "PROCESS EXITED" in text(app, "#header") and "(exited with code 3)" in text(app, "#header")
         assert "INPUT-BOUND" in text(app, "#verdict") and "p50 20.9" in text(app, "#steps")
-
-
-@pytest.mark.asyncio
-async def test_top_without_gpus_says_why():
-    from tests.fake_nvml import FakeNvml
-    from tuimon.monitor.session import LiveSession
-
-    fake = FakeNvml()
-    fake.fail["nvmlInit"] = 12  # NVML_ERROR_LIBRARY_NOT_FOUND
-    from tuimon.sources.nvml import DeviceSampler
-
-    app = make_app(LiveSession(None, 0.1, devices=DeviceSampler(fake)), "top")
-    async with app.run_test(size=(100, 30)) as pilot:
-        for _ in range(20):
-            await pilot.pause(0.05)
-        assert "NVML unavailable: NVML Shared Library Not Found" in text(app, "#gpus")
-        assert "not enough data yet" in text(app, "#verdict").lower()
 
 
 @pytest.mark.asyncio
@@ -228,8 +211,11 @@ async def test_c_takes_a_capture_of_a_real_job_and_shows_what_it_found(shm_dir, 
             assert last - first + 1 == 5
             await pilot.press("c")
             await pilot.press("c")  # while the first still runs: refused, one at a time
-            await pilot.pause(0.1)
-            assert any("already" in str(n.message) for n in app._notifications)
+            for _ in range(40):  # (the notification is a message: handled on a later turn of the loop)
+                await pilot.pause(0.05)
+                if any("already" in str(n.message) for n in app._notifications):
+                    break
+            assert any("already" in str(n.message) for n in app._notifications), [n.message for n in app._notifications]
             await pilot.press("l")
             await settle(app, pilot)
             assert isinstance(app.screen, CapturesScreen)

@@ -12,16 +12,19 @@ from textual.css.query import NoMatches
 from ..capture.client import CaptureRefused
 from ..channel import ChannelError
 from ..channel.control import MAX_STEPS
+from ..monitor.session import ReplaySession
 from ..monitor.state import MonitorState
 from . import partial_updates
-from .screens import CapturesScreen, ExplainScreen, GpuScreen, HelpScreen, MainScreen, RangesScreen
+from .screens import CapturesScreen, ExplainScreen, GpuScreen, HelpScreen, MainScreen, RangesScreen, TopScreen
 
 
 class TuimonApp(App):
     CSS_PATH = "tuimon.tcss"
     TITLE = "tuimon"
+    ENABLE_COMMAND_PALETTE = False  # every action has its own key (?)
     BINDINGS = [
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),  # as in top and nvitop
         Binding("p", "pause", "pause"),
         Binding("e", "explain", "why"),
         Binding("r", "ranges", "ranges"),
@@ -33,18 +36,21 @@ class TuimonApp(App):
         Binding("question_mark", "help", "help"),
     ]
 
-    def __init__(self, session, label: str, state: MonitorState | None = None, ansi_color: bool = True):
+    def __init__(self, session, label: str, state: MonitorState | None = None, ansi_color: bool = True,
+                 top: bool = False, quit_stops_job: bool = False):
+        """top: all GPUs and their processes, no training process; quit_stops_job: `tuimon demo`."""
         # The terminal's own palette and background: fits the user's theme, and shorter escape
         # sequences (fewer bytes per second over SSH).
         super().__init__(ansi_color=ansi_color)
         self.session = session
-        self.label = label
+        self.base_label = self.label = label
+        self.top, self.quit_stops_job = top, quit_stops_job
         self.state = state or MonitorState()
         self.paused = False
         self.capture_steps = 10
 
     def on_mount(self) -> None:
-        self.push_screen(MainScreen())
+        self.push_screen(TopScreen() if self.top else MainScreen())
         self._previous_sighup = None
         self._loop = asyncio.get_running_loop()
         try:  # SSH dropped: the terminal is gone, so exit instead of spinning
@@ -52,7 +58,10 @@ class TuimonApp(App):
         except (ValueError, OSError):  # not the main thread
             pass
         if self.session is not None:
-            self.session.start(self._cycle_from_thread)
+            if isinstance(self.session, ReplaySession):
+                self.session.start(self._cycle_from_thread, on_end=lambda: self.call_from_thread(self.redraw))
+            else:
+                self.session.start(self._cycle_from_thread)
         self.call_after_refresh(self.redraw)
 
     def _hangup(self, signum, frame) -> None:
@@ -86,6 +95,9 @@ class TuimonApp(App):
             self.redraw()
 
     def redraw(self) -> None:
+        progress = getattr(self.session, "progress", None)
+        if progress is not None:  # a replay: where it is
+            self.label = f"{self.base_label} · {progress()}"
         try:
             screen = self.screen
         except ScreenStackError:  # shutting down: the last screen is gone
@@ -97,6 +109,12 @@ class TuimonApp(App):
                 screen.show_view(self.state.view(self.paused), self.label)
         except NoMatches:
             return  # the screen is still composing; the next update draws it
+
+    TRAINING_ACTIONS = {"ranges", "explain", "capture", "more_steps", "fewer_steps", "captures"}
+
+    def check_action(self, action: str, parameters) -> bool | None:
+        """In `top` there is no training process: its keys are off (and out of the footer)."""
+        return not (self.top and action in self.TRAINING_ACTIONS)
 
     def action_pause(self) -> None:
         self.paused = not self.paused
@@ -115,16 +133,17 @@ class TuimonApp(App):
         self.call_after_refresh(self.redraw)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        self.push_screen(HelpScreen(self.quit_stops_job, self.top))
 
     def action_capture(self) -> None:
+        if self.top:
+            return
         if self.session is None:
             self.notify("nothing to capture here", title="capture", severity="warning")
             return
         steps = self.state.training.steps if self.state.training else 0
-        try:
-            said = self.session.request_capture(self.capture_steps if steps else None, None if steps else 10.0)
-            self.notify(said, title="capture", timeout=3)
+        try:  # (the capture panel follows it from here: no toast over it)
+            self.session.request_capture(self.capture_steps if steps else None, None if steps else 10.0)
         except (CaptureRefused, ChannelError) as e:
             self.notify(str(e), title="capture refused", severity="warning", timeout=5)
 
@@ -148,6 +167,7 @@ class TuimonApp(App):
         return result
 
 
-def make_app(session, label: str, state: MonitorState | None = None) -> TuimonApp:
+def make_app(session, label: str, state: MonitorState | None = None, top: bool = False,
+             quit_stops_job: bool = False) -> TuimonApp:
     partial_updates.install()
-    return TuimonApp(session, label, state)
+    return TuimonApp(session, label, state, top=top, quit_stops_job=quit_stops_job)

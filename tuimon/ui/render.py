@@ -9,6 +9,7 @@ from rich.text import Text
 
 from ..analysis.diagnosis import Verdict
 from ..capture.client import window_steps
+from ..channel.procinfo import how_it_ended
 from ..channel.text import safe_text
 from ..model import NA, num
 from ..monitor.state import GpuView, View
@@ -54,6 +55,12 @@ def pct(v) -> str:
     return f"{v:3.0f}%" if num(v) is not None else " n/a"
 
 
+def fit(s: str, width: int) -> str:
+    """s made safe for the terminal and cut to width characters (with its "…"), so it never wraps."""
+    s = safe_text(s, max(width, 1) * 4)
+    return s if len(s) <= width else s[: max(width - 1, 0)] + "…"
+
+
 def duration(s: float) -> str:
     s = int(s)
     return f"{s // 3600:d}:{s % 3600 // 60:02d}:{s % 60:02d}"
@@ -68,39 +75,54 @@ def short_command(argv: list) -> str:
     return " ".join(short(k, str(a)) for k, a in enumerate(argv))
 
 
-def header(view: View, source_label: str, rates: View | None = None) -> Text:
-    """rates: the view the window's steps/s and throughput come from (default: view)."""
+def header(view: View, source_label: str, rates: View | None = None, width: int = 0) -> Text:
+    """Who, how long, how fast. rates: the view the window's steps/s and throughput come from
+    (default: view). width: fit it there, so it does not wrap (0: no limit): rates the width
+    cannot hold are left out, the command is cut, then the label."""
     t, p = view.training, view.process
     r = (rates or view).training or t
-    out = Text()
-    out.append("tuimon ", "bold")
     pid = t.pid if t else p.pid if p else None
-    if pid:
-        out.append(f"PID {pid} ", "bold cyan")
+    what = ""
     if t and t.argv:
-        out.append(safe_text(short_command(t.argv), 60))
-        out.append(" ")
+        what = safe_text(short_command(t.argv), 200)
     elif p:
-        target = next((r for r in p.procs if r.role == "target"), None)
+        target = next((x for x in p.procs if x.role == "target"), None)
         if target is not None and isinstance(target.name, str):
-            out.append(safe_text(target.name, 40) + " ")
-    if t and t.world_size:
-        out.append(f"· rank {t.rank}/{t.world_size} ", "dim")
-    if t:
-        out.append(f"· up {duration(t.uptime_s)} · step {t.steps:,}", "")
-        if r.steps_per_s:
-            out.append(f" · {r.steps_per_s:.3g} steps/s")
-        for name, per_s in list(r.throughput_per_s.items())[:2]:
-            out.append(f" · {per_s:,.0f} ")
-            out.append(safe_text(str(name), 24))
-            out.append("/s")
+            what = safe_text(target.name, 40)
+    flags = Text()
     if p and not p.alive:
         at = time.strftime(" at %H:%M:%S", time.localtime(p.exited_at)) if p.exited_at else ""
-        out.append(f"  PROCESS EXITED{at}" + (f" (code {p.exit_code})" if p.exit_code is not None else ""), "bold red")
-        out.append(" · last numbers kept", "dim")
+        how = f" ({how_it_ended(p.exit_code)})" if p.exit_code is not None else ""
+        flags.append(f"  PROCESS EXITED{at}{how}", "bold red")
+        flags.append(" · last numbers kept", "dim")
     if view.paused:
-        out.append("  PAUSED", "bold reverse")
-    out.append(f"  [{source_label}]", "dim")
+        flags.append("  PAUSED", "bold reverse")
+    rest = Text()
+    if t and t.world_size:
+        rest.append(f" · rank {t.rank}/{t.world_size}", "dim")
+    if t:
+        rest.append(f" · up {duration(t.uptime_s)} · step {t.steps:,}")
+        rates = [f" · {r.steps_per_s:.3g} steps/s"] if r.steps_per_s else []
+        rates += [f" · {per_s:,.0f} {safe_text(str(name), 24)}/s" for name, per_s in list(r.throughput_per_s.items())[:2]]
+        for rate in rates:  # a narrow terminal keeps what fits, steps/s first
+            if not width or 7 + 12 + len(f"PID {pid} ") + len(rest.plain) + len(flags.plain) + len(rate) <= width:
+                rest.append(rate)
+    rest.append_text(flags)
+    label = f"  [{source_label}]"
+    head = 7 + (len(f"PID {pid} ") if pid else 0)
+    if width:  # the command is cut first (to 24 characters), then the label left out
+        room = width - head - len(rest.plain)
+        if room - min(len(what), 24) < len(label):
+            label = ""
+        if len(what) > room - len(label):
+            what = what[: max(12, room - len(label) - 1)] + "…"
+    out = Text()
+    out.append("tuimon ", "bold")
+    if pid:
+        out.append(f"PID {pid} ", "bold cyan")
+    out.append(what)
+    out.append_text(rest)
+    out.append(label, "dim")
     return out
 
 
@@ -117,7 +139,8 @@ def verdict_line(v: Verdict) -> Text:
     return out
 
 
-def gpu_block(g: GpuView, width: int, is_target: bool) -> Text:
+def gpu_block(g: GpuView, width: int, is_target: bool, table: bool = False) -> Text:
+    """One GPU: its numbers and sparklines, then its processes (a line; table: one row each)."""
     s, h = g.latest, g.history
     out = Text()
     out.append(f"GPU {s.index} ", "bold")
@@ -128,14 +151,19 @@ def gpu_block(g: GpuView, width: int, is_target: bool) -> Text:
         out.append(f"  lost: {safe_text(s.lost.reason, 80)}", "bold red")
         return out
     out.append(f"  mem {gib(s.mem_used)}/{gib(s.mem_total)} GiB")
+    events = [e for e in s.clock_events if e != "GPU idle"] if isinstance(s.clock_events, list) else []
+    throttle = "  throttle: " + ", ".join(events) if events else ""
+    extras = []  # what a narrow line leaves out first: the clock, then the temperature
     if num(s.temp_c) is not None:
-        out.append(f"  {s.temp_c}°C")
+        extras.append(f"  {s.temp_c}°C")
     if num(s.sm_clock_mhz) is not None:
         label = "SM clock " if width >= 100 else ""
-        out.append(f"  {label}{s.sm_clock_mhz}/{s.sm_clock_max_mhz if num(s.sm_clock_max_mhz) is not None else '?'} MHz")
-    events = [e for e in s.clock_events if e != "GPU idle"] if isinstance(s.clock_events, list) else []
-    if events:
-        out.append("  throttle: " + ", ".join(events), "bold yellow")
+        extras.append(f"  {label}{s.sm_clock_mhz}/{s.sm_clock_max_mhz if num(s.sm_clock_max_mhz) is not None else '?'} MHz")
+    while extras and width and len(out.plain) + sum(map(len, extras)) + len(throttle) > width:
+        extras.pop()
+    out.append("".join(extras))
+    if throttle:
+        out.append(throttle, "bold yellow")
     out.append("\n")
     h = g.columns or h  # the main screen's sparklines: a column per COLUMN_S
     power, limit = num(s.power_w), num(s.power_limit_w)
@@ -176,10 +204,13 @@ def gpu_block(g: GpuView, width: int, is_target: bool) -> Text:
         elif k + 1 < len(rows):
             out.append("\n")
     out.append("\n")
-    out.append(safe_text(rows_line, max(20, width)), "dim")
+    if table and isinstance(procs, list) and procs:
+        out.append("\n".join(fit(r, max(20, width)) for r in gpu_process_rows(s)), "dim")
+    else:
+        out.append(fit(rows_line, max(20, width)), "dim")
     if s.errors:
         out.append("\n")
-        out.append(safe_text("NVML failed: " + "; ".join(s.errors), max(20, width)), "yellow")
+        out.append(fit("NVML failed: " + "; ".join(s.errors), max(20, width)), "yellow")
     return out
 
 
@@ -303,35 +334,36 @@ def breakdown_panel(view: View, width: int, plain: bool = False) -> Text:
 
 
 def process_panel(view: View, stats: View | None = None) -> Text:
-    """Whether the process lives from view; its CPU, memory and GPU memory from stats (the
-    window view: 1 s CPU readings jitter, and each redraw is bytes to the terminal)."""
+    """The training process (and its launcher, when the channel is a descendant's), its DataLoader
+    workers, other subprocesses. Whether it lives comes from view; CPU and memory from stats (the
+    window view: 1 s CPU readings jitter, and each redraw is bytes to the terminal). Memory is PSS
+    where readable: forked workers share most of their pages, which RSS would count once each."""
     if view.process is not None and not view.process.alive:
         return Text("process exited", "bold red")
     p = (stats or view).process or view.process
     if not p:
         return Text(view.problems.get("process") or "no process data", "dim")
     out = Text()
-    target = [r for r in p.procs if r.role == "target"]
-    children = [r for r in p.procs if r.role == "child"]
-
-    def cpu_rss(rs):
-        cpu = sum(r.cpu_percent for r in rs if num(r.cpu_percent) is not None)
-        rss = sum(r.rss for r in rs if num(r.rss) is not None)
-        return cpu, rss
-
-    if target:
-        r = target[0]
-        cpu, rss = cpu_rss(target)
-        out.append("target ", "dim")
-        out.append(safe_text(str(r.name if isinstance(r.name, str) else "?"), 30))
-        state = r.state if isinstance(r.state, str) else "?"
-        out.append(f"  CPU {cpu:.0f}%  RSS {human_bytes(rss)}  threads {value(r.threads)}  {state}")
-    if children:
-        cpu, rss = cpu_rss(children)
-        out.append(f"\nworkers {len(children)}", "dim")
-        out.append(f"  CPU {cpu:.0f}%  RSS {human_bytes(rss)}")
-        per = "  ".join(f"{r.pid}:{r.cpu_percent:.0f}%" for r in children[:6] if num(r.cpu_percent) is not None)
-        out.append(f"  ({per})", "dim")
+    target = next((r for r in p.procs if r.role == "target"), None)
+    loop = next((r for r in p.procs if r.loop), None) or target
+    rest = [r for r in p.procs if r is not loop and r is not target]
+    workers = [r for r in rest if r.name == "pt_data_worker"]
+    others = [r for r in rest if r not in workers]
+    if loop is not None:
+        out.append("training " if loop.loop else "target ", "dim")  # (loop: the process whose channel is read)
+        out.append(safe_text(str(loop.name if isinstance(loop.name, str) else "?"), 30))
+        state = loop.state if isinstance(loop.state, str) else "?"
+        out.append(f" {loop.pid}  CPU {_cpu([loop])}  {_mem([loop])}  threads {value(loop.threads)}  {state}")
+    if target is not None and loop is not target:
+        out.append("\nlauncher ", "dim")
+        out.append(safe_text(str(target.name if isinstance(target.name, str) else "?"), 30))
+        out.append(f" {target.pid}  CPU {_cpu([target])}")
+    for label, group in (("DataLoader workers", workers), ("other subprocesses", others)):
+        if group:
+            out.append(f"\n{label} {len(group)}", "dim")
+            out.append(f"  CPU {_cpu(group)}  {_mem(group)}")
+            per = "  ".join(f"{r.pid}:{r.cpu_percent:.0f}%" for r in group[:6] if num(r.cpu_percent) is not None)
+            out.append(f"  ({per}{' ...' if len(group) > 6 else ''})", "dim")
     if p.loop_cpu is not None:
         out.append(f"\nloop thread CPU {p.loop_cpu:.0f}%", "dim")
     mem = memory_line(stats or view)
@@ -356,6 +388,18 @@ def memory_line(view: View) -> str:
     return " · ".join(parts)
 
 
+def _cpu(rows) -> str:
+    return f"{sum(r.cpu_percent for r in rows if num(r.cpu_percent) is not None):.0f}%"
+
+
+def _mem(rows) -> str:
+    """PSS when every process's is readable; else RSS, said as such (it counts shared pages twice)."""
+    if all(r.pss is not None for r in rows):
+        return f"PSS {human_bytes(sum(r.pss for r in rows))}"
+    rss = sum(r.rss for r in rows if num(r.rss) is not None)
+    return f"RSS {human_bytes(rss)}" + (" (shared pages counted per process)" if len(rows) > 1 else "")
+
+
 def value(v) -> str:
     return "n/a" if isinstance(v, NA) else str(v)
 
@@ -378,6 +422,15 @@ def status_line(view: View) -> Text:
         if out:
             out.append("\n")
         out.append(safe_text(view.shown_why, 300), "dim")
+    p = view.process
+    if view.job_log and p is not None and not p.alive:  # a job tuimon launched: where its output went
+        if out:
+            out.append("\n")
+        how = how_it_ended(p.exit_code) if p.exit_code is not None else "ended"
+        out.append(f"the job {how}; its output: ", "bold")
+        out.append(safe_text(view.job_log, 300))
+        for line in view.job_tail[-4:]:
+            out.append("\n  " + safe_text(line, 300), "dim")
     return out
 
 
@@ -389,7 +442,7 @@ def capture_panel(view: View, steps: int) -> Text:
         why = view.problems.get("capture")
         return Text(safe_text(why) if why else "captures need a live job with the probe (tuimon attach / run)",
                     "red" if why else "dim")
-    kind = t.capture_kind or "torch.profiler"
+    kind = safe_text(t.capture_kind or "torch.profiler", 40)
     what = f"{steps} steps" if t.steps > 0 else "10 s (no steps seen)"
     if c.busy:
         out.append(f"capture {c.seq} {c.state}", "bold yellow")
@@ -440,4 +493,63 @@ def explain(v: Verdict, width: int) -> Text:
                        "" if ch.passed else "dim")
             if ch.source:
                 out.append(f"      {safe_text(ch.source, 500)}\n", "dim")
+    return out
+
+
+def gpu_line(s) -> str:
+    """One GPU in a line (`top --once`)."""
+    name = s.name if isinstance(s.name, str) else "?"
+    if s.lost is not None:
+        return f"GPU {s.index} {name}: lost: {s.lost.reason}"
+    if s.gpm:
+        act = f"SM {pct(s.sm_active).strip()}  tensor {pct(s.tensor_active).strip()}  DRAM {pct(s.dram_bw).strip()}"
+    else:
+        act = f"util {pct(s.util_gpu).strip()} (coarse)  mem-ctl {pct(s.util_mem).strip()}"
+    power = f"  power {s.power_w:.0f}/{s.power_limit_w:.0f} W" if num(s.power_w) is not None and num(s.power_limit_w) else ""
+    temp = f"  {s.temp_c}°C" if num(s.temp_c) is not None else ""
+    return f"GPU {s.index} {safe_text(name, 40)}  {act}{power}  mem {gib(s.mem_used)}/{gib(s.mem_total)} GiB{temp}"
+
+
+def gpu_process_rows(s) -> list[str]:
+    """A GPU's processes as table rows: PID, user, GPU memory, SM share, command."""
+    procs = s.processes
+    if isinstance(procs, NA):
+        return [f"processes: {procs.reason}"]
+    if not procs:
+        return ["no processes"]
+    rows = [f"{'PID':>8}  {'USER':<10}  {'GPU MEM':>9}  {'SM':>4}  COMMAND"]
+    for p in procs:
+        mem = f"{gib(p.gpu_mem)} GiB" if p.gpu_mem is not None else "n/a"
+        sm = f"{p.sm_util}%" if p.sm_util is not None else ""
+        cmd = safe_text(p.command or p.name or "(not visible: another user's, or another PID namespace)", 200)
+        rows.append(f"{p.pid:>8}  {safe_text(p.user or '?', 10):<10}  {mem:>9}  {sm:>4}  {cmd}")
+    return rows
+
+
+def host_line(h) -> str:
+    return (f"host: CPU {h.cpu_percent:.0f}% of {h.cpus} cores · memory {human_bytes(h.mem_used)} of "
+            f"{human_bytes(h.mem_total)}")
+
+
+def top_header(view: View, label: str, width: int = 0) -> Text:
+    """GPUs, host CPU and memory, and the label where the width holds it (0: no limit)."""
+    out = Text("tuimon top ", "bold")
+    out.append(f"· {len(view.gpus)} GPU{'s' if len(view.gpus) != 1 else ''} ")
+    if view.host is not None:
+        out.append("· " + host_line(view.host).removeprefix("host: ") + " ")
+    if view.paused:
+        out.append(" PAUSED", "bold reverse")
+    if not width or len(out.plain) + len(label) + 3 <= width:
+        out.append(f" [{label}]", "dim")
+    return out
+
+
+def top_panel(view: View, width: int) -> Text:
+    if not view.gpus:
+        return Text(view.problems.get("gpu") or "no GPU data yet", "dim")
+    out = Text()
+    for k, g in enumerate(view.gpus):
+        if k:
+            out.append("\n\n")
+        out.append_text(gpu_block(g, width, False, table=True))
     return out

@@ -50,7 +50,8 @@ class MainScreen(Screen):
     def show_view(self, view: View, label: str) -> None:
         q = self.query_one
         slow = self._window_view(view)
-        q("#header", Panel).show(render.header(view, label, rates=slow))
+        head = q("#header", Panel)
+        head.show(render.header(view, label, rates=slow, width=head.text_width))
         status, line = render.status_line(view), q("#status", Panel)
         if line.display != bool(status):
             line.display = bool(status)  # (a change of display lays the screen out again)
@@ -164,6 +165,7 @@ def gpu_history_plot(g, width: int, height: int, color: bool = True) -> Text:
     if limit:
         series.append(("Power % of limit", [None if v is None else 100 * v / limit for v in h["power_w"]]))
     plt.clear_figure()
+    plt.limitsize(False, False)  # plotext caps a plot at the size of the terminal it finds itself on, if any
     plt.plotsize(width, height)
     plt.theme("pro" if color else "clear")
     n = max((len(v) for _, v in series), default=0)
@@ -172,6 +174,9 @@ def gpu_history_plot(g, width: int, height: int, color: bool = True) -> Text:
         if pts:
             plt.plot([p[0] for p in pts], [p[1] for p in pts], label=name)
     plt.ylim(0, 100)
+    if n > 1:  # whole samples on the axis (plotext's own ticks are fractions: "-18.8 samples ago")
+        ticks = sorted({-round(k * (n - 1) / 4) for k in range(5)})
+        plt.xticks(ticks, [str(-x) for x in ticks])
     plt.xlabel("samples ago")
     plt.title("% over the last samples (SM, tensor, DRAM bandwidth, power of its limit)")
     return Text.from_ansi(plt.build(), no_wrap=True, overflow="crop")
@@ -226,9 +231,30 @@ class ExplainScreen(Screen):
         panel.show(render.explain(view.verdict, panel.text_width))
 
 
+class TopScreen(Screen):
+    """`tuimon top`: every GPU with its processes (user, memory, SM share, command), and the host."""
+
+    def compose(self) -> ComposeResult:
+        yield Panel(id="header")
+        with VerticalScroll(id="body"):
+            yield Panel(id="gpus", classes="box")
+        yield Footer()
+
+    def show_view(self, view: View, label: str) -> None:
+        head = self.query_one("#header", Panel)
+        head.show(render.top_header(view, label, head.text_width))
+        gpus = self.query_one("#gpus", Panel)
+        gpus.show(render.top_panel(view, gpus.text_width))
+
+
 class HelpScreen(ModalScreen):
     BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "close")]
-    TEXT = """tuimon keys
+
+    def __init__(self, quit_stops_job: bool = False, top: bool = False):
+        super().__init__()
+        self.quit_stops_job, self.top = quit_stops_job, top
+
+    TRAINING = """tuimon keys
 
   e    the verdict explained: every rule, its numbers and thresholds
   r    ranges: every range with count, mean, p95 and share (s: sort)
@@ -238,12 +264,25 @@ class HelpScreen(ModalScreen):
        with nsys under `tuimon run --nsys`, torch.profiler otherwise
   l    captures of this session and what the last one found
   ?    this help
-  q    quit (the training process is never touched)
+  q    {quit}  (also Ctrl-C)
 
 The verdict (e explains it): input-bound, GPU memory- or compute-bound,
 healthy, sync-bound, host-bound, or no single bottleneck; each with the
 numbers that decided it and a next step. "coarse" marks GPUs without GPM,
 where only kernel-busy time is known."""
 
+    TOP = """tuimon top keys
+
+  g    GPU detail: longer histories (n: next GPU)
+  p    pause / resume the display (sampling goes on)
+  ?    this help
+  q    quit  (also Ctrl-C)
+
+Every GPU with its processes (PID, user, GPU memory, SM share, command)
+and the host's CPU and memory. For one training job's steps, phases and
+verdict: tuimon attach PID, or tuimon run -- COMMAND. "coarse" marks GPUs
+without GPM, where only kernel-busy time is known."""
+
     def compose(self) -> ComposeResult:
-        yield Static(Text(self.TEXT), id="help")
+        quit = "quit and stop the demo job" if self.quit_stops_job else "quit (the training process goes on)"
+        yield Static(Text(self.TOP if self.top else self.TRAINING.format(quit=quit)), id="help")

@@ -1,0 +1,170 @@
+"""The edges a new user meets in the UI (issue 13): top, keys, help per mode, the process panel's
+roles, a replay's position and bad lines, a job that ended, NO_COLOR, narrow terminals."""
+
+import getpass
+import os
+import re
+
+import pytest
+from rich.text import Text
+
+from tests.conftest import ROOT
+from tests.fake_nvml import FakeNvml
+from tuimon.model import Cycle, ProcessSample, ProcRow
+from tuimon.monitor.session import LiveSession, ReplaySession
+from tuimon.monitor.state import MonitorState
+from tuimon.sources.nvml import DeviceSampler
+from tuimon.ui import render
+from tuimon.ui.app import make_app
+from tuimon.ui.replay_frames import state_from_recording
+from tuimon.ui.screens import HelpScreen, TopScreen, gpu_history_plot
+from tuimon.ui.widgets import Panel
+
+V2 = str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl")
+
+
+def text(app, wid):
+    return (app.screen.query_one(wid, Panel)._last or Text("")).plain
+
+
+async def until(pilot, cond, turns=100):
+    for _ in range(turns):
+        await pilot.pause(0.05)
+        if cond():
+            return True
+    return False
+
+
+@pytest.mark.asyncio
+async def test_top_shows_every_gpu_with_its_processes_and_the_host_and_no_training_panels():
+    fake = FakeNvml(gpus=2)
+    fake.processes[0].pid = os.getpid()  # a process /proc can name: this test's own
+    session = LiveSession(None, 0.1, devices=DeviceSampler(fake))
+    app = make_app(session, "top", top=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert await until(pilot, lambda: "GPU 1" in text(app, "#gpus"))
+        assert isinstance(app.screen, TopScreen)
+        shown = text(app, "#gpus")
+        assert "GPU 0 NVIDIA H200" in shown and "GPU 1 NVIDIA H200" in shown
+        assert re.search(r"PID\s+USER\s+GPU MEM\s+SM\s+COMMAND", shown)
+        row = next(line for line in shown.splitlines() if line.strip().startswith(str(os.getpid())))
+        assert getpass.getuser()[:10] in row and "3.0 GiB" in row and "pytest" in row
+        assert re.search(r"CPU \d+% of \d+ cores · memory [\d.]+ \w+ of", text(app, "#header"))
+        for training in ("#verdict", "#steps", "#capture", "#breakdown"):
+            assert not app.screen.query(training)
+        assert app.check_action("capture", ()) is False and app.check_action("gpu", ()) is True
+        await pilot.press("c")  # nothing to capture in top: no toast, no crash
+        assert not app._notifications
+        await pilot.press("question_mark")
+        await pilot.pause()
+        help_text = str(app.screen.query_one("#help").render())
+        assert "tuimon top keys" in help_text and "capture" not in help_text
+
+
+@pytest.mark.asyncio
+async def test_top_without_gpus_says_why_and_still_shows_the_host():
+    fake = FakeNvml()
+    fake.fail["nvmlInit"] = 12  # NVML_ERROR_LIBRARY_NOT_FOUND
+    app = make_app(LiveSession(None, 0.1, devices=DeviceSampler(fake)), "top", top=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        assert await until(pilot, lambda: "NVML unavailable" in text(app, "#gpus"))
+        assert "NVML Shared Library Not Found" in text(app, "#gpus")
+        assert await until(pilot, lambda: "memory" in text(app, "#header"))
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("demo, says", [(True, "quit and stop the demo job"),
+                                        (False, "quit (the training process goes on)")])
+async def test_help_says_what_q_does_here(demo, says):
+    app = make_app(None, "replay", state_from_recording(V2), quit_stops_job=demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        assert says in str(app.screen.query_one("#help").render())
+
+
+@pytest.mark.asyncio
+async def test_ctrl_c_quits_and_there_is_no_palette_key():
+    app = make_app(None, "replay", state_from_recording(V2))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        footer = " ".join(b.binding.description for b in app.active_bindings.values() if b.binding.show)
+        assert "palette" not in footer
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.return_code == 0  # exited (None while running)
+
+
+def cycle_with(procs, **kw):
+    return Cycle(1, ProcessSample(100, 1, procs=procs, cpu_percent=0.0, rss=0, **kw))
+
+
+def test_the_process_panel_names_each_role_and_does_not_sum_shared_pages():
+    rows = [ProcRow(100, "target", "bash", 0.0, 4 << 20, 1, "sleeping", pss=2 << 20),  # ./job.sh
+            ProcRow(101, "child", "python", 98.0, 900 << 20, 12, "running", pss=700 << 20, loop=True),
+            ProcRow(102, "child", "pt_data_worker", 40.0, 800 << 20, 3, "running", pss=60 << 20),
+            ProcRow(103, "child", "pt_data_worker", 38.0, 800 << 20, 3, "running", pss=60 << 20),
+            ProcRow(104, "child", "nvidia-smi", 1.0, 20 << 20, 1, "sleeping", pss=10 << 20)]
+    state = MonitorState()
+    state.apply(cycle_with(rows))
+    shown = render.process_panel(state.view()).plain
+    assert "training python 101  CPU 98%  PSS 700.0 MiB" in shown
+    assert "launcher bash 100" in shown
+    assert "DataLoader workers 2  CPU 78%  PSS 120.0 MiB" in shown  # not 1.6 GiB of RSS
+    assert "other subprocesses 1" in shown
+    # where PSS cannot be read (another user's process): RSS, said to overlap
+    state.apply(cycle_with([rows[1], rows[2], ProcRow(103, "child", "pt_data_worker", 1.0, 800 << 20)]))
+    assert "RSS 1.6 GiB (shared pages counted per process)" in render.process_panel(state.view()).plain
+
+
+@pytest.mark.asyncio
+async def test_a_replay_says_where_it_is_and_counts_bad_lines(tmp_path):
+    lines = open(V2).read().splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines[:6] + ["{not json", '{"t": "x"}'] + lines[6:10]) + "\n")
+    session = ReplaySession(str(bad), speed=1000)
+    app = make_app(session, "replay")
+    async with app.run_test(size=(160, 40)) as pilot:
+        assert await until(pilot, lambda: "end, 9 cycles" in app.label)
+        assert "2 bad lines skipped" in app.label
+        assert await until(pilot, lambda: "end, 9 cycles" in text(app, "#header"))
+
+
+def test_a_recording_without_gpus_says_so_instead_of_waiting():
+    state = MonitorState()
+    state.apply(Cycle(1, ProcessSample(100, 1), gpus=[]))
+    assert render.gpus_panel(state.view(), 100).plain.startswith("no GPU samples")
+
+
+def test_a_job_that_ended_names_its_log_and_shows_its_last_lines():
+    state = MonitorState()
+    state.apply(Cycle(1, ProcessSample(100, 1, alive=False, exit_code=-9), job_log="/tmp/x/job-1.log",
+                      job_tail=["line 1", "Traceback (most recent call last):", "MemoryError"]))
+    shown = render.status_line(state.view()).plain
+    assert "the job was killed by SIGKILL; its output: /tmp/x/job-1.log" in shown
+    assert shown.rstrip().endswith("MemoryError")
+
+
+def test_without_colour_each_part_of_the_bar_has_its_own_fill():
+    state = state_from_recording(V2)
+    bar, *legend = render.breakdown_panel(state.view(), 80, plain=True).plain.splitlines()
+    legend = "\n".join(legend).split("ms per step")[0]  # (it wraps between items)
+    fills = set(bar)
+    marks = re.findall(r"(\S) (?:data|forward|backward|optimizer|sync|other) \d+%", legend)
+    assert len(fills) >= 3 and len(set(marks)) == len(marks) >= 3 and set(marks) >= fills
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_the_header_fits_its_width(width):
+    view = state_from_recording(V2).view()
+    out = render.header(view, "tuimon run, every 1 s", width=width).plain
+    assert len(out) <= width and "step" in out and "steps/s" in out
+
+
+def test_the_gpu_chart_counts_whole_samples():
+    view = state_from_recording(V2).view()
+    chart = gpu_history_plot(view.gpus[0], 100, 20, color=False).plain
+    axis = next(line for line in chart.splitlines() if re.search(r"\d\s{3,}\d", line) and "│" not in line)
+    assert not re.search(r"\d\.\d", axis), axis
+    assert len(max(chart.splitlines(), key=len)) >= 99  # the full width asked for, not the terminal's
