@@ -45,3 +45,33 @@ def test_target_and_children_with_cpu_rss_threads_state():
 def test_unknown_pid():
     x = ProcessSampler(4194304).sample()
     assert x.alive is False and x.exit_code is None and x.exited_at
+
+
+def test_pss_is_read_one_process_a_cycle_and_then_kept(monkeypatch):
+    """smaps_rollup walks a process's address space under its mmap lock: the sampler reads it for
+    one process a cycle (the stalest), and each at most every PSS_EVERY_S."""
+    import tuimon.sources.process as sp
+
+    reads = []
+    real = sp._read_pss
+    monkeypatch.setattr(sp, "_read_pss", lambda p: reads.append(p.pid) or real(p))
+    p = subprocess.Popen([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True)
+    try:
+        busy, idle = map(int, p.stdout.readline().split())
+        s = ProcessSampler(p.pid, popen=p)
+        per_cycle = []
+        for _ in range(5):
+            before = len(reads)
+            rows = {r.pid: r for r in s.sample().procs}
+            per_cycle.append(len(reads) - before)
+        assert per_cycle == [1, 1, 1, 0, 0] and sorted(reads) == sorted([p.pid, busy, idle])
+        assert rows[p.pid].pss > 150 * 2**20 and rows[p.pid].pss <= rows[p.pid].rss  # its own 200 MiB
+        assert all(isinstance(r.pss, int) for r in rows.values())
+        monkeypatch.setattr(sp, "PSS_EVERY_S", 0.0)  # (now every one is due: still one a cycle)
+        before = len(reads)
+        s.sample()
+        assert len(reads) - before == 1
+    finally:
+        p.kill()
+        p.wait()
+        subprocess.run(["pkill", "-P", str(p.pid)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 
 import psutil
 
@@ -25,6 +26,7 @@ class ProcessSampler:
         self.exit_code: int | None = None
         self.loop_tid: int | None = None  # the target's thread that steps, when the channel says
         self._loop_cpu: tuple | None = None  # (tid, ticks, monotonic s) at the last sample
+        self._pss: dict[int, tuple[float, int | None]] = {}  # pid -> (monotonic s when read, PSS)
         try:
             self._target = self._procs[pid] = psutil.Process(pid)
             self._target.cpu_percent(None)  # prime: the first reading is relative to this
@@ -56,12 +58,24 @@ class ProcessSampler:
                 rows.append(row)
         for gone in set(self._procs) - set(pids):
             del self._procs[gone]
+        rows = self._with_pss(rows)
         return ProcessSample(
             self.pid, t, procs=rows,
             cpu_percent=round(sum(r.cpu_percent for r in rows if isinstance(r.cpu_percent, float)), 1),
             rss=sum(r.rss for r in rows if isinstance(r.rss, int)),
             loop_cpu=self._loop_thread_cpu(),
         )
+
+    def _with_pss(self, rows: list[ProcRow]) -> list[ProcRow]:
+        """The rows with their last PSS; the stalest one (older than PSS_EVERY_S) read again."""
+        now, live = time.monotonic(), {r.pid for r in rows}
+        for gone in set(self._pss) - live:
+            del self._pss[gone]
+        stale = [pid for pid in live if now - self._pss.get(pid, (-PSS_EVERY_S, None))[0] >= PSS_EVERY_S]
+        if stale:
+            pid = min(stale, key=lambda q: self._pss.get(q, (-PSS_EVERY_S, None))[0])
+            self._pss[pid] = (now, _read_pss(self._procs.get(pid)))
+        return [replace(r, pss=self._pss[r.pid][1]) if r.pid in self._pss else r for r in rows]
 
     def follow_loop(self, tid: int | None) -> None:
         """The loop's thread (from the channel): its first CPU reading is taken now."""
@@ -95,24 +109,21 @@ class ProcessSampler:
         return _row(p, role)
 
 
-PSS_EVERY_S = 5.0  # /proc/PID/smaps_rollup: ~0.5 ms a process; shares change slowly
-_pss: dict[tuple[int, float], tuple[float, int | None]] = {}  # (pid, create time) -> (when read, PSS)
+# PSS from /proc/PID/smaps_rollup: the kernel walks the process's whole address space under its
+# mmap lock for it (8 ms for a 330 MB process on a 2-core VM; more for a CUDA job's mappings), so
+# each process is read at most every PSS_EVERY_S, and one process a cycle: never a burst, never
+# the job's lock held for long. Shares of copy-on-write pages change slowly.
+PSS_EVERY_S = 30.0
 
 
-def _pss_of(p: psutil.Process) -> int | None:
-    """PSS (shared pages split among their sharers), read every PSS_EVERY_S; None where not readable."""
-    key, now = (p.pid, p.create_time()), time.monotonic()
-    hit = _pss.get(key)
-    if hit is not None and now - hit[0] < PSS_EVERY_S:
-        return hit[1]
+def _read_pss(p: psutil.Process | None) -> int | None:
+    """PSS (shared pages split among their sharers); None where not readable."""
+    if p is None:
+        return None
     try:
-        value = p.memory_full_info().pss
-    except (psutil.AccessDenied, AttributeError, NotImplementedError):
-        value = None
-    if len(_pss) > 4096:
-        _pss.clear()
-    _pss[key] = (now, value)
-    return value
+        return p.memory_full_info().pss
+    except (psutil.Error, AttributeError, NotImplementedError):
+        return None
 
 
 def _row(p: psutil.Process, role: str) -> ProcRow | None:
@@ -124,7 +135,7 @@ def _row(p: psutil.Process, role: str) -> ProcRow | None:
             except (psutil.AccessDenied, AttributeError) as e:
                 io_read = io_write = NA(f"I/O counters not readable: {type(e).__name__}")
             return ProcRow(p.pid, role, p.name(), float(p.cpu_percent(None)), p.memory_info().rss, p.num_threads(),
-                           p.status(), io_read, io_write, pss=_pss_of(p))
+                           p.status(), io_read, io_write)
     except psutil.NoSuchProcess:
         return None  # it exited between listing and reading
     except psutil.AccessDenied:
