@@ -41,6 +41,7 @@ def measure(cmd: list[str], seconds: float, warmup: float, cols: int, rows: int)
     torch = False
     t_steady = t0 + warmup
     end = t_steady + seconds
+    next_look = t0  # RSS and loaded libraries, once a second: reading smaps is not free for the monitor
     while time.monotonic() < end and p.poll() is None:
         r, _, _ = select.select([master], [], [], 0.05)
         now = time.monotonic()
@@ -56,6 +57,9 @@ def measure(cmd: list[str], seconds: float, warmup: float, cols: int, rows: int)
                 steady_bytes += len(data)
         if cpu_start is None and now >= t_steady:
             cpu_start = _cpu(proc)
+        if now < next_look:
+            continue
+        next_look = now + 1.0
         try:
             rss_peak = max(rss_peak, sum(x.memory_info().rss for x in [proc, *proc.children(recursive=True)]))
             if not torch:
@@ -64,9 +68,11 @@ def measure(cmd: list[str], seconds: float, warmup: float, cols: int, rows: int)
             pass
     cpu = (_cpu(proc) - cpu_start) / seconds * 100 if cpu_start is not None else None
     exited = p.poll()
-    os.killpg(p.pid, 15)
     try:
+        os.killpg(p.pid, 15)
         p.wait(5)
+    except ProcessLookupError:
+        pass  # (it had ended by itself: exited_early says so)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, 9)
     os.close(master)
