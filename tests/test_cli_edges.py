@@ -144,6 +144,17 @@ def test_help_and_version():
     assert "-o OUTPUT, --output OUTPUT" in tuimon("record", "--help").stdout
 
 
+def test_every_argument_of_every_command_says_what_it_is():
+    import argparse
+
+    from tuimon.cli.main import parser
+
+    sub = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+    silent = [f"{name} {a.dest}" for name, cmd in sub.choices.items() for a in cmd._actions
+              if not isinstance(a, argparse._HelpAction) and not a.help]
+    assert silent == []
+
+
 # 16. replays of odd files, broken pipes ----------------------------------------------------------
 
 def test_replay_of_a_header_only_file(tmp_path):

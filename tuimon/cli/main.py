@@ -66,7 +66,7 @@ def parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_top)
 
     cap = sub.add_parser("capture", help="ask a running job for a capture window and print what it found")
-    cap.add_argument("pid", type=int)
+    cap.add_argument("pid", type=int, help="the running job (started with the probe: tuimon run)")
     g = cap.add_mutually_exclusive_group()
     g.add_argument("--steps", type=opt.CAPTURE_STEPS, help="window length in steps (1 to 500; default 10, or "
                                                            "10 s when the job has counted no steps)")
@@ -78,13 +78,13 @@ def parser() -> argparse.ArgumentParser:
     cap.set_defaults(func=cmd_capture)
 
     rp = sub.add_parser("replay", help="show a recording (tuimon record) through the same UI")
-    rp.add_argument("file")
+    rp.add_argument("file", help="a recording made by tuimon record (JSON Lines; v1 and v2)")
     rp.add_argument("--speed", type=opt.SPEED, default=1.0, help="2: twice as fast (0.01 to 1000)")
     rp.set_defaults(func=cmd_replay)
 
     rec = sub.add_parser("record", help="record what the monitor sees of PID (GPUs, processes, channel, "
                                         "captures) to a file")
-    rec.add_argument("pid", type=int)
+    rec.add_argument("pid", type=int, help="the process to record (any PID; its loop timings need the probe)")
     rec.add_argument("-o", "--output", required=True, help="the recording (JSON Lines); - for standard output")
     rec.add_argument("--force", action="store_true", help="overwrite an existing file")
     rec.add_argument("--seconds", type=opt.DURATION, default=0, help="stop after this long (0: when PID exits)")
