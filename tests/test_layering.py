@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import ROOT
 
 PKG = ROOT / "tuimon"
-THIRD_PARTY = {"torch", "nvtx", "textual", "rich", "pynvml", "psutil", "plotext", "numpy"}
+THIRD_PARTY = {"torch", "nvtx", "textual", "rich", "pynvml", "psutil", "plotext", "numpy", "prometheus_client"}
 
 # package -> (tuimon packages it may import, third-party modules it may import at module level)
 ALLOWED = {
@@ -21,8 +21,9 @@ ALLOWED = {
     "sources": ({"channel", "model"}, {"pynvml", "psutil"}),
     "capture": ({"channel", "model"}, set()),
     "monitor": ({"channel", "model", "sources", "analysis", "capture"}, set()),
+    "export": ({"model", "monitor"}, {"prometheus_client"}),  # the view as Prometheus metrics
     "ui": ({"channel", "model", "sources", "analysis", "capture", "monitor"}, {"textual", "rich", "plotext"}),
-    "cli": ({"channel", "model", "probe", "sources", "analysis", "capture", "monitor", "ui"},
+    "cli": ({"channel", "model", "probe", "sources", "analysis", "capture", "monitor", "ui", "export"},
             {"textual", "rich", "plotext", "pynvml", "psutil"}),  # everything but torch
     "workloads": ({"probe"}, {"torch"}),  # the bundled training jobs, not the monitor
 }

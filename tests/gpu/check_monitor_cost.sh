@@ -2,13 +2,7 @@
 # The monitor's own cost on a real GPU job, beside nvitop: what one PSS read (smaps_rollup) of the
 # job's processes costs, and `tuimon attach` / `tuimon top` / nvitop in a pseudo-terminal at 1 Hz.
 # Needs nvitop carried as a wheel. On the GPU machine: source .gpu/activate.sh; bash tests/gpu/check_monitor_cost.sh
-set -uo pipefail
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export TUIMON_SHM_DIR=$(mktemp -d)
-if command -v gcc >/dev/null && python3 -c "import setuptools" 2>/dev/null; then
-  python3 setup.py -q build_ext --inplace >/dev/null 2>&1
-fi
+source tests/gpu/prelude.sh
 python3 -m compileall -q /tmp/site tuimon >/dev/null 2>&1  # (or the first frame measures compiling)
 python3 -m tuimon run --headless -- python3 -m tuimon.workloads.demo_train --seconds 300 > "$OUT/demo.log" 2>&1 &
 JOB=$!; sleep ${WARM:-20}

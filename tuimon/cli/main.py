@@ -11,6 +11,7 @@ from . import options as opt
 from .attach import cmd_attach, cmd_ls, cmd_replay, cmd_top
 from .capture import cmd_capture
 from .doctor import run_doctor
+from .export import cmd_export
 from .record import record
 from .run import cmd_demo, cmd_run
 
@@ -23,6 +24,12 @@ def parser() -> argparse.ArgumentParser:
     def interval(sp):
         sp.add_argument("--interval", type=opt.INTERVAL, default=1.0, help="seconds between samples (0.1 to 3600; "
                                                                             "default 1)")
+
+    def metrics_port(sp, required=False):
+        sp.add_argument("--port" if required else "--metrics-port", dest="port", type=opt.PORT, required=required,
+                        help="serve Prometheus metrics on this port (/metrics)")
+        sp.add_argument("--addr", default="127.0.0.1", help="the address to serve metrics on (default "
+                                                            "127.0.0.1: this machine only; 0.0.0.0: every interface)")
 
     def gpus(sp):
         sp.add_argument("--gpus", type=opt.gpu_list, help="only these GPUs, by NVML index as nvidia-smi shows them "
@@ -46,6 +53,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--plain", action="store_true", help="a line of text per interval instead of the TUI")
     r.add_argument("--nsys", action="store_true", help="run it under Nsight Systems: `c` then records nsys windows")
     r.add_argument("--nsys-args", default="", help="more `nsys profile` options, quoted as one string")
+    metrics_port(r)
     interval(r)
     r.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     r.set_defaults(func=cmd_run)
@@ -91,6 +99,14 @@ def parser() -> argparse.ArgumentParser:
     rec.add_argument("--note", default="", help="what was running, stored in the file's header")
     interval(rec)
     rec.set_defaults(func=lambda a: record(a.pid, a.output, a.seconds, a.interval, a.note, a.force))
+
+    ex = sub.add_parser("export", help="serve GPU and training metrics to Prometheus (no screen)")
+    ex.add_argument("pid", type=int, nargs="?", help="the job (any PID; its loop's numbers need the probe); "
+                                                    "none: the GPUs only")
+    metrics_port(ex, required=True)
+    interval(ex)
+    gpus(ex)
+    ex.set_defaults(func=cmd_export)
 
     doc = sub.add_parser("doctor", help="what works on this machine and what does not, with fixes")
     doc.set_defaults(func=lambda a: run_doctor())

@@ -15,15 +15,26 @@ from ..channel.paths import captures_dir, program_name, safe_file_part
 from ..channel.procinfo import exit_status, how_it_ended
 from ..monitor.session import LiveSession
 from . import launch, textview
+from .export import start_exporter
 from .tui import has_terminal, say, tui
 
 
 def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, demo: bool = False,
-        nsys: bool = False, nsys_args: str = "") -> int:
-    """demo: `q` (or a closed terminal) stops the job, and that is a clean exit (0)."""
+        nsys: bool = False, nsys_args: str = "", metrics: tuple[int, str] | None = None) -> int:
+    """demo: `q` (or a closed terminal) stops the job, and that is a clean exit (0). metrics:
+    (port, address) to serve Prometheus metrics on while the monitor runs."""
     if not cmd:
         print("tuimon: nothing to run: tuimon run [--headless] -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
+    if headless and metrics:
+        print("tuimon: --headless runs no monitor, so nothing serves metrics: `tuimon export --port PORT PID` "
+              "beside it does", file=sys.stderr)
+        return 2
+    exporter = None
+    if metrics:
+        exporter = start_exporter(*metrics)
+        if exporter is None:
+            return 2
     if not headless and not plain and not has_terminal():
         print("tuimon: no terminal here: following the job in plain text (--plain); "
               "--headless runs it with no monitor", file=sys.stderr)
@@ -53,15 +64,18 @@ def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, de
                                  start_new_session=not plain)
     except OSError as e:
         print(f"tuimon: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
+        if exporter is not None:
+            exporter.close()
         return 127
     finally:
         if log is not None:
             log.close()
     try:
         if plain:
-            return _follow_plain(child, interval)
+            return _follow_plain(child, interval, exporter)
         what = "tuimon demo" if demo else "tuimon run"
-        tui(LiveSession(child.pid, interval, popen=child, job_log=log_path), f"{what}, every {interval:g} s",
+        label = f"{what}, every {interval:g} s" + (f", metrics on :{exporter.port}" if exporter else "")
+        tui(_exporting(LiveSession(child.pid, interval, popen=child, job_log=log_path), exporter), label,
             quit_stops_job=demo)
         say(f"tuimon: the job's output is in {log_path}")
         if child.poll() is None:
@@ -92,9 +106,18 @@ def _stop(child: subprocess.Popen) -> None:
         child.wait()
 
 
-def _follow_plain(child, interval: float) -> int:
+def _exporting(session, exporter):
+    """The session, publishing every cycle to the exporter when there is one."""
+    if exporter is None:
+        return session
+    from ..export.server import ExportingSession
+
+    return ExportingSession(session, exporter)
+
+
+def _follow_plain(child, interval: float, exporter=None) -> int:
     try:
-        view = textview.follow(LiveSession(child.pid, interval, popen=child), interval,
+        view = textview.follow(_exporting(LiveSession(child.pid, interval, popen=child), exporter), interval,
                                until=lambda: child.poll() is not None)
     except KeyboardInterrupt:
         view = None
@@ -107,7 +130,8 @@ def _follow_plain(child, interval: float) -> int:
 
 def cmd_run(args) -> int:
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
-    return run(cmd, args.headless, args.interval, args.plain, nsys=args.nsys, nsys_args=args.nsys_args)
+    return run(cmd, args.headless, args.interval, args.plain, nsys=args.nsys, nsys_args=args.nsys_args,
+               metrics=None if args.port is None else (args.port, args.addr))
 
 
 def cmd_demo(args) -> int:

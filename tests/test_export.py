@@ -1,0 +1,157 @@
+"""Metrics for Prometheus: the families made from a real H100 recording; a real Prometheus server
+scraping `tuimon export` beside a real instrumented training loop, read back through its HTTP API;
+`tuimon run --metrics-port`; and the bad inputs."""
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from tests.conftest import ROOT, tuimon_cmd, wait_for
+from tuimon.export.metrics import VERDICTS, families
+from tuimon.ui.replay_frames import state_from_recording
+
+PLANTED = str(ROOT / "tests" / "workloads" / "planted.py")
+
+
+def samples(view) -> dict[tuple, float]:
+    """{(metric name, (label, value) pairs...): value} of every family, as Prometheus would read them."""
+    return {(s.name, *sorted(s.labels.items())): s.value for fam in families(view) for s in fam.samples}
+
+
+def test_the_h100_recording_as_metrics():
+    view = state_from_recording(str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl")).view()
+    got = samples(view)
+    gpu = (("gpu", "0"), ("name", "NVIDIA H100 80GB HBM3"))
+    assert 0.2 < got[("tuimon_gpu_sm_active_ratio", *gpu)] < 0.5  # the demo: SM ~34% (a ratio, not %)
+    assert 100 < got[("tuimon_gpu_power_watts", *gpu)] < got[("tuimon_gpu_power_limit_watts", *gpu)] == 700
+    assert got[("tuimon_gpu_sm_clock_hertz", *gpu)] > 1e9 and got[("tuimon_gpu_used_by_job", *gpu)] == 1
+    job = (("pid", str(view.training.pid)), ("rank", ""))
+    q = [got[("tuimon_step_time_seconds", *job[:1], ("quantile", x), *job[1:])] for x in ("0.5", "0.95", "0.99")]
+    assert 0.01 < q[0] <= q[1] <= q[2] < 0.2 and q[0] == view.training.step_time_ms.p50 / 1e3
+    phases = {dict(k[1:])["phase"]: v for k, v in got.items() if k[0] == "tuimon_phase_ratio"}
+    assert set(phases) >= {"data", "forward", "backward", "optimizer", "other"} and abs(sum(phases.values()) - 1) < 0.02
+    assert got[("tuimon_data_wait_ratio", *job)] == phases["data"]
+    assert got[("tuimon_steps_total", *job)] == view.training.steps  # (a counter: exposed as _total)
+    verdict = {dict(k[1:])["verdict"]: v for k, v in got.items() if k[0] == "tuimon_verdict"}
+    assert set(verdict) == set(VERDICTS) and verdict["input-bound"] == 1 and sum(verdict.values()) == 1
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str, timeout: float = 5) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def planted_job(seconds: int = 60):
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, PLANTED, "phases", "--seconds",
+                                      seconds, "--device", "cpu"), stdout=subprocess.PIPE, text=True)
+    assert job.stdout.readline().strip() == "training"
+    return job
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None,
+                    reason="no prometheus here (scripts/test.sh installs Debian's package where it runs as root)")
+def test_a_real_prometheus_scrapes_a_real_job(shm_dir, tmp_path):
+    job = planted_job()
+    port, web = free_port(), free_port()
+    exporter = subprocess.Popen(tuimon_cmd("export", job.pid, "--port", port), stderr=subprocess.PIPE, text=True)
+    (tmp_path / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"scrape_configs: [{{job_name: tuimon, static_configs: [{{targets: ['127.0.0.1:{port}']}}]}}]\n")
+    prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{web}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert "serving PID" in exporter.stderr.readline()
+
+        def query(expr: str) -> dict:
+            url = f"http://127.0.0.1:{web}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+            try:
+                data = json.loads(get(url))["data"]["result"]
+            except OSError:
+                return {}
+            return {json.dumps(r["metric"], sort_keys=True): float(r["value"][1]) for r in data}
+
+        steps = wait_for(lambda: query("tuimon_steps_per_second"), timeout=60, what="the job's series in Prometheus")
+        labels, value = next(iter(steps.items()))
+        assert json.loads(labels)["pid"] == str(job.pid) and json.loads(labels)["job"] == "tuimon" and value > 5
+        phases = wait_for(lambda: len(p := query("tuimon_phase_ratio")) >= 5 and p, what="the phases")
+        assert abs(sum(phases.values()) - 1) < 0.02
+        assert wait_for(lambda: query('tuimon_verdict{verdict="input-bound"} == 1'), what="the verdict")
+        growing = wait_for(lambda: query("increase(tuimon_steps_total[5s])"), what="steps counted")
+        assert max(growing.values()) > 0
+        p50 = query('tuimon_step_time_seconds{quantile="0.5"}')
+        assert 0.03 < max(p50.values()) < 0.2  # the loop's step: ~50 ms on its own timers
+    finally:
+        for p in (prom, exporter, job):
+            p.kill()
+            p.wait()
+        exporter.stderr.close()
+
+
+def test_run_serves_metrics_while_it_monitors(shm_dir):
+    port = free_port()
+    run = subprocess.Popen(tuimon_cmd("run", "--plain", "--metrics-port", port, "--", sys.executable, PLANTED,
+                                      "phases", "--seconds", 30, "--device", "cpu"),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def scrape():
+            try:
+                return get(f"http://127.0.0.1:{port}/metrics")
+            except OSError:
+                return ""
+        text = wait_for(lambda: "tuimon_steps_total{" in (t := scrape()) and t, timeout=60, what="the job's metrics")
+        assert 'tuimon_process_up{pid="' in text and "# TYPE tuimon_steps_total counter" in text
+    finally:
+        run.kill()
+        run.wait()
+        subprocess.run(["pkill", "-f", f"{PLANTED} phases --seconds 30"])
+
+
+def test_bad_input_is_refused(sleeper):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        p = subprocess.run(tuimon_cmd("export", sleeper.pid, "--port", port), capture_output=True, text=True,
+                           timeout=30)
+        assert p.returncode == 2 and f"cannot serve metrics on 127.0.0.1:{port}" in p.stderr
+    p = subprocess.run(tuimon_cmd("export", 2**22 + 7, "--port", 0), capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and "no process with PID" in p.stderr
+    p = subprocess.run(tuimon_cmd("run", "--headless", "--metrics-port", 0, "--", "true"), capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 2 and "tuimon export --port PORT PID" in p.stderr
+    p = subprocess.run(tuimon_cmd("export", "--port", 70000), capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and "out of range" in p.stderr
+
+
+def test_a_scrape_before_the_first_sample_is_empty_not_an_error():
+    from tuimon.export.server import Exporter
+
+    e = Exporter(0)
+    try:
+        assert get(f"http://127.0.0.1:{e.port}/metrics").strip() == ""
+    finally:
+        e.close()
+
+
+def test_the_grafana_dashboard_asks_only_for_series_the_exporter_serves():
+    import re
+
+    dash = json.loads((ROOT / "dashboards" / "tuimon-grafana.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]] + [dash["templating"]["list"][1]["query"]]
+    wanted = {m for e in exprs for m in re.findall(r"tuimon_[a-z0-9_]+", e)}
+    view = state_from_recording(str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl")).view()
+    served = {s.name for fam in families(view) for s in fam.samples}
+    assert len(wanted) >= 12 and wanted <= served, wanted - served

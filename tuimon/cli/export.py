@@ -1,0 +1,48 @@
+"""`tuimon export`: the monitor with no screen, serving its numbers to Prometheus."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from ..channel import procinfo
+from ..monitor.session import LiveSession
+from ..monitor.state import MonitorState
+
+
+def start_exporter(port: int, addr: str):
+    """An Exporter on addr:port, or None after saying why (port taken, no prometheus-client)."""
+    try:
+        from ..export.server import Exporter
+    except ImportError as e:  # (a dependency: only a broken install lacks it)
+        print(f"tuimon: metrics need prometheus-client ({e}): pip install prometheus-client", file=sys.stderr)
+        return None
+    try:
+        return Exporter(port, addr)
+    except OSError as e:
+        print(f"tuimon: cannot serve metrics on {addr}:{port}: {e.strerror or e}", file=sys.stderr)
+        return None
+
+
+def cmd_export(args) -> int:
+    if args.pid is not None and procinfo.start_ticks(args.pid) is None:
+        print(f"tuimon: no process with PID {args.pid}", file=sys.stderr)
+        return 2
+    exporter = start_exporter(args.port, args.addr)
+    if exporter is None:
+        return 2
+    what = f"PID {args.pid} and " if args.pid is not None else ""
+    print(f"tuimon: serving {what}the GPUs on http://{args.addr}:{exporter.port}/metrics every {args.interval:g} s "
+          "(Ctrl-C stops)", file=sys.stderr)
+    session, state = LiveSession(args.pid, args.interval, gpus=args.gpus), MonitorState()
+    try:
+        while True:
+            t = time.monotonic()
+            state.apply(session.poll())
+            exporter.publish(state.view())
+            time.sleep(max(0.0, args.interval - (time.monotonic() - t)))
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        session.stop()
+        exporter.close()

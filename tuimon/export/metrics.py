@@ -1,0 +1,118 @@
+"""The monitor's view as Prometheus metric families, in Prometheus' conventions: base units
+(seconds, bytes, watts, hertz, ratios 0..1), `_total` for counters, one family per quantity with
+labels for what varies (gpu, phase, quantile). Pure: a View in, families out; what could not be
+read is left out (Prometheus has no 'n/a': an absent series is the honest answer)."""
+
+from __future__ import annotations
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from ..model import NA
+from ..monitor.state import View
+
+VERDICTS = ("waiting", "input-bound", "memory-bound", "compute-bound", "healthy", "sync-bound", "host-bound", "mixed")
+
+
+def _num(v) -> float | None:
+    return None if v is None or isinstance(v, NA) or isinstance(v, bool) else float(v)
+
+
+class _Families:
+    """Families keyed by name, each made on first use with its help text and label names."""
+
+    def __init__(self):
+        self.by_name: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+
+    def add(self, name: str, doc: str, labels: dict[str, str], value, counter: bool = False, scale: float = 1.0):
+        v = _num(value)
+        if v is None:
+            return
+        fam = self.by_name.get(name)
+        if fam is None:
+            kind = CounterMetricFamily if counter else GaugeMetricFamily
+            fam = self.by_name[name] = kind(name, doc, labels=list(labels))
+        fam.add_metric(list(labels.values()), round(v * scale, 9) if scale != 1.0 else v)
+
+
+GPU_GAUGES = (  # (metric, field, scale, help)
+    ("tuimon_gpu_sm_active_ratio", "sm_active", 0.01, "Share of SMs with a warp resident, averaged over the last interval (NVML GPM)"),
+    ("tuimon_gpu_sm_occupancy_ratio", "sm_occupancy", 0.01, "Resident warps over the maximum (NVML GPM)"),
+    ("tuimon_gpu_tensor_active_ratio", "tensor_active", 0.01, "Share of time the tensor pipes were busy (NVML GPM)"),
+    ("tuimon_gpu_fp32_active_ratio", "fp32_active", 0.01, "Share of time the FP32 pipes were busy (NVML GPM)"),
+    ("tuimon_gpu_dram_active_ratio", "dram_bw", 0.01, "DRAM bandwidth used, of peak (NVML GPM)"),
+    ("tuimon_gpu_utilization_coarse_ratio", "util_gpu", 0.01,
+     "Share of time any kernel ran (nvmlDeviceGetUtilizationRates; GPUs without GPM): not SM activity"),
+    ("tuimon_gpu_memory_used_bytes", "mem_used", 1.0, "GPU memory used, as nvidia-smi counts it"),
+    ("tuimon_gpu_memory_total_bytes", "mem_total", 1.0, "GPU memory in total"),
+    ("tuimon_gpu_power_watts", "power_w", 1.0, "Board power draw"),
+    ("tuimon_gpu_power_limit_watts", "power_limit_w", 1.0, "Enforced power limit"),
+    ("tuimon_gpu_temperature_celsius", "temp_c", 1.0, "GPU temperature"),
+    ("tuimon_gpu_sm_clock_hertz", "sm_clock_mhz", 1e6, "SM clock"),
+    ("tuimon_gpu_sm_clock_max_hertz", "sm_clock_max_mhz", 1e6, "SM clock's maximum"),
+)
+
+
+def families(view: View) -> list:
+    """(No host label: Prometheus labels every series with the target it scraped, `instance`.)"""
+    f = _Families()
+    for g in view.gpus:
+        s = g.latest
+        labels = {"gpu": str(s.index), "name": s.name if isinstance(s.name, str) else ""}
+        if s.lost is not None:
+            continue
+        for metric, field, scale, doc in GPU_GAUGES:
+            f.add(metric, doc, labels, getattr(s, field), scale=scale)
+        f.add("tuimon_gpu_throttled", "1 while the GPU's clocks are held down for a reason other than idle",
+              labels, None if isinstance(s.clock_events, NA) else int(any(e != "GPU idle" for e in s.clock_events)))
+        f.add("tuimon_gpu_used_by_job", "1 for a GPU the monitored job's processes use", labels,
+              None if s.uses_target is None else int(s.uses_target))
+    _job(f, view)
+    return list(f.by_name.values())
+
+
+def _job(f: _Families, view: View) -> None:
+    t = view.training
+    p = view.process
+    if p is not None:
+        labels = {"pid": str(p.pid)}
+        f.add("tuimon_process_up", "1 while the monitored process runs", labels, int(bool(p.alive)))
+        f.add("tuimon_process_cpu_ratio", "CPU of the job's processes, in cores (1.0 = one core busy)", labels,
+              _num(p.cpu_percent) and _num(p.cpu_percent) / 100)
+        f.add("tuimon_process_resident_memory_bytes", "RSS of the job's processes, summed (shared pages counted per process)",
+              labels, p.rss)
+    if t is None:
+        return
+    labels = {"pid": str(t.pid), "rank": "" if t.rank is None else str(t.rank)}
+    f.add("tuimon_steps_total", "Steps the job has finished", labels, t.steps, counter=True)
+    f.add("tuimon_steps_per_second", "Steps per second over the window", labels, t.steps_per_s)
+    if t.step_time_ms is not None:
+        for q, v in (("0.5", t.step_time_ms.p50), ("0.95", t.step_time_ms.p95), ("0.99", t.step_time_ms.p99)):
+            f.add("tuimon_step_time_seconds", "Step time over the window (the last steps), by quantile",
+                  {**labels, "quantile": q}, v, scale=1e-3)
+    f.add("tuimon_data_wait_ratio", "Share of step time the loop waited for the next batch", labels,
+          t.data_wait_share)
+    for ph in t.phases:
+        f.add("tuimon_phase_ratio", "Share of step time in each phase (they add up to the step)",
+              {**labels, "phase": ph.name}, ph.share)
+    for name, per_s in t.throughput_per_s.items():
+        f.add("tuimon_throughput_per_second", "The job's own counters (tuimon.count) per second",
+              {**labels, "counter": name}, per_s)
+    if t.gpu is not None:
+        f.add("tuimon_gpu_idle_ratio", "At most this share of step time the GPU had no work queued (CUDA events)",
+              labels, t.gpu.idle_share)
+        f.add("tuimon_gpu_step_time_seconds", "Median GPU time between step boundaries (CUDA events)", labels,
+              t.gpu.step_ms, scale=1e-3)
+    if t.syncs is not None:
+        f.add("tuimon_syncs_per_step", "Device-to-host syncs per step", labels, t.syncs.per_step)
+    if t.memory is not None:
+        for metric, v, doc in (("tuimon_torch_allocated_bytes", t.memory.allocated, "Caching allocator: allocated"),
+                               ("tuimon_torch_reserved_bytes", t.memory.reserved, "Caching allocator: reserved"),
+                               ("tuimon_torch_peak_allocated_bytes", t.memory.peak_allocated, "Caching allocator: peak")):
+            f.add(metric, doc, labels, v)
+        f.add("tuimon_torch_alloc_retries_total", "cudaMalloc retries after emptying the cache", labels,
+              t.memory.alloc_retries, counter=True)
+    f.add("tuimon_records_dropped_total", "Channel records overwritten before the monitor read them", labels,
+          t.dropped, counter=True)
+    code = view.verdict.code
+    for c in VERDICTS:  # a state set: exactly one is 1
+        f.add("tuimon_verdict", "The diagnosis: 1 for the current verdict", {**labels, "verdict": c}, int(c == code))
