@@ -3,15 +3,9 @@
 # what a range costs, what sampling costs, the monitor beside nvitop on the same job, a fresh
 # recording of the demo (format v2, with the anatomy) and a screenshot of the live screen.
 # Needs nvitop carried as a wheel. On the GPU machine: source .gpu/activate.sh; bash tests/gpu/check_costs.sh
-set -uo pipefail
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export TUIMON_SHM_DIR=$(mktemp -d)
+source tests/gpu/prelude.sh
 T=()
 row() { T+=("$(printf '%-44s %s' "$1" "$2")"); }
-if command -v gcc >/dev/null && python3 -c "import setuptools" 2>/dev/null; then
-  python3 setup.py -q build_ext --inplace >/dev/null 2>&1
-fi
 # A normal install compiles bytecode; the carried wheels are installed without: compile them
 # first, or the first frame measures Python compiling textual.
 python3 -m compileall -q /tmp/site tuimon >/dev/null 2>&1

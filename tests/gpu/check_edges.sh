@@ -3,15 +3,9 @@
 # --once/--json/--gpus), attach and ls on a real job, a job killed by a signal, a fresh
 # recording (v2, with PSS and process names), live screenshots, and the monitor's cost beside
 # nvitop. Needs nvitop carried as a wheel. On the GPU machine: source .gpu/activate.sh; bash tests/gpu/check_edges.sh
-set -uo pipefail
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export TUIMON_SHM_DIR=$(mktemp -d)
+source tests/gpu/prelude.sh
 T=()
 row() { T+=("$(printf '%-46s %s' "$1" "$2")"); }
-if command -v gcc >/dev/null && python3 -c "import setuptools" 2>/dev/null; then
-  python3 setup.py -q build_ext --inplace >/dev/null 2>&1
-fi
 python3 -m compileall -q /tmp/site tuimon >/dev/null 2>&1  # (or the first frame measures compiling)
 python3 -m tuimon --version
 python3 -m tuimon doctor 2>&1 | tail -12
