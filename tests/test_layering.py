@@ -21,7 +21,7 @@ ALLOWED = {
     "sources": ({"channel", "model"}, {"pynvml", "psutil"}),
     "capture": ({"channel", "model"}, set()),
     "monitor": ({"channel", "model", "sources", "analysis", "capture"}, set()),
-    "export": ({"model", "monitor"}, {"prometheus_client"}),  # the view as Prometheus metrics
+    "export": ({"model", "analysis", "monitor"}, {"prometheus_client"}),  # the view as Prometheus metrics
     "ui": ({"channel", "model", "sources", "analysis", "capture", "monitor"}, {"textual", "rich", "plotext"}),
     "cli": ({"channel", "model", "probe", "sources", "analysis", "capture", "monitor", "ui", "export"},
             {"textual", "rich", "plotext", "pynvml", "psutil"}),  # everything but torch

@@ -30,3 +30,11 @@ def test_screen(snap_compare, size, keys):
 
 def test_a_recording_of_an_older_probe(snap_compare):
     assert snap_compare(app(V1_FIXTURE), terminal_size=(120, 40), run_before=redraw)
+
+
+def test_a_regression_against_a_baseline(snap_compare):
+    from tests.test_ui import H100, h100_baseline
+
+    state = state_from_recording(H100, baseline=("good.json", h100_baseline(0.7)))
+    assert snap_compare(make_app(None, "replay of h100_demo_v2.jsonl", state), terminal_size=(120, 40),
+                        run_before=redraw)

@@ -223,3 +223,44 @@ async def test_c_takes_a_capture_of_a_real_job_and_shows_what_it_found(shm_dir, 
     finally:
         job.kill()
         job.wait()
+
+
+H100 = str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl")
+
+
+def h100_baseline(scale: float = 1.0, upto: int = 18):
+    """A baseline from the first half of the real H100 recording; scale < 1 makes it a faster run
+    than the recording (so the recording's end reads as a regression: for drawing the alert)."""
+    from dataclasses import replace
+
+    from tuimon.monitor.baseline import BaselineBuilder
+    from tuimon.sources.recording import Recording
+
+    b = BaselineBuilder("recording h100_demo_v2.jsonl")
+    for k, c in enumerate(Recording(H100).cycles()):
+        if k < upto:
+            b.add(c)
+    base = b.build()
+    return replace(base, step_ms=[v * scale for v in base.step_ms],
+                   phases=[replace(p, mean_ms=p.mean_ms * (scale if p.name == "data" else 1)) for p in base.phases])
+
+
+@pytest.mark.asyncio
+async def test_the_baseline_panel_shows_deltas_and_the_alert():
+    app = make_app(None, "replay", state_from_recording(H100, baseline=("good.json", h100_baseline())))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        panel = app.screen.query_one("#baseline", Panel)
+        assert panel.display
+        line = text(app, "#baseline")
+        assert line.startswith(" AS BASELINE ") and "within 10% of good.json" in line and "steps/s" in line
+    app = make_app(None, "replay", state_from_recording(H100, baseline=("good.json", h100_baseline(0.7))))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        line = text(app, "#baseline")
+        assert line.startswith(" REGRESSION ") and "slower than good.json" in line
+        assert "data grew most" in line and "p < 0.001" in line
+    app = make_app(None, "replay", state_from_recording(H100))  # no baseline: no panel
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        assert not app.screen.query_one("#baseline", Panel).display

@@ -10,12 +10,17 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Threshold:
     value: float
-    unit: str  # '' for a share of step time (0..1), '%' for a percentage, 'points' (of a %), 'steps'
+    unit: str  # '' for a share of step time (0..1), '%' for a percentage, 'points' (of a %), 'steps', 's',
+    # 'x' (a factor), 'p' (a p-value)
     source: str
 
     def show(self) -> str:
         if self.unit == "":
             return f"{self.value:.0%}"
+        if self.unit == "x":
+            return f"{self.value:g}x"
+        if self.unit == "p":
+            return f"p < {self.value:g}"
         return f"{self.value:g}{'' if self.unit == '%' else ' '}{self.unit}"
 
 
@@ -38,5 +43,20 @@ UNIT_LEAD = Threshold(10, "points", "Nsight Compute's SOLBottleneck rule: comput
 LOOP_CPU_BUSY = Threshold(90, "%", "SageMaker Debugger's CPUBottleneck rule: CPU above 90% is high utilization "
                                    "(here: of the one core the loop's thread can use)")
 WORKERS_BUSY = Threshold(90, "%", "as above, for each DataLoader worker process")
+
+# Regressions against a baseline (tuimon/analysis/regression.py).
+REGRESSION_FACTOR = Threshold(1.10, "x", "airspeed velocity (asv compare / continuous): a result 1.1x slower than "
+                                         "its reference is a regression (its default --factor)")
+REGRESSION_P = Threshold(0.002, "p", "airspeed velocity's statistics.is_different: a Mann-Whitney U test at "
+                                     "p < 0.002 decides that two sets of timings differ")
+REGRESSION_MIN_STEPS = Threshold(20, "steps", "the normal approximation of Mann-Whitney's U is the textbook's for "
+                                              "samples above 20; fewer recent steps are not compared")
+REGRESSION_WARMUP_STEPS = Threshold(50, "steps", "tuimon: a job's first steps are its warm-up (DataLoader workers "
+                                                  "starting, cuDNN autotuning, the allocator growing), in baselines "
+                                                  "and windows alike; seen: the first ~10 steps of a CPU loop with 2 "
+                                                  "workers ran 1.2x slow, so 5x that")
+REGRESSION_WINDOW_S = Threshold(5, "s", "tuimon: the recent steps compared span this much time (at least the "
+                                        "minimum number of steps): a slowdown holds the window's median after "
+                                        "half of it, within the 10 s the regression alert promises")
 
 ALL = {name: t for name, t in globals().items() if isinstance(t, Threshold)}

@@ -21,6 +21,7 @@ from . import textview
 from .tui import has_terminal, tui
 
 ONCE_MIN_WINDOW_S = 0.5  # CPU % and GPM activity are rates: they need two samples this far apart
+REGRESSED = 3  # `attach --once --baseline`'s exit status when the job is measurably slower (2: bad input)
 
 
 def cmd_attach(args) -> int:
@@ -33,27 +34,30 @@ def cmd_attach(args) -> int:
             return 2
     session = LiveSession(args.pid, args.interval, gpus=args.gpus)
     if args.once:
-        view = once(session, args.window)
+        view = once(session, args.window, args.baseline)
         if args.json:
             print(json.dumps(view_json(view, args.pid), indent=2))
         else:
             print(textview.summary_line(view))
             for source, why in view.problems.items():
                 print(f"tuimon: {source}: {safe_text(why, 500)}", file=sys.stderr)
-        return 0
+        if view.baseline is not None and view.baseline.state == "too few steps":
+            print(f"tuimon: {view.baseline.window_steps} steps in the window: too few to compare with the "
+                  "baseline (a longer --window)", file=sys.stderr)
+        return REGRESSED if view.baseline is not None and view.baseline.state == "regression" else 0
     if not args.plain and not has_terminal():
         print("tuimon: no terminal here: one line per interval instead (--plain); --once --json for one "
               "snapshot", file=sys.stderr)
         args.plain = True
     if args.plain:
-        textview.follow(session, args.interval)
+        textview.follow(session, args.interval, baseline=args.baseline)
         return 0
-    return tui(session, f"attached, every {args.interval:g} s")
+    return tui(session, f"attached, every {args.interval:g} s", baseline=args.baseline)
 
 
-def once(session: LiveSession, window: float) -> View:
+def once(session: LiveSession, window: float, baseline=None) -> View:
     """One view over `window` seconds (at least ONCE_MIN_WINDOW_S), from the cycles the TUI draws."""
-    state = MonitorState()
+    state = MonitorState(baseline=baseline)
     end = time.monotonic() + max(window, ONCE_MIN_WINDOW_S)
     try:
         while True:
@@ -116,7 +120,7 @@ def cmd_replay(args) -> int:
     if not has_terminal():
         print("tuimon: replay needs a terminal", file=sys.stderr)
         return 2
-    return tui(ReplaySession(args.file, args.speed, total=n, skipped=rec.skipped), "replay")
+    return tui(ReplaySession(args.file, args.speed, total=n, skipped=rec.skipped), "replay", baseline=args.baseline)
 
 
 def cmd_ls(args) -> int:

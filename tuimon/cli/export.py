@@ -34,7 +34,7 @@ def cmd_export(args) -> int:
     what = f"PID {args.pid} and " if args.pid is not None else ""
     print(f"tuimon: serving {what}the GPUs on http://{args.addr}:{exporter.port}/metrics every {args.interval:g} s "
           "(Ctrl-C stops)", file=sys.stderr)
-    session, state = LiveSession(args.pid, args.interval, gpus=args.gpus), MonitorState()
+    session, state = LiveSession(args.pid, args.interval, gpus=args.gpus), MonitorState(baseline=args.baseline)
     try:
         while True:
             t = time.monotonic()

@@ -9,6 +9,7 @@ import sys
 from .. import __version__
 from . import options as opt
 from .attach import cmd_attach, cmd_ls, cmd_replay, cmd_top
+from .baseline import cmd_baseline_save, cmd_baseline_show
 from .capture import cmd_capture
 from .doctor import run_doctor
 from .export import cmd_export
@@ -31,6 +32,10 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--addr", default="127.0.0.1", help="the address to serve metrics on (default "
                                                             "127.0.0.1: this machine only; 0.0.0.0: every interface)")
 
+    def baseline(sp):
+        sp.add_argument("--baseline", type=opt.baseline_file, metavar="FILE",
+                        help="compare the job with a baseline (tuimon baseline save): deltas and a regression alert")
+
     def gpus(sp):
         sp.add_argument("--gpus", type=opt.gpu_list, help="only these GPUs, by NVML index as nvidia-smi shows them "
                                                           "(e.g. 0,1)")
@@ -45,6 +50,7 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--plain", action="store_true", help="a line of text per interval instead of the TUI")
     interval(a)
     gpus(a)
+    baseline(a)
     a.set_defaults(func=cmd_attach)
 
     r = sub.add_parser("run", help="run a training command with the probe installed (no code change) and "
@@ -55,6 +61,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--nsys-args", default="", help="more `nsys profile` options, quoted as one string")
     metrics_port(r)
     interval(r)
+    baseline(r)
     r.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     r.set_defaults(func=cmd_run)
 
@@ -88,6 +95,7 @@ def parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("replay", help="show a recording (tuimon record) through the same UI")
     rp.add_argument("file", help="a recording made by tuimon record (JSON Lines; v1 and v2)")
     rp.add_argument("--speed", type=opt.SPEED, default=1.0, help="2: twice as fast (0.01 to 1000)")
+    baseline(rp)
     rp.set_defaults(func=cmd_replay)
 
     rec = sub.add_parser("record", help="record what the monitor sees of PID (GPUs, processes, channel, "
@@ -106,7 +114,24 @@ def parser() -> argparse.ArgumentParser:
     metrics_port(ex, required=True)
     interval(ex)
     gpus(ex)
+    baseline(ex)
     ex.set_defaults(func=cmd_export)
+
+    bl = sub.add_parser("baseline", help="save a known-good run's numbers, to compare jobs with (--baseline)")
+    bls = bl.add_subparsers(dest="baseline_cmd", metavar="ACTION", required=True)
+    save = bls.add_parser("save", help="measure a running job (or read a recording) and save its baseline")
+    src = save.add_mutually_exclusive_group(required=True)
+    src.add_argument("pid", type=int, nargs="?", help="the running job to measure (it needs the probe: tuimon run)")
+    src.add_argument("--recording", metavar="FILE", help="a recording (tuimon record) instead of a running job")
+    save.add_argument("-o", "--output", required=True, help="the baseline file (JSON)")
+    save.add_argument("--seconds", type=opt.BASELINE_SECONDS, default=30,
+                      help="with PID: measure this long (1 to 86400; default 30; Ctrl-C ends it early)")
+    save.add_argument("--force", action="store_true", help="overwrite an existing file")
+    interval(save)
+    save.set_defaults(func=cmd_baseline_save)
+    show = bls.add_parser("show", help="what a baseline file holds")
+    show.add_argument("file", help="a baseline file (tuimon baseline save)")
+    show.set_defaults(func=cmd_baseline_show)
 
     doc = sub.add_parser("doctor", help="what works on this machine and what does not, with fixes")
     doc.set_defaults(func=lambda a: run_doctor())

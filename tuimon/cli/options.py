@@ -32,7 +32,21 @@ SPEED = number(0.01, 1000)  # replay
 TIMEOUT = number(0.1, 86400, "seconds")
 CAPTURE_STEPS = number(1, 500, "steps", whole=True)
 CAPTURE_SECONDS = number(0.1, 300, "seconds")
+BASELINE_SECONDS = number(1, 86400, "seconds")
 PORT = number(0, 65535, whole=True)  # 0: any free port (said at start)
+
+
+def baseline_file(path: str):
+    """--baseline FILE: (FILE, its Baseline), or argparse's error saying what is wrong with it."""
+    from ..monitor.baseline import BaselineError, load
+
+    try:
+        return path, load(path)
+    except BaselineError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+baseline_file.__name__ = "baseline"
 
 
 def gpu_list(text: str) -> list[int]:

@@ -20,14 +20,19 @@ from .tui import has_terminal, say, tui
 
 
 def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, demo: bool = False,
-        nsys: bool = False, nsys_args: str = "", metrics: tuple[int, str] | None = None) -> int:
+        nsys: bool = False, nsys_args: str = "", metrics: tuple[int, str] | None = None, baseline=None) -> int:
     """demo: `q` (or a closed terminal) stops the job, and that is a clean exit (0). metrics:
-    (port, address) to serve Prometheus metrics on while the monitor runs."""
+    (port, address) to serve Prometheus metrics on while the monitor runs. baseline: (file,
+    Baseline) to compare the job against."""
     if not cmd:
         print("tuimon: nothing to run: tuimon run [--headless] -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     if headless and metrics:
         print("tuimon: --headless runs no monitor, so nothing serves metrics: `tuimon export --port PORT PID` "
+              "beside it does", file=sys.stderr)
+        return 2
+    if headless and baseline:
+        print("tuimon: --headless runs no monitor to compare with a baseline: `tuimon attach PID --baseline FILE` "
               "beside it does", file=sys.stderr)
         return 2
     exporter = None
@@ -72,11 +77,11 @@ def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, de
             log.close()
     try:
         if plain:
-            return _follow_plain(child, interval, exporter)
+            return _follow_plain(child, interval, exporter, baseline)
         what = "tuimon demo" if demo else "tuimon run"
         label = f"{what}, every {interval:g} s" + (f", metrics on :{exporter.port}" if exporter else "")
-        tui(_exporting(LiveSession(child.pid, interval, popen=child, job_log=log_path), exporter), label,
-            quit_stops_job=demo)
+        tui(_exporting(LiveSession(child.pid, interval, popen=child, job_log=log_path), exporter, baseline), label,
+            quit_stops_job=demo, baseline=baseline)
         say(f"tuimon: the job's output is in {log_path}")
         if child.poll() is None:
             if not demo:
@@ -106,19 +111,19 @@ def _stop(child: subprocess.Popen) -> None:
         child.wait()
 
 
-def _exporting(session, exporter):
+def _exporting(session, exporter, baseline=None):
     """The session, publishing every cycle to the exporter when there is one."""
     if exporter is None:
         return session
     from ..export.server import ExportingSession
 
-    return ExportingSession(session, exporter)
+    return ExportingSession(session, exporter, baseline)
 
 
-def _follow_plain(child, interval: float, exporter=None) -> int:
+def _follow_plain(child, interval: float, exporter=None, baseline=None) -> int:
     try:
-        view = textview.follow(_exporting(LiveSession(child.pid, interval, popen=child), exporter), interval,
-                               until=lambda: child.poll() is not None)
+        view = textview.follow(_exporting(LiveSession(child.pid, interval, popen=child), exporter, baseline),
+                               interval, until=lambda: child.poll() is not None, baseline=baseline)
     except KeyboardInterrupt:
         view = None
     if view is not None and view.training is None:
@@ -131,7 +136,7 @@ def _follow_plain(child, interval: float, exporter=None) -> int:
 def cmd_run(args) -> int:
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     return run(cmd, args.headless, args.interval, args.plain, nsys=args.nsys, nsys_args=args.nsys_args,
-               metrics=None if args.port is None else (args.port, args.addr))
+               metrics=None if args.port is None else (args.port, args.addr), baseline=args.baseline)
 
 
 def cmd_demo(args) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from ..channel.text import safe_text
-from ..model import NA, num
+from ..model import NA, Comparison, num
 from ..monitor.session import LiveSession, run_cycles
 from ..monitor.state import MonitorState, View
 
@@ -42,10 +42,24 @@ def summary_line(view: View) -> str:
         parts.append("SM " + "/".join(f"{b:.0f}%" for b in busy if b is not None))
     if view.verdict.code != "waiting":
         parts.append(f"verdict: {view.verdict.headline}")
+    if view.baseline is not None:
+        parts.append(baseline_words(view.baseline))
     state = t.state if t else ("alive" if p is not None and p.alive else "exited")
     if state != "alive":
         parts.append(f"[process {state}]")
     return " | ".join(parts)
+
+
+def baseline_words(c: Comparison) -> str:
+    """The comparison with a baseline in a few words: 'REGRESSION: step p50 +31% ...'."""
+    if c.state == "too few steps":
+        return f"baseline: {c.window_steps} recent steps, too few to compare"
+    pct = f"{c.ratio - 1:+.0%}" if c.ratio is not None else "?"
+    head = {"regression": "REGRESSION", "faster": "faster than baseline", "same": "as baseline"}[c.state]
+    words = f"{head}: step p50 {c.p50_ms:.1f} ms vs {c.baseline_p50_ms:.1f} ({pct})"
+    if c.grown is not None:
+        words += f", {safe_text(c.grown.name, 24)} grew {c.grown.baseline_ms:.1f} -> {c.grown.now_ms:.1f} ms"
+    return words
 
 
 class ProblemLines:
@@ -63,10 +77,10 @@ class ProblemLines:
         self.known = dict(view.problems)
 
 
-def follow(session: LiveSession, interval: float, until=None, out=sys.stdout) -> View:
+def follow(session: LiveSession, interval: float, until=None, out=sys.stdout, baseline=None) -> View:
     """Print a line each interval until until() is true or the process is gone; returns the last
-    view (the last look at a process that ended)."""
-    state, problems = MonitorState(), ProblemLines()
+    view (the last look at a process that ended). baseline: (file, Baseline) to compare against."""
+    state, problems = MonitorState(baseline=baseline), ProblemLines()
     said_channel = [False]
 
     def on_cycle(c) -> None:

@@ -14,10 +14,12 @@ def has_terminal() -> bool:
         return False
 
 
-def tui(session, label: str, top: bool = False, quit_stops_job: bool = False) -> int:
+def tui(session, label: str, top: bool = False, quit_stops_job: bool = False, baseline=None) -> int:
+    """baseline: (file, Baseline) to compare the job against on screen."""
+    from ..monitor.state import MonitorState
     from ..ui.app import make_app  # textual loads only for the TUI
 
-    make_app(session, label, top=top, quit_stops_job=quit_stops_job).run()
+    make_app(session, label, MonitorState(baseline=baseline), top=top, quit_stops_job=quit_stops_job).run()
     return 0
 
 

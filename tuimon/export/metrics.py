@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from ..analysis import thresholds as T
 from ..model import NA
 from ..monitor.state import View
 
@@ -116,3 +117,22 @@ def _job(f: _Families, view: View) -> None:
     code = view.verdict.code
     for c in VERDICTS:  # a state set: exactly one is 1
         f.add("tuimon_verdict", "The diagnosis: 1 for the current verdict", {**labels, "verdict": c}, int(c == code))
+    _baseline(f, view, labels)
+
+
+def _baseline(f: _Families, view: View, labels: dict[str, str]) -> None:
+    """Only with --baseline; while too few recent steps were seen to decide, no regression series."""
+    c = view.baseline
+    if c is None:
+        return
+    f.add("tuimon_baseline_step_time_seconds", "The baseline's median step time", labels, c.baseline_p50_ms, scale=1e-3)
+    if c.state == "too few steps":
+        return
+    f.add("tuimon_regression", f"1 while the recent steps are measurably slower than the baseline's (median "
+          f"{T.REGRESSION_FACTOR.show()} and a Mann-Whitney U test at {T.REGRESSION_P.show()})", labels,
+          int(c.state == "regression"))
+    f.add("tuimon_baseline_step_time_ratio", "Median step time of the recent steps over the baseline's (1.3: 30% "
+          "slower)", labels, c.ratio)
+    for d in c.phases:
+        f.add("tuimon_phase_delta_seconds", "Time per step of each phase minus the baseline's (which phase grew)",
+              {**labels, "phase": d.name}, d.delta_ms, scale=1e-3)

@@ -34,8 +34,8 @@ class ExportingSession:
     """A session whose every cycle is also published to an Exporter (for `tuimon run
     --metrics-port`: the TUI or the plain view polls it as it polls any session)."""
 
-    def __init__(self, session, exporter: Exporter):
-        self._session, self._exporter, self._state = session, exporter, MonitorState()
+    def __init__(self, session, exporter: Exporter, baseline=None):
+        self._session, self._exporter, self._state = session, exporter, MonitorState(baseline=baseline)
 
     def poll(self):
         cycle = self._session.poll()

@@ -6,6 +6,7 @@ Every type is a frozen dataclass that goes to JSON and back (codec.py): recordin
 --once --json` and the replay path all use that one codec. A value that could not be read is an
 NA carrying its reason, never a made-up number."""
 
+from .baseline import BASELINE_VERSION, Baseline, Comparison, PhaseDelta
 from .capture import CaptureStatus, CaptureSummary
 from .codec import BadValue, from_json, to_json
 from .cycle import Cycle
@@ -15,7 +16,7 @@ from .training import GpuTimes, Memory, PhaseRow, RangeRow, StepTimes, Syncs, Sy
 from .values import NA, is_na, num, reason
 
 __all__ = [
-    "NA", "BadValue", "CaptureStatus", "CaptureSummary", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "Memory",
+    "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "Memory",
     "PhaseRow", "ProcRow", "ProcessSample", "RangeRow", "StepTimes", "SyncSite", "Syncs", "TrainingSnapshot",
     "from_json", "is_na", "num", "reason", "to_json",
 ]

@@ -29,4 +29,6 @@ def view_json(view: View, asked_pid: int | None = None) -> dict:
     doc["problems"] = dict(view.problems)
     if view.gpu_note:
         doc["gpu_note"] = view.gpu_note
+    if view.baseline is not None:
+        doc["baseline"] = to_json(view.baseline)
     return doc

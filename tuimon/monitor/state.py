@@ -5,10 +5,22 @@ so the UI never reads a list the sampler is appending to."""
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..analysis.diagnosis import Verdict, diagnose
-from ..model import NA, CaptureStatus, Cycle, GpuSample, HostSample, ProcessSample, TrainingSnapshot, num
+from ..analysis.regression import Reference, compare
+from ..model import (
+    NA,
+    Baseline,
+    CaptureStatus,
+    Comparison,
+    Cycle,
+    GpuSample,
+    HostSample,
+    ProcessSample,
+    TrainingSnapshot,
+    num,
+)
 from . import evidence
 
 GPU_SERIES = ("sm_active", "tensor_active", "fp32_active", "fp16_active", "dram_bw", "power_w", "util_gpu",
@@ -68,10 +80,25 @@ class View:
     host: HostSample | None = None
     job_log: str | None = None
     job_tail: list[str] = field(default_factory=list)
+    baseline: Comparison | None = None  # the job against a baseline, where one was given
+
+
+def new_step_times(seen: int, snap: TrainingSnapshot) -> list[float]:
+    """The times of the steps that ended after the first `seen` (as many as the snapshot still
+    holds: its last 120)."""
+    new = snap.steps - seen
+    if new <= 0:
+        return []
+    if snap.recent_step_ms:
+        return snap.recent_step_ms[-min(new, len(snap.recent_step_ms)):]
+    if snap.step_time_ms is not None:
+        return [snap.step_time_ms.last]  # recordings made before recent_step_ms
+    return []
 
 
 class MonitorState:
-    def __init__(self, history: int = 600):
+    def __init__(self, history: int = 600, baseline: tuple[str, Baseline] | None = None):
+        """baseline: (its file, as given; the baseline) to compare the job against."""
         self.history = history
         self.training: TrainingSnapshot | None = None
         self.process: ProcessSample | None = None
@@ -91,6 +118,10 @@ class MonitorState:
         self.job_tail: list[str] = []
         self._columns: deque[_Column] = deque(maxlen=COLUMNS)
         self._column_id: int | None = None
+        self.baseline = baseline
+        self._reference = Reference(baseline[1].step_ms) if baseline is not None else None
+        self._comparison: Comparison | None = None
+        self._regression_since: int | None = None  # the cycle time (ns) the regression was first seen
 
     def _column(self, t: int) -> _Column:
         cid = t // (COLUMN_S * 1_000_000_000)
@@ -136,19 +167,25 @@ class MonitorState:
             self.host = c.host
         if c.job_log is not None:
             self.job_log, self.job_tail = c.job_log, c.job_tail
+        if self.baseline is not None:
+            self._compare(c.t)
+
+    def _compare(self, t_ns: int) -> None:
+        """Once per cycle (not per view): the comparison sorts the baseline's steps."""
+        file, baseline = self.baseline
+        models = [s.name for i in self.target_gpus() if isinstance((s := self.gpus[i]).name, str)]
+        cmp = compare(baseline, file, self.training, models, self._reference)
+        if cmp.state != "regression":
+            self._regression_since = None
+        else:
+            if self._regression_since is None:
+                self._regression_since = t_ns
+            cmp = replace(cmp, since_s=round((t_ns - self._regression_since) / 1e9, 1))
+        self._comparison = cmp
 
     def _add_steps(self, snap: TrainingSnapshot) -> list[float]:
         """The times of the steps that ended since the last snapshot."""
-        new = snap.steps - self._last_step
-        self._last_step = snap.steps
-        if new <= 0:
-            return []
-        if snap.recent_step_ms:
-            added = snap.recent_step_ms[-min(new, len(snap.recent_step_ms)):]
-        elif snap.step_time_ms is not None:
-            added = [snap.step_time_ms.last]  # recordings made before recent_step_ms
-        else:
-            added = []
+        added, self._last_step = new_step_times(self._last_step, snap), snap.steps
         self._step_ms.extend(added)
         return added
 
@@ -163,7 +200,7 @@ class MonitorState:
                     [self.captures[k] for k in sorted(self.captures)], dict(self.problems), self.channel,
                     self.shown_why, [_median(c.step_ms) for c in self._columns],
                     [_median(c.gpu_step_ms) for c in self._columns], self._nvml_memory(), self.host,
-                    self.job_log, list(self.job_tail))
+                    self.job_log, list(self.job_tail), self._comparison)
 
     def _nvml_memory(self) -> tuple:
         """What NVML counts for the target's processes on its GPUs, and those GPUs' total."""

@@ -7,11 +7,12 @@ import time
 
 from rich.text import Text
 
+from ..analysis import thresholds as T
 from ..analysis.diagnosis import Verdict
 from ..capture.client import window_steps
 from ..channel.procinfo import how_it_ended
 from ..channel.text import safe_text
-from ..model import NA, num
+from ..model import NA, Comparison, num
 from ..monitor.state import GpuView, View
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -136,6 +137,51 @@ def verdict_line(v: Verdict) -> Text:
     out.append(safe_text(v.next_step, 400))
     if v.code != "waiting":
         out.append(f"  ({v.confidence} confidence; e: why)", "dim")
+    return out
+
+
+BASELINE_STYLE = {"regression": "bold red", "faster": "bold green", "same": "bold green", "too few steps": "dim"}
+
+
+def baseline_panel(c: Comparison) -> Text:
+    """The job against its baseline: the alert and its size, then what moved (the phase that grew
+    most first). Two lines at most."""
+    out = Text()
+    head = {"regression": "REGRESSION", "faster": "FASTER", "same": "AS BASELINE", "too few steps": "BASELINE"}[c.state]
+    out.append(f" {head} ", BASELINE_STYLE[c.state] + " reverse")
+    out.append("  ")
+    name = safe_text(c.file, 60)
+    if c.state == "too few steps":
+        out.append(f"{name}: {c.window_steps} recent steps, too few to compare (it takes "
+                   f"{T.REGRESSION_MIN_STEPS.value:g} past the job's first {T.REGRESSION_WARMUP_STEPS.value:g})", "dim")
+        return out
+    change = c.ratio - 1
+    if c.state == "regression":
+        held = "" if not c.since_s else f" for {c.since_s:.0f} s" if c.since_s < 120 else f" for {duration(c.since_s)}"
+        out.append(f"{change:.0%} slower than {name}{held}: ", "bold")
+    elif c.state == "faster":
+        out.append(f"{-change:.0%} faster than {name}: ")
+    else:
+        out.append(f"within {T.REGRESSION_FACTOR.value - 1:.0%} of {name}: ")
+    p = "p < 0.001" if c.p_value < 0.001 else f"p = {c.p_value:.3f}"
+    out.append(f"step p50 {c.p50_ms:.1f} ms vs {c.baseline_p50_ms:.1f} ({change:+.0%}; last {c.window_steps} steps "
+               f"vs {c.baseline_steps:,}, {p})")
+    moved = []
+    if c.grown is not None:
+        g = c.grown
+        moved.append(f"{safe_text(g.name, 24)} grew most: {g.baseline_ms:.1f} → {g.now_ms:.1f} ms/step "
+                     f"({g.delta_ms:+.1f})")
+    if c.steps_per_s is not None and c.baseline_steps_per_s:
+        moved.append(f"steps/s {c.steps_per_s:.1f} vs {c.baseline_steps_per_s:.1f}")
+    if c.data_wait_share is not None and c.baseline_data_wait_share is not None:
+        moved.append(f"data wait {c.data_wait_share:.0%} vs {c.baseline_data_wait_share:.0%}")
+    if c.gpu_step_ms is not None and c.baseline_gpu_step_ms is not None:
+        moved.append(f"GPU step {c.gpu_step_ms:.1f} vs {c.baseline_gpu_step_ms:.1f} ms")
+    if moved:
+        out.append("\n→ ", "bold")
+        out.append(" · ".join(moved))
+    for note in c.notes:
+        out.append(f"  ({safe_text(note, 120)})", "yellow")
     return out
 
 

@@ -6,9 +6,9 @@ from ..monitor.state import MonitorState
 from ..sources.recording import Recording
 
 
-def state_from_recording(path: str, upto: int | None = None) -> MonitorState:
-    """The state after the first `upto` cycles (all when None)."""
-    state = MonitorState()
+def state_from_recording(path: str, upto: int | None = None, baseline=None) -> MonitorState:
+    """The state after the first `upto` cycles (all when None); baseline: (file, Baseline)."""
+    state = MonitorState(baseline=baseline)
     for k, cycle in enumerate(Recording(path).cycles()):
         if upto is not None and k >= upto:
             break

@@ -24,6 +24,7 @@ class MainScreen(Screen):
         yield Panel(id="header")
         yield Panel(id="status")
         yield Panel(id="verdict")
+        yield Panel(id="baseline")
         # Section titles are their own widgets and panels have no border: a panel that changes
         # is redrawn whole, and borders would be resent with it every second.
         with VerticalScroll(id="body"):
@@ -43,7 +44,8 @@ class MainScreen(Screen):
         slowly, and each redraw is bytes to the terminal; live numbers use the newest view."""
         now, slow = time.monotonic(), self._slow
         if (slow is None or now - self._slow_at >= SLOW_S or slow.verdict.code != view.verdict.code
-                or (slow.training is None) != (view.training is None) or slow.paused != view.paused):
+                or (slow.training is None) != (view.training is None) or slow.paused != view.paused
+                or _baseline_state(slow) != _baseline_state(view)):
             self._slow, self._slow_at = view, now
         return self._slow
 
@@ -57,6 +59,11 @@ class MainScreen(Screen):
             line.display = bool(status)  # (a change of display lays the screen out again)
         line.show(status)
         q("#verdict", Panel).show(render.verdict_line(slow.verdict))
+        base = q("#baseline", Panel)
+        if base.display != (slow.baseline is not None):
+            base.display = slow.baseline is not None
+        if slow.baseline is not None:
+            base.show(render.baseline_panel(slow.baseline))
         gpus = q("#gpus", Panel)
         gpus.show(render.gpus_panel(view, gpus.text_width))
         steps = q("#steps", Panel)
@@ -65,6 +72,10 @@ class MainScreen(Screen):
         bd.show(render.breakdown_panel(slow, bd.text_width, plain=self.app.no_color))
         q("#process", Panel).show(render.process_panel(view, stats=slow))
         q("#capture", Panel).show(render.capture_panel(view, self.app.capture_steps))
+
+
+def _baseline_state(view: View) -> str | None:
+    return view.baseline.state if view.baseline is not None else None
 
 
 SLOW_S = COLUMN_S  # window statistics are redrawn this often (or at once when the verdict changes)
