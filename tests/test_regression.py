@@ -128,7 +128,23 @@ def test_faster_too_few_steps_and_notes():
     assert few.state == "too few steps" and few.window_steps == 19 and few.ratio is None
     assert compare(b, "b", None).state == "too few steps"
     c = compare(b, "b", snap(noisy(60, 20, 3), argv=["python", "other.py"]), ["NVIDIA H100 80GB HBM3"])
-    assert any("A100" in n and "H100" in n for n in c.notes) and any("another command" in n for n in c.notes)
+    assert any("A100" in n and "H100" in n for n in c.notes) and "baseline of another program: train.py" in c.notes
+    same = compare(b, "b", snap(noisy(60, 20, 3), argv=["python", "train.py", "--lr", "1e-3"]))
+    assert not any("program" in n for n in same.notes)  # other arguments: the same program
+
+
+def test_a_slower_gpu_is_named_beside_the_phase_the_loop_waits_in():
+    """Seen on an H100: more matmuls in the backward showed on the host as a longer sync (the
+    loop waits at loss.item()), while CUDA events saw the GPU's step grow."""
+    from tuimon.model import GpuTimes
+
+    ph = [PhaseRow("backward", 0.1, 1.0), PhaseRow("sync", 0.25, 3.3), PhaseRow("other", 0.65, 8.7)]
+    b = baseline(noisy(600, 13, 1, sd=0.3), ph, gpu_step_ms=13.1)
+    now = [PhaseRow("backward", 0.06, 1.0), PhaseRow("sync", 0.45, 8.1), PhaseRow("other", 0.49, 8.8)]
+    c = compare(b, "b", snap(noisy(120, 18, 2, sd=0.3), now, gpu=GpuTimes(steps=50, step_ms=18.0)))
+    assert c.state == "regression" and c.grown.name == "sync" and c.gpu_grown.delta_ms == pytest.approx(4.9)
+    host = compare(b, "b", snap(noisy(120, 18, 2, sd=0.3), now, gpu=GpuTimes(steps=50, step_ms=13.5)))
+    assert host.gpu_grown is None  # the GPU's step barely moved: the host side grew
 
 
 def test_the_jobs_warm_up_is_not_compared():

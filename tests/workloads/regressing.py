@@ -1,12 +1,13 @@
 """A training loop that regresses mid-run, measuring its own truth. No tuimon import: run it under
 `tuimon run`.
 
-    python regressing.py [--seconds S] [--slow-after S] [--slow-by F] [--truth FILE]
+    python regressing.py [--seconds S] [--slow-after S] [--slow-by F] [--truth FILE] [--device cpu|cuda]
 
 Each step: a batch from a DataLoader with 2 workers, a small model's forward, a backward that
-waits 10 ms in its autograd function (standing in for kernels), the optimizer, 6 ms of other
-work. Waits are sleeps, not spins, so two of these loops and their monitors share a 2-core CI
-machine without disturbing each other's step times. With --slow-after S, after S seconds the
+spends 10 ms in its autograd function, the optimizer, 6 ms of other work, and loss.item(). On
+the CPU the backward's 10 ms is a sleep, not a spin, so two of these loops and their monitors
+share a 2-core CI machine without disturbing each other's step times; on CUDA it is bf16 8192x8192
+matmuls (as many as take 10 ms, measured at start). With --slow-after S, after S seconds the
 backward takes F (default 0.3) times the mean step so far longer: the step slows by F.
 
 The truth file (JSON, rewritten every 0.5 s): steps, mean step ms before and after the slowdown,
@@ -33,6 +34,7 @@ class Batches(Dataset):
 
 class WaitingBackward(torch.autograd.Function):
     ms = 10.0
+    gpu = None  # on CUDA: (a, out, ms of one matmul)
 
     @staticmethod
     def forward(ctx, x):
@@ -40,8 +42,28 @@ class WaitingBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        time.sleep(WaitingBackward.ms / 1e3)
+        if WaitingBackward.gpu is None:
+            time.sleep(WaitingBackward.ms / 1e3)
+        else:
+            a, out, one_ms = WaitingBackward.gpu
+            for _ in range(max(1, round(WaitingBackward.ms / one_ms))):
+                torch.mm(a, a, out=out)
         return g
+
+
+def calibrate_gpu(dev) -> None:
+    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    out = torch.empty_like(a)
+    for _ in range(5):
+        torch.mm(a, a, out=out)
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(20):
+        torch.mm(a, a, out=out)
+    e1.record()
+    e1.synchronize()
+    WaitingBackward.gpu = (a, out, e0.elapsed_time(e1) / 20)
+    print(f"one 8192^2 bf16 matmul: {WaitingBackward.gpu[2]:.3f} ms", flush=True)
 
 
 def main():
@@ -50,10 +72,14 @@ def main():
     ap.add_argument("--slow-after", type=float, default=0, help="0: never")
     ap.add_argument("--slow-by", type=float, default=0.3)
     ap.add_argument("--truth")
+    ap.add_argument("--device", default="cpu")
     a = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+    dev = torch.device(a.device)
+    if dev.type == "cuda":
+        calibrate_gpu(dev)
+    net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1)).to(dev)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     it = iter(DataLoader(Batches(), batch_size=None, num_workers=2, persistent_workers=True))
     start = time.monotonic()
@@ -64,11 +90,13 @@ def main():
     while time.monotonic() < end:
         t0 = time.perf_counter()
         x, y = next(it)
+        x, y = x.to(dev), y.to(dev)
         loss = nn.functional.mse_loss(WaitingBackward.apply(net(x)), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
         time.sleep(0.006)
+        loss.item()  # the step ends when its work has (the loop's timer is the truth)
         ms = (time.perf_counter() - t0) * 1e3
         now = time.monotonic()
         side = "after" if truth["slowed_at"] is not None else "before"

@@ -106,11 +106,18 @@ def compare(baseline: Baseline, file: str, t: TrainingSnapshot | None, gpu_model
         state, p = "same", slower
     phases = _phase_deltas(baseline, t)
     grown = max(phases, key=lambda d: d.delta_ms) if phases and state == "regression" else None
+    gpu_ms = t.gpu.step_ms if t.gpu is not None else None
+    gpu_grown = None
+    if state == "regression" and gpu_ms is not None and baseline.gpu_step_ms is not None:
+        # The host phases say where the loop waited; a kernel that got slower shows as a longer
+        # sync (or whichever phase waits on the GPU). CUDA events see the GPU's own time grow.
+        if gpu_ms - baseline.gpu_step_ms >= 0.5 * (p50 - ref.p50):
+            gpu_grown = PhaseDelta("GPU step", round(baseline.gpu_step_ms, 3), round(gpu_ms, 3))
     return Comparison(
         file, state, len(window), len(ref.sorted), round(p50, 3), base_p50, round(ratio, 4), p,
-        grown if grown is not None and grown.delta_ms > 0 else None, phases,
+        grown if grown is not None and grown.delta_ms > 0 else None, gpu_grown, phases,
         t.steps_per_s, baseline.steps_per_s, t.data_wait_share, baseline.data_wait_share,
-        t.gpu.step_ms if t.gpu is not None else None, baseline.gpu_step_ms, notes)
+        gpu_ms, baseline.gpu_step_ms, notes)
 
 
 def _phase_deltas(baseline: Baseline, t: TrainingSnapshot) -> list[PhaseDelta]:
@@ -128,13 +135,22 @@ def _phase_deltas(baseline: Baseline, t: TrainingSnapshot) -> list[PhaseDelta]:
             for name in list(then) + [n for n in now if n not in then]]
 
 
+def _program(argv: Sequence[str]) -> str:
+    """What a command runs, without its options: the -m module, else the first script, else the
+    executable (runs of one script with other arguments are the same program)."""
+    args = list(argv)
+    if "-m" in args[:-1]:
+        return args[args.index("-m") + 1]
+    return next((a for a in args if a.endswith(".py")), args[0] if args else "")
+
+
 def _notes(baseline: Baseline, t: TrainingSnapshot | None, gpu_models: Sequence[str]) -> list[str]:
     notes = []
     if gpu_models and baseline.gpu_models and sorted(set(gpu_models)) != sorted(set(baseline.gpu_models)):
         notes.append(f"baseline on {', '.join(sorted(set(baseline.gpu_models)))}; this job on "
                      f"{', '.join(sorted(set(gpu_models)))}")
-    if t is not None and t.argv and baseline.command and t.argv != baseline.command:
-        notes.append("baseline of another command: " + " ".join(baseline.command)[:120])
+    if t is not None and t.argv and baseline.command and _program(t.argv) != _program(baseline.command):
+        notes.append(f"baseline of another program: {_program(baseline.command)}")
     if t is not None and baseline.world_size is not None and t.world_size is not None \
             and t.world_size != baseline.world_size:
         notes.append(f"baseline with {baseline.world_size} ranks; this job has {t.world_size}")

@@ -118,7 +118,7 @@ def parser() -> argparse.ArgumentParser:
     ex.set_defaults(func=cmd_export)
 
     bl = sub.add_parser("baseline", help="save a known-good run's numbers, to compare jobs with (--baseline)")
-    bls = bl.add_subparsers(dest="baseline_cmd", metavar="ACTION", required=True)
+    bls = bl.add_subparsers(dest="baseline_cmd", metavar="ACTION", required=True, help="save or show")
     save = bls.add_parser("save", help="measure a running job (or read a recording) and save its baseline")
     src = save.add_mutually_exclusive_group(required=True)
     src.add_argument("pid", type=int, nargs="?", help="the running job to measure (it needs the probe: tuimon run)")

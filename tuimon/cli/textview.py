@@ -57,6 +57,8 @@ def baseline_words(c: Comparison) -> str:
     pct = f"{c.ratio - 1:+.0%}" if c.ratio is not None else "?"
     head = {"regression": "REGRESSION", "faster": "faster than baseline", "same": "as baseline"}[c.state]
     words = f"{head}: step p50 {c.p50_ms:.1f} ms vs {c.baseline_p50_ms:.1f} ({pct})"
+    if c.gpu_grown is not None:
+        words += f", the GPU's work grew {c.gpu_grown.baseline_ms:.1f} -> {c.gpu_grown.now_ms:.1f} ms"
     if c.grown is not None:
         words += f", {safe_text(c.grown.name, 24)} grew {c.grown.baseline_ms:.1f} -> {c.grown.now_ms:.1f} ms"
     return words

@@ -53,6 +53,7 @@ class Comparison:
     ratio: float | None = None  # window median / baseline median: 1.3 is 30% slower
     p_value: float | None = None  # one-sided Mann-Whitney U: a window this much slower by chance
     grown: PhaseDelta | None = None  # the phase whose time per step grew most (regressions)
+    gpu_grown: PhaseDelta | None = None  # 'GPU step': its work grew by half the step's growth or more
     phases: list[PhaseDelta] = field(default_factory=list)
     steps_per_s: float | None = None
     baseline_steps_per_s: float | None = None

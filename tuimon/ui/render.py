@@ -3,6 +3,7 @@ command lines, process names) are appended as plain text and never parsed as mar
 
 from __future__ import annotations
 
+import os
 import time
 
 from rich.text import Text
@@ -143,31 +144,47 @@ def verdict_line(v: Verdict) -> Text:
 BASELINE_STYLE = {"regression": "bold red", "faster": "bold green", "same": "bold green", "too few steps": "dim"}
 
 
-def baseline_panel(c: Comparison) -> Text:
+def baseline_panel(c: Comparison, width: int = 0) -> Text:
     """The job against its baseline: the alert and its size, then what moved (the phase that grew
-    most first). Two lines at most."""
+    most first). Each line is cut to width (0: not cut), so the panel keeps its height and a
+    changed number re-sends only its cells. The p-value is shown where it decided something."""
     out = Text()
     head = {"regression": "REGRESSION", "faster": "FASTER", "same": "AS BASELINE", "too few steps": "BASELINE"}[c.state]
     out.append(f" {head} ", BASELINE_STYLE[c.state] + " reverse")
     out.append("  ")
-    name = safe_text(c.file, 60)
+    room = (width - len(head) - 4) if width else 10**6
+    name = os.path.basename(c.file) or c.file
     if c.state == "too few steps":
-        out.append(f"{name}: {c.window_steps} recent steps, too few to compare (it takes "
-                   f"{T.REGRESSION_MIN_STEPS.value:g} past the job's first {T.REGRESSION_WARMUP_STEPS.value:g})", "dim")
+        out.append(fit(f"{name}: {c.window_steps} recent steps, too few to compare (it takes "
+                       f"{T.REGRESSION_MIN_STEPS.value:g} past the job's first {T.REGRESSION_WARMUP_STEPS.value:g})",
+                       room), "dim")
+        # (a second line, as every state has: the panel keeps its height when the comparison starts)
+        p50 = f"step p50 {c.baseline_p50_ms:.1f} ms over " if c.baseline_p50_ms is not None else ""
+        out.append("\n→ ", "bold")
+        out.append(fit(f"the baseline: {p50}{c.baseline_steps:,} steps" + "".join(f"  ({n})" for n in c.notes),
+                       (width - 2) if width else 10**6), "dim")
         return out
     change = c.ratio - 1
     if c.state == "regression":
         held = "" if not c.since_s else f" for {c.since_s:.0f} s" if c.since_s < 120 else f" for {duration(c.since_s)}"
-        out.append(f"{change:.0%} slower than {name}{held}: ", "bold")
+        lead = f"{change:.0%} slower than {name}{held}: "
     elif c.state == "faster":
-        out.append(f"{-change:.0%} faster than {name}: ")
+        lead = f"{-change:.0%} faster than {name}: "
     else:
-        out.append(f"within {T.REGRESSION_FACTOR.value - 1:.0%} of {name}: ")
-    p = "p < 0.001" if c.p_value < 0.001 else f"p = {c.p_value:.3f}"
-    out.append(f"step p50 {c.p50_ms:.1f} ms vs {c.baseline_p50_ms:.1f} ({change:+.0%}; last {c.window_steps} steps "
-               f"vs {c.baseline_steps:,}, {p})")
+        lead = f"within {T.REGRESSION_FACTOR.value - 1:.0%} of {name}: "
+    p = "" if c.state == "same" else ", p < 0.001" if c.p_value < 0.001 else f", p = {c.p_value:.3f}"
+    rest = (f"step p50 {c.p50_ms:.1f} ms vs {c.baseline_p50_ms:.1f} ({change:+.0%}; last {c.window_steps} steps "
+            f"vs {c.baseline_steps:,}{p})")
+    line = fit(lead + rest, room)
+    out.append(line[:len(lead)], "bold" if c.state == "regression" else "")
+    out.append(line[len(lead):])
     moved = []
-    if c.grown is not None:
+    if c.gpu_grown is not None:
+        g = c.gpu_grown
+        moved.append(f"the GPU's work grew: {g.baseline_ms:.1f} → {g.now_ms:.1f} ms/step ({g.delta_ms:+.1f}, CUDA events)")
+    if c.gpu_grown is not None and c.grown is not None:
+        moved.append(f"the loop waits for it in {safe_text(c.grown.name, 24)} ({c.grown.delta_ms:+.1f} ms)")
+    elif c.grown is not None:
         g = c.grown
         moved.append(f"{safe_text(g.name, 24)} grew most: {g.baseline_ms:.1f} → {g.now_ms:.1f} ms/step "
                      f"({g.delta_ms:+.1f})")
@@ -175,13 +192,15 @@ def baseline_panel(c: Comparison) -> Text:
         moved.append(f"steps/s {c.steps_per_s:.1f} vs {c.baseline_steps_per_s:.1f}")
     if c.data_wait_share is not None and c.baseline_data_wait_share is not None:
         moved.append(f"data wait {c.data_wait_share:.0%} vs {c.baseline_data_wait_share:.0%}")
-    if c.gpu_step_ms is not None and c.baseline_gpu_step_ms is not None:
+    if c.gpu_step_ms is not None and c.baseline_gpu_step_ms is not None and c.gpu_grown is None:
         moved.append(f"GPU step {c.gpu_step_ms:.1f} vs {c.baseline_gpu_step_ms:.1f} ms")
-    if moved:
+    notes = "".join(f"  ({note})" for note in c.notes)
+    if moved or notes:
         out.append("\n→ ", "bold")
-        out.append(" · ".join(moved))
-    for note in c.notes:
-        out.append(f"  ({safe_text(note, 120)})", "yellow")
+        line = fit(" · ".join(moved) + notes, (width - 2) if width else 10**6)
+        cut = min(len(line), len(" · ".join(moved)))
+        out.append(line[:cut])
+        out.append(line[cut:], "yellow")
     return out
 
 

@@ -63,7 +63,7 @@ class MainScreen(Screen):
         if base.display != (slow.baseline is not None):
             base.display = slow.baseline is not None
         if slow.baseline is not None:
-            base.show(render.baseline_panel(slow.baseline))
+            base.show(render.baseline_panel(slow.baseline, base.text_width))
         gpus = q("#gpus", Panel)
         gpus.show(render.gpus_panel(view, gpus.text_width))
         steps = q("#steps", Panel)
