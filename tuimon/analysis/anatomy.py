@@ -16,6 +16,37 @@ def _named(table: dict[int, float], name_of: Callable[[int], str]) -> dict[str, 
     return {name_of(k): v for k, v in table.items()}
 
 
+def _total_by_name(tables, name_of: Callable[[int], str]) -> dict[str, float]:
+    """The tables (name id -> number) summed, then named: one name lookup per id, not per step
+    (this runs every cycle over the window's 100 steps)."""
+    by_id: dict[int, float] = {}
+    for table in tables:
+        for k, v in table.items():
+            by_id[k] = by_id.get(k, 0.0) + v
+    out: dict[str, float] = {}
+    for k, v in by_id.items():
+        name = name_of(k)
+        out[name] = out.get(name, 0.0) + v
+    return out
+
+
+def _ids(steps: list[StepRecord], table: str, name_of: Callable[[int], str], *names: str) -> list[set[int]]:
+    """For each name, the ids it has in the steps' `table` (interned names have one id each, but
+    nothing here relies on it)."""
+    wanted: list[set[int]] = [set() for _ in names]
+    for k in {k for s in steps for k in getattr(s, table)}:
+        name = name_of(k)
+        for i, n in enumerate(names):
+            if name == n:
+                wanted[i].add(k)
+    return wanted
+
+
+def _get(table: dict[int, float], ids: set[int]) -> float | None:
+    found = [table[k] for k in ids if k in table]
+    return found[-1] if found else None
+
+
 def phases(steps: list[StepRecord], name_of: Callable[[int], str]) -> list[PhaseRow]:
     """Each phase's share of the window's step time and its mean per step; empty when the probe
     reported no phases (an older probe, or steps that ended before the anatomy started)."""
@@ -23,21 +54,19 @@ def phases(steps: list[StepRecord], name_of: Callable[[int], str]) -> list[Phase
     total = sum(s.duration_ns for s in measured)
     if not measured or total <= 0:
         return []
-    sums: dict[str, float] = {}
-    for s in measured:
-        for name, ns in _named(s.phases, name_of).items():
-            sums[name] = sums.get(name, 0.0) + ns
+    sums = _total_by_name((s.phases for s in measured), name_of)
     order = [p for p in PHASE_ORDER if p in sums] + sorted(set(sums) - set(PHASE_ORDER))
     return [PhaseRow(p, round(sums[p] / total, 4), round(sums[p] / len(measured) / 1e6, 3)) for p in order]
 
 
 def gpu_times(steps: list[StepRecord], name_of: Callable[[int], str]) -> GpuTimes | None:
-    rows = [(s, _named(s.values, name_of)) for s in steps if s.values]
-    busy = [(v["gpu.busy_ns"], s.duration_ns) for s, v in rows if "gpu.busy_ns" in v and s.duration_ns > 0]
+    rows = [s for s in steps if s.values]
+    busy_id, step_id, lag_id = _ids(rows, "values", name_of, "gpu.busy_ns", "gpu.step_ns", "gpu.lag_ns")
+    busy = [(b, s.duration_ns) for s in rows if (b := _get(s.values, busy_id)) is not None and s.duration_ns > 0]
     if not busy:
         return None
-    step_ns = sorted(v["gpu.step_ns"] for _, v in rows if "gpu.step_ns" in v)
-    lag_ns = sorted(v["gpu.lag_ns"] for _, v in rows if "gpu.lag_ns" in v)
+    step_ns = sorted(v for s in rows if (v := _get(s.values, step_id)) is not None)
+    lag_ns = sorted(v for s in rows if (v := _get(s.values, lag_id)) is not None)
     share = min(1.0, sum(b for b, _ in busy) / sum(d for _, d in busy))
     return GpuTimes(steps=len(busy),
                     step_ms=round(percentile(step_ns, 50) / 1e6, 3) if step_ns else None,
@@ -51,12 +80,10 @@ def syncs(steps: list[StepRecord], name_of: Callable[[int], str], top: int = 5) 
     if not measured:
         return None
     total = sum(s.duration_ns for s in measured)
-    count = sum(_named(s.values, name_of).get("sync.count", 0.0) for s in measured)
-    blocked = sum(_named(s.phases, name_of).get("sync", 0.0) for s in measured)
-    sites: dict[str, float] = {}
-    for s in measured:
-        for site, n in _named(s.sites, name_of).items():
-            sites[site] = sites.get(site, 0.0) + n
+    (count_id,) = _ids(measured, "values", name_of, "sync.count")
+    count = sum(_get(s.values, count_id) or 0.0 for s in measured)
+    blocked = _total_by_name((s.phases for s in measured), name_of).get("sync", 0.0)
+    sites = _total_by_name((s.sites for s in measured), name_of)
     ranked = sorted(sites.items(), key=lambda kv: -kv[1])[:top]
     return Syncs(per_step=round(count / len(measured), 2),
                  share=round(blocked / total, 4) if total > 0 else 0.0,
