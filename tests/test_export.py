@@ -152,6 +152,10 @@ def test_the_grafana_dashboard_asks_only_for_series_the_exporter_serves():
     dash = json.loads((ROOT / "dashboards" / "tuimon-grafana.json").read_text())
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]] + [dash["templating"]["list"][1]["query"]]
     wanted = {m for e in exprs for m in re.findall(r"tuimon_[a-z0-9_]+", e)}
-    view = state_from_recording(str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl")).view()
+    from tests.test_ui import h100_baseline  # (the regression panel needs --baseline's series)
+
+    fixture = str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl")
+    view = state_from_recording(fixture, baseline=("good.json", h100_baseline())).view()
     served = {s.name for fam in families(view) for s in fam.samples}
     assert len(wanted) >= 12 and wanted <= served, wanted - served
+    assert {"tuimon_regression", "tuimon_baseline_step_time_ratio", "tuimon_phase_delta_seconds"} <= wanted

@@ -73,7 +73,9 @@ def main():
     ap.add_argument("--slow-by", type=float, default=0.3)
     ap.add_argument("--truth")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--step-log", help="every step's end (CLOCK_MONOTONIC s) and time (ms), a line each")
     a = ap.parse_args()
+    step_log = open(a.step_log, "w", buffering=1 << 16) if a.step_log else None
     torch.manual_seed(0)
     torch.set_num_threads(1)
     dev = torch.device(a.device)
@@ -99,6 +101,8 @@ def main():
         loss.item()  # the step ends when its work has (the loop's timer is the truth)
         ms = (time.perf_counter() - t0) * 1e3
         now = time.monotonic()
+        if step_log is not None:
+            step_log.write(f"{now:.4f} {ms:.3f}\n")
         side = "after" if truth["slowed_at"] is not None else "before"
         truth[f"steps_{side}"] += 1
         truth[f"ms_{side}"] += ms
@@ -106,11 +110,16 @@ def main():
             WaitingBackward.ms += a.slow_by * truth["ms_before"] / truth["steps_before"]
             truth["slowed_at"] = now
             print(f"slowed: backward now waits {WaitingBackward.ms:.1f} ms", flush=True)
-        if a.truth and now - last_write >= 0.5:
+        if now - last_write >= 0.5:
             last_write = now
-            with open(a.truth + ".tmp", "w") as f:
-                json.dump(truth, f)
-            os.replace(a.truth + ".tmp", a.truth)
+            if step_log is not None:
+                step_log.flush()
+            if a.truth:
+                with open(a.truth + ".tmp", "w") as f:
+                    json.dump(truth, f)
+                os.replace(a.truth + ".tmp", a.truth)
+    if step_log is not None:
+        step_log.close()
     print("finished", flush=True)
 
 
