@@ -24,22 +24,16 @@ def find_nsys() -> str | None:
     return None
 
 
-def nsys_command(nsys: str, output: str, cmd: list[str], extra: list[str] = ()) -> list[str]:
-    """`nsys profile` that records only the windows the probe opens (cudaProfilerStart/Stop),
-    one report per window."""
-    return [nsys, "profile", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat",
-            "--trace=cuda,nvtx,osrt", "--output", output, "--force-overwrite=true", *extra, *cmd]
-
-
 def stats(nsys: str, report: str, top: int = 10, timeout: float = 120, cancel=None) -> dict:
-    """Top kernels and NVTX ranges of a report, from `nsys stats` (CSV). Raises CommandFailed
-    on a timeout or a cancel."""
+    """Top kernels, NVTX ranges and CUDA API calls of a report, from `nsys stats` (CSV). Raises
+    CommandFailed on a timeout or a cancel."""
     out = {}
-    for name in ("cuda_gpu_kern_sum", "nvtx_sum"):
+    for name in ("cuda_gpu_kern_sum", "nvtx_sum", "cuda_api_sum"):
         p = run([nsys, "stats", "--report", name, "--format", "csv", "--output", "-", report], timeout, cancel)
         rows = _csv_rows(p.stdout)
         out[name] = [{"name": r.get("Name") or r.get("Range", ""), "time_pct": r.get("Time (%)", ""),
-                      "total_ns": r.get("Total Time (ns)", ""), "instances": r.get("Instances", "")}
+                      "total_ns": r.get("Total Time (ns)", ""),
+                      "instances": r.get("Instances") or r.get("Num Calls", "")}
                      for r in rows[:top]]
         if p.returncode != 0 and not rows:
             out[name + "_error"] = (p.stderr or p.stdout).strip()[-300:]

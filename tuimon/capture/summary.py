@@ -67,7 +67,8 @@ def _nsys(report: str, timeout: float, cancel) -> CaptureSummary:
         return CaptureSummary("failed", report, size, error="nsys not found here: cannot summarise the report")
     s = nsys_tools.stats(tool, report, timeout=timeout, cancel=cancel)
     lines = []
-    for title, key in (("top kernels", "cuda_gpu_kern_sum"), ("NVTX ranges", "nvtx_sum")):
+    for title, key in (("top kernels", "cuda_gpu_kern_sum"), ("NVTX ranges", "nvtx_sum"),
+                       ("top CUDA API calls", "cuda_api_sum")):
         lines.append(title + ":")
         lines += [f"  {r['time_pct']:>6}%  {r['instances']:>6}x  {safe_text(r['name'], 70)}" for r in s[key][:5]]
         if s.get(key + "_error"):

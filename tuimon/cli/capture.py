@@ -6,6 +6,7 @@ import os
 import sys
 import time
 
+from ..capture import nsys_session
 from ..capture.client import CaptureClient, CaptureRefused, window_steps
 from ..capture.summary import summarize
 from ..channel import ChannelError
@@ -14,13 +15,14 @@ from ..monitor.target import open_channel
 
 
 def cmd_capture(args) -> int:
+    reader = client = None
     try:
         reader, why = open_channel(args.pid)
         info, steps_seen = reader.info, reader.steps
-        reader.close()
         if why:
             print(f"tuimon: {why}", file=sys.stderr)
-        client = CaptureClient(info.path, info.pid, info.start_ticks)
+        client = nsys_session.for_job(info, lambda: reader.steps) or CaptureClient(info.path, info.pid,
+                                                                                   info.start_ticks)
         kind = safe_text(str(info.meta.get("capture_kind", "torch.profiler")), 40)
         steps, seconds = args.steps, args.seconds
         if steps is None and seconds is None:  # as `c` does: steps if the loop has them, else 10 s
@@ -29,10 +31,15 @@ def cmd_capture(args) -> int:
         what = f"{seconds:g} s" if seconds is not None else f"{steps} steps"
         if seconds is not None and args.seconds is None:
             what += " (no steps seen yet)"
-        print(f"asked PID {info.pid} for a {kind} capture of {what} (request {seq})", flush=True)
-        if not args.wait:
-            return 0
+        print(f"asked PID {info.pid} for {'an' if kind == 'nsys' else 'a'} {kind} capture of {what} (request {seq})", flush=True)
+        session = isinstance(client, nsys_session.SessionWindows)
+        if not args.wait and not session:
+            return 0  # (the probe runs the window; an nsys session's window is run from here: it waits)
         st = client.wait(seq, args.timeout, on_change=lambda s: print("  " + progress_line(s), flush=True))
+        if st.busy and session:
+            print(f"tuimon: nsys window {seq} is still {st.state} after {args.timeout:g} s: stopping it (nsys still "
+                  "writes its report)", file=sys.stderr)
+            return 1
         if st.busy:
             print(f"tuimon: capture {seq} is still {st.state} after {args.timeout:g} s; it goes on in the job "
                   f"(follow it in `tuimon attach {info.pid}`, l lists the captures)", file=sys.stderr)
@@ -40,7 +47,7 @@ def cmd_capture(args) -> int:
         if st.state != "done":
             print(f"tuimon: capture {seq} failed: {safe_text(st.message, 300)}", file=sys.stderr)
             return 1
-        if kind == "nsys" and not _wait_for_report(st.path, min(args.timeout, 15)):
+        if kind == "nsys" and not session and not _wait_for_report(st.path, min(args.timeout, 15)):
             print(safe_text(st.path, 1000))
             print("nsys writes the report when the job exits; then: nsys stats --report nvtx_sum <report>")
             return 0
@@ -54,6 +61,11 @@ def cmd_capture(args) -> int:
     except (ChannelError, CaptureRefused) as e:
         print(f"tuimon: {e}", file=sys.stderr)
         return 2
+    finally:
+        if isinstance(client, nsys_session.SessionWindows):
+            client.close()  # (a window cut short by --timeout or Ctrl-C: nsys still writes its report)
+        if reader is not None:
+            reader.close()
 
 
 def progress_line(st) -> str:

@@ -7,11 +7,10 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 
-from ..capture.nsys import find_nsys, nsys_command
+from ..capture.nsys import find_nsys
+from ..capture.nsys_session import NsysArgsError, NsysSession, launch_command, session_name, split_args
 from ..channel import segment_path
-from ..channel.paths import captures_dir, program_name, safe_file_part
 from ..channel.procinfo import exit_status, how_it_ended
 from ..monitor.session import LiveSession
 from . import launch, textview
@@ -46,15 +45,23 @@ def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, de
         plain = True
     cmd = launch.command(cmd)
     env = launch.probe_env()
+    session = None
     if nsys:
         tool = find_nsys()
         if tool is None:
             print("tuimon: --nsys: Nsight Systems (nsys) not found; install it or put it on PATH "
                   "(captures without it use torch.profiler: run without --nsys)", file=sys.stderr)
             return 2
-        output = os.path.join(captures_dir(), f"{safe_file_part(program_name(cmd))}-{time.strftime('%Y%m%d-%H%M%S')}")
-        env.update(TUIMON_NSYS="1", TUIMON_NSYS_OUTPUT=output)
-        cmd = nsys_command(tool, output, cmd, shlex.split(nsys_args))
+        try:
+            launch_args, start_args = split_args(shlex.split(nsys_args))
+        except (NsysArgsError, ValueError) as e:
+            print(f"tuimon: {e}", file=sys.stderr)
+            return 2
+        # The job runs in an nsys session of its own (tracing set up at launch); each window is
+        # `nsys start` / `nsys stop` from the monitor, with a complete report while the job runs.
+        session = NsysSession(tool, session_name())
+        env.update(TUIMON_NSYS="1", TUIMON_NSYS_SESSION=session.name, TUIMON_NSYS_START_ARGS=shlex.join(start_args))
+        cmd = launch_command(tool, session.name, cmd, launch_args)
     if headless:
         try:
             os.execvpe(cmd[0], cmd, env)  # the job keeps our PID: `tuimon attach $!` works
@@ -95,6 +102,8 @@ def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, de
         child.wait()
         return exit_status(child.returncode)
     finally:
+        if session is not None:  # ended with the job already, or ends now (the job goes on untraced)
+            session.shutdown()
         if child.poll() is not None:
             try:
                 os.unlink(segment_path(child.pid))  # a finished job of ours: nobody else reads it

@@ -8,6 +8,7 @@ import threading
 import time
 from dataclasses import replace
 
+from ..capture import nsys_session
 from ..capture.client import CaptureClient, CaptureRefused
 from ..channel import ChannelError, NoSegment
 from ..model import NA, CaptureStatus, Cycle
@@ -159,10 +160,12 @@ class LiveSession:
         """The capture state; a done capture carries its summary once the worker has made it."""
         try:
             if self.captures is None:
-                info = self.training.source.reader.info
-                self.captures = CaptureClient(info.path, info.pid, info.start_ticks)
+                reader = self.training.source.reader
+                info = reader.info
+                self.captures = nsys_session.for_job(info, lambda: reader.steps) or \
+                    CaptureClient(info.path, info.pid, info.start_ticks)
             status = self.captures.status()
-        except ChannelError as e:
+        except (ChannelError, CaptureRefused) as e:
             problems["capture"] = str(e)
             return None
         if status.state == "done":
@@ -189,6 +192,8 @@ class LiveSession:
     def stop(self) -> None:
         if self._poller:
             self._poller.stop()
+        if self.captures is not None:
+            self.captures.close()  # (an nsys window still collecting is stopped)
         self.summaries.stop()
         if self._gpus is not None:
             self._gpus.close()

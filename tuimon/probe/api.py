@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import shlex
 import socket
 import sys
 import threading
@@ -44,7 +45,10 @@ def _meta() -> dict:
         "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
         "launched_by_tuimon": env.get("TUIMON_RUN") == "1",
         "capture_kind": "nsys" if env.get("TUIMON_NSYS") == "1" else "torch.profiler",
-        "nsys_output": env.get("TUIMON_NSYS_OUTPUT"),
+        # Under `tuimon run --nsys`: the nsys session the monitor drives windows in, and the
+        # `nsys start` options given with --nsys-args.
+        "nsys_session": env.get("TUIMON_NSYS_SESSION"),
+        "nsys_start_args": shlex.split(env.get("TUIMON_NSYS_START_ARGS", "")),
         "hot_path": ring.IMPLEMENTATION,  # "c", or "python" where the extension is missing
         "job_log": env.get("TUIMON_JOB_LOG"),  # where `tuimon run` sends the job's output
     }

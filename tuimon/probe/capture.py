@@ -1,9 +1,9 @@
 """Capture windows inside the training process, asked for through the control block.
 
 A window opens at the next step boundary and closes after N steps, or runs T seconds (loops
-without steps). Under Nsight Systems (`tuimon run --nsys`) it is a cudaProfilerStart/Stop pair, so
-nsys records exactly that window; otherwise a torch.profiler window whose trace is exported on a
-background thread, off the training step. One window at a time; lengths are capped; a window is
+without steps): a torch.profiler window whose trace is exported on a background thread, off the
+training step. (Under `tuimon run --nsys` the job runs in an nsys session whose windows the monitor
+starts and stops itself: requests that reach the probe are refused.) One window at a time; lengths are capped; a window is
 refused when the captures folder has less free space than the floor.
 """
 
@@ -72,30 +72,6 @@ def _all_threads_config() -> dict:
         return {}
 
 
-class NsysWindow:
-    opened = 0  # nsys numbers its reports by capture range: <output>.1.nsys-rep, .2, ...
-
-    def __init__(self, base: str):
-        import torch
-
-        NsysWindow.opened += 1
-        self.number = NsysWindow.opened
-        self.torch = torch
-        self.base = base
-        torch.cuda.synchronize()
-        torch.cuda.profiler.start()  # cudaProfilerStart: nsys begins a capture range
-
-    def stop(self) -> None:
-        self.torch.cuda.synchronize()
-        self.torch.cuda.profiler.stop()
-
-    def finish(self) -> tuple[str, str]:
-        # Seen with nsys 2025.3.1: one report per window, <output>.<n>.nsys-rep, completed when
-        # the job exits (not when the window closes).
-        report = f"{os.environ.get('TUIMON_NSYS_OUTPUT', '')}.{self.number}.nsys-rep"
-        return report, "window recorded; nsys completes its report when the job exits"
-
-
 class Capturer:
     def __init__(self, probe, writer):
         self.probe = probe
@@ -126,6 +102,9 @@ class Capturer:
                 self._close(self.probe.step_no - 1)
 
     def _take(self, req) -> None:
+        if self.kind == KIND_NSYS:  # nsys start/stop come from the monitor (tuimon/capture/nsys_session.py)
+            return self._set(L.STATE_FAILED, message="refused: this job's nsys session takes its windows from "
+                                                     "the monitor (c in tuimon, or tuimon capture)")
         if req.mode == L.CAPTURE_STEPS and not 1 <= req.steps <= MAX_STEPS:
             return self._set(L.STATE_FAILED, message=f"refused: steps must be 1..{MAX_STEPS}")
         if req.mode == L.CAPTURE_SECONDS and not 0.1 <= req.seconds <= MAX_SECONDS:
@@ -151,7 +130,7 @@ class Capturer:
         base = os.path.join(captures_dir(), f"{prog}-{os.getpid()}-{self.seq}-{time.strftime('%Y%m%d-%H%M%S')}")
         try:
             off_thread = self.mode == L.CAPTURE_SECONDS  # opened here, on the control thread
-            self.window = NsysWindow(base) if self.kind == KIND_NSYS else TorchWindow(base, all_threads=off_thread)
+            self.window = TorchWindow(base, all_threads=off_thread)
         except Exception as e:  # noqa: BLE001 - no torch, no CUDA, profiler busy: say so
             self.window = None
             return self._set(L.STATE_FAILED, message=f"could not start: {type(e).__name__}: {e}"[:250])

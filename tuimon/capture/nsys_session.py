@@ -1,0 +1,262 @@
+"""Nsight Systems windows through an interactive session: the job runs under `nsys launch
+--session-new=NAME` (tracing set up once, at launch), and each window is `nsys start` at a step
+boundary and `nsys stop` after N steps (or T seconds), run from the monitor. Each stop writes a
+complete report while the job goes on (docs/nsys-sessions.md: what this does on an H100).
+
+SessionWindows has CaptureClient's interface (request, status, wait, close), so the screen,
+`tuimon capture` and `--once` follow either the same way."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+
+from ..channel.control import MAX_SECONDS, MAX_STEPS
+from ..channel.paths import capture_floor_bytes, captures_dir, free_bytes, safe_file_part
+from ..channel.text import safe_text
+from ..model import CaptureStatus
+from .client import CaptureRefused
+from .commands import CommandFailed, run
+
+# From `nsys launch --help` and `nsys start --help` (2025.3.1): which options each takes.
+LAUNCH_OPTIONS = {
+    "--command-file", "--cuda-event-trace", "--cuda-flush-interval", "--cuda-graph-trace", "--cuda-memory-usage",
+    "--cuda-trace-all-apis", "--cuda-um-cpu-page-faults", "--cuda-um-gpu-page-faults", "--cudabacktrace", "--dask",
+    "-e", "--env-var", "--hotkey-capture", "--mpi-impl", "-n", "--inherit-environment", "--opengl-gpu-workload",
+    "--osrt-backtrace-stack-size", "--osrt-backtrace-threshold", "--osrt-threshold", "-p", "--nvtx-capture",
+    "--python-backtrace", "--python-functions-trace", "--python-sampling", "--python-sampling-frequency", "--pytorch",
+    "--resolve-symbols", "--run-as", "-t", "--trace", "--trace-fork-before-exec", "--vulkan-gpu-workload", "-w",
+    "--show-output", "--wait",
+}
+START_OPTIONS = {
+    "-b", "--backtrace", "--cpu-core-events", "--cpuctxsw", "--debug-symbols", "--event-sample",
+    "--event-sampling-interval", "--export", "--ftrace", "--ftrace-keep-user-config", "--gpu-metrics-devices",
+    "--gpu-metrics-frequency", "--gpu-metrics-set", "--gpu-video-device", "--gpuctxsw", "--ib-net-info-devices",
+    "--ib-net-info-files", "--ib-net-info-output", "--nic-metrics", "--os-events", "-s", "--sample",
+    "--samples-per-backtrace", "--sampling-period", "--stats",
+}
+OURS = {"-o", "--output", "-f", "--force-overwrite", "--session", "--session-new", "-c", "--capture-range",
+        "--capture-range-end", "-x", "--stop-on-exit", "--flush-on-cudaprofilerstop"}
+TRACE = "--trace=cuda,nvtx,osrt"
+STOP_TIMEOUT_S = 180.0  # `nsys stop` writes the report: ~8 s for a 2 s window on an H100
+STEP_WAIT_S = MAX_SECONDS  # a window in steps over a loop that stopped stepping ends after this
+
+
+class NsysArgsError(ValueError):
+    pass
+
+
+def split_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """--nsys-args split into `nsys launch` options and `nsys start` options, each as
+    --option=value. Raises NsysArgsError for an option tuimon sets itself or neither takes."""
+    launch: list[str] = []
+    start: list[str] = []
+    i = 0
+    while i < len(args):
+        opt, eq, value = args[i].partition("=")
+        if not opt.startswith("-"):
+            raise NsysArgsError(f"--nsys-args: {args[i]!r} is not an option (the command goes after --)")
+        if eq:
+            tokens = [args[i]]
+        elif i + 1 < len(args) and not args[i + 1].startswith("-"):  # its value, as the next word
+            i += 1
+            tokens = [f"{opt}={args[i]}"] if opt.startswith("--") else [opt, args[i]]
+        else:
+            tokens = [opt]
+        i += 1
+        if opt in OURS:
+            raise NsysArgsError(f"--nsys-args: tuimon sets {opt} itself (each window gets its own report)")
+        if opt in LAUNCH_OPTIONS:
+            launch += tokens
+        elif opt in START_OPTIONS:
+            start += tokens
+        else:
+            raise NsysArgsError(f"--nsys-args: {opt} is neither an `nsys launch` nor an `nsys start` option")
+    return launch, start
+
+
+def session_name() -> str:
+    """Unique per tuimon run: two jobs under nsys at once get two sessions."""
+    return f"tuimon-{os.getuid()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def launch_command(nsys: str, session: str, cmd: list[str], launch_args: list[str] = ()) -> list[str]:
+    own_trace = any(a.split("=", 1)[0] in ("-t", "--trace") for a in launch_args)
+    return [nsys, "launch", f"--session-new={session}", *([] if own_trace else [TRACE]), *launch_args, *cmd]
+
+
+class NsysSession:
+    def __init__(self, nsys: str, name: str):
+        self.nsys, self.name = nsys, name
+
+    def _call(self, *args: str, timeout: float) -> None:
+        done = run([self.nsys, *args, f"--session={self.name}"], timeout)
+        if done.returncode != 0:
+            said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+            raise CommandFailed(f"nsys {args[0]} failed ({done.returncode}): {safe_text(said[-1] if said else '', 300)}")
+
+    def start(self, output: str, start_args: list[str] = (), timeout: float = 60) -> None:
+        self._call("start", "-o", output, "--force-overwrite=true", *start_args, timeout=timeout)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        self._call("stop", timeout=timeout)
+
+    def stop_detached(self) -> None:
+        """Stop a collection without waiting for its report (the monitor is quitting)."""
+        try:
+            subprocess.Popen([self.nsys, "stop", f"--session={self.name}"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+        except OSError:
+            pass
+
+    def shutdown(self, timeout: float = 30) -> None:
+        """End the session (the job goes on untraced). A session that already ended with its job
+        is not an error."""
+        try:
+            run([self.nsys, "shutdown", f"--session={self.name}"], timeout)
+        except CommandFailed:
+            pass
+
+
+class SessionWindows:
+    """Windows of one job's session, each on a thread of its own (nsys stop takes seconds)."""
+
+    def __init__(self, session: NsysSession, pid: int, program: str, steps_now: Callable[[], int],
+                 alive: Callable[[], bool], start_args: list[str] = ()):
+        self.session, self.pid, self.program = session, pid, program
+        self.steps_now, self.alive, self.start_args = steps_now, alive, list(start_args)
+        self._status = CaptureStatus(0, "idle", "nsys", message=f"nsys session {session.name}")
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._collecting = False
+
+    def status(self) -> CaptureStatus:
+        return self._status
+
+    def _set(self, **kw) -> None:
+        s = self._status
+        self._status = CaptureStatus(kw.get("seq", s.seq), kw.get("state", s.state), "nsys",
+                                     kw.get("first_step", s.first_step), kw.get("last_step", s.last_step),
+                                     kw.get("message", s.message), kw.get("path", s.path), time.monotonic_ns())
+
+    def request(self, steps: int | None = None, seconds: float | None = None) -> int:
+        if not self.alive():
+            raise CaptureRefused(f"process {self.pid} has exited: there is nothing to capture")
+        if (steps is None) == (seconds is None):
+            raise CaptureRefused("ask for either a number of steps or a number of seconds")
+        if steps is not None and not 1 <= steps <= MAX_STEPS:
+            raise CaptureRefused(f"a window is 1 to {MAX_STEPS} steps")
+        if seconds is not None and not 0.1 <= seconds <= MAX_SECONDS:
+            raise CaptureRefused(f"a window is 0.1 to {MAX_SECONDS:g} seconds")
+        with self._lock:
+            if self._status.busy:
+                what = "being written (nsys stop writes the report)" if self._status.state == "writing" else \
+                    self._status.state
+                raise CaptureRefused(f"nsys window {self._status.seq} is {what}: one at a time")
+            folder = captures_dir()
+            if free_bytes(folder) < capture_floor_bytes():
+                raise CaptureRefused(f"less than {capture_floor_bytes() >> 20} MiB free in {folder}")
+            seq = self._status.seq + 1
+            base = os.path.join(folder, f"{safe_file_part(self.program)}-{self.pid}-nsys{seq}-"
+                                        f"{time.strftime('%Y%m%d-%H%M%S')}")
+            self._set(seq=seq, state="armed", first_step=0, last_step=0, path="",
+                      message="starts at the next step" if steps else f"{seconds:g} s")
+        threading.Thread(target=self._window, args=(seq, base, steps, seconds), name="tuimon-nsys-window",
+                         daemon=True).start()
+        return seq
+
+    def _window(self, seq: int, base: str, steps: int | None, seconds: float | None) -> None:
+        try:
+            if steps is not None:
+                at = self.steps_now()
+                self._until(lambda: self.steps_now() > at, STEP_WAIT_S)  # the next step boundary
+            t0 = time.monotonic()
+            self.session.start(base, self.start_args)
+            self._collecting = True
+            first = self.steps_now() + 1  # the first step that runs wholly inside the window
+            self._set(state="capturing", first_step=first, last_step=first - 1,
+                      message=f"nsys started in {time.monotonic() - t0:.2f} s")
+            if steps is not None:
+                ended = self._until(lambda: self._progress(first) >= first + steps - 1, STEP_WAIT_S)
+                note = "" if ended else f"; the job stopped stepping: closed after {STEP_WAIT_S:g} s"
+            else:
+                end = time.monotonic() + seconds
+                self._until(lambda: self._progress(first) < 0 or time.monotonic() >= end, seconds + 1)
+                note = ""
+            last = self.steps_now()
+            self._set(state="writing", last_step=last, message="nsys stop: writing the report")
+            t1 = time.monotonic()
+            self._collecting = False
+            self.session.stop()
+            report = base + ".nsys-rep"
+            if not os.path.exists(report):
+                raise CommandFailed(f"nsys stop succeeded but wrote no {os.path.basename(report)}")
+            self._set(state="done", path=report, message=f"report written in {time.monotonic() - t1:.1f} s, "
+                                                         f"while the job runs{note}")
+        except CommandFailed as e:
+            self._set(state="failed", message=f"{e}; the job goes on")
+        except Exception as e:  # noqa: BLE001 - a bug here must not end the monitor
+            self._set(state="failed", message=f"{type(e).__name__}: {e}"[:300])
+
+    def _progress(self, first: int) -> int:
+        n = self.steps_now()
+        if n >= first:
+            self._set(last_step=n)
+        return n
+
+    def _until(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Poll done() every 5 ms (a step boundary is seen within that) until true, timeout, the
+        job's exit or close()."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if done():
+                return True
+            if self._closed.is_set():
+                raise CommandFailed("the monitor quit")
+            if not self.alive():
+                raise CommandFailed(f"process {self.pid} exited during the window")
+            time.sleep(0.005)
+        return False
+
+    def wait(self, seq: int, timeout: float, on_change=None) -> CaptureStatus:
+        end = time.monotonic() + timeout
+        last = None
+        while True:
+            st = self._status
+            if st.seq == seq and st != last and on_change is not None:
+                on_change(st)
+            last = st
+            if st.seq == seq and st.state in ("done", "failed") or time.monotonic() >= end:
+                return st
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        """The monitor is quitting: a collection still running is stopped (its report is still
+        written, by nsys, without us waiting)."""
+        self._closed.set()
+        if self._collecting:
+            self.session.stop_detached()
+
+
+def for_job(info, steps_now: Callable[[], int]) -> SessionWindows | None:
+    """The windows of a job launched in an nsys session (`tuimon run --nsys`), from its segment's
+    metadata; None for any other job (its windows go through the probe's control block)."""
+    from ..channel import procinfo
+    from ..channel.paths import program_name
+    from .nsys import find_nsys
+
+    meta = info.meta
+    name = meta.get("nsys_session")
+    if not isinstance(name, str) or not name:
+        return None
+    tool = find_nsys()
+    if tool is None:
+        raise CaptureRefused(f"the job runs in nsys session {safe_text(name, 80)}, but nsys is not found here")
+    start_args = [str(a) for a in meta.get("nsys_start_args") or [] if isinstance(a, str)]
+    argv = [str(a) for a in meta.get("argv") or []]
+    return SessionWindows(NsysSession(tool, name), info.pid, program_name(argv),
+                          steps_now, lambda: procinfo.process_state(info.pid, info.start_ticks) == "alive", start_args)
