@@ -4,7 +4,8 @@ window (the export runs during "after"), and the stop() stall and export time th
     python benchmarks/capture_cost.py [--steps 20] [-- training command...]
 
 Default job: the bundled demo workload with no input delay (GPU when there is one). Under
-`tuimon run --nsys` the window is an nsys capture; otherwise torch.profiler.
+`tuimon run --nsys` the window is an nsys session's start/stop, run from here; otherwise
+torch.profiler through the probe.
 """
 
 import argparse
@@ -16,6 +17,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from tuimon.capture import nsys_session  # noqa: E402
 from tuimon.capture.client import CaptureClient  # noqa: E402
 from tuimon.channel import layout as L  # noqa: E402
 from tuimon.monitor.target import open_channel  # noqa: E402
@@ -34,7 +36,7 @@ def main():
         reader = None
         for _ in range(300):
             try:
-                reader = open_channel(job.pid)
+                reader, _ = open_channel(job.pid)
                 break
             except Exception:  # noqa: BLE001 - not up yet
                 time.sleep(0.1)
@@ -49,7 +51,8 @@ def main():
         while reader.steps < 60:
             drain()
             time.sleep(0.2)
-        client = CaptureClient(reader.path, reader.info.pid, reader.info.start_ticks)
+        client = nsys_session.for_job(reader.info, lambda: reader.steps) or \
+            CaptureClient(reader.path, reader.info.pid, reader.info.start_ticks)
         st = client.wait(client.request(steps=a.steps), 300)
         time.sleep(3)  # the export runs during these steps
         drain()
@@ -63,7 +66,7 @@ def main():
         rows = [("before the window (40 steps)", before), (f"inside the window ({a.steps} steps)", mean(first, last)),
                 ("the step that stops the window", steps.get(last + 1, float("nan"))),
                 ("after (export running, 30 steps)", mean(last + 2, last + 31))]
-        print(f"capture {st.name}: {st.message}")
+        print(f"capture {st.state}: {st.message}")
         print(f"{'steps':<36}{'mean ms':>10}{'x before':>10}")
         for name, v in rows:
             print(f"{name:<36}{v:>10.3f}{v / before:>10.3f}")
