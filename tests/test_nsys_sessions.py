@@ -126,10 +126,12 @@ print(c.wait(c.request(steps=2), 10).message)"""], capture_output=True, text=Tru
 
 def test_the_session_ends_with_tuimon_run(fake_nsys):
     state, calls = fake_nsys
-    p = subprocess.run(tuimon_cmd("run", "--plain", "--nsys", "--", sys.executable, LOOP, "--seconds", 2),
+    p = subprocess.run(tuimon_cmd("run", "--plain", "--nsys", "--nsys-args=--sample=none", "--", sys.executable, LOOP,
+                                  "--seconds", 2),
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     session = calls()[0]["args"][1].split("=", 1)[1]
+    assert "--sample=none" not in calls()[0]["args"]  # (a start option: it goes to each window's nsys start)
     assert calls()[-1]["args"] == ["shutdown", f"--session={session}"]
     assert os.listdir(state) == []  # no session left
     p = subprocess.run(tuimon_cmd("run", "--plain", "--nsys", "--nsys-args", "-o mine", "--", "true"),

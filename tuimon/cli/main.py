@@ -58,7 +58,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--headless", action="store_true", help="no monitor: attach later with `tuimon attach PID`")
     r.add_argument("--plain", action="store_true", help="a line of text per interval instead of the TUI")
     r.add_argument("--nsys", action="store_true", help="run it under Nsight Systems: `c` then records nsys windows")
-    r.add_argument("--nsys-args", default="", help="more `nsys profile` options, quoted as one string")
+    r.add_argument("--nsys-args", default="", help="more nsys options as one string, split between `nsys launch` and `nsys start` "
+                                                           "(write it --nsys-args=\"--sample=none\": a value starting with - "
+                                                           "needs the =)")
     metrics_port(r)
     interval(r)
     baseline(r)
