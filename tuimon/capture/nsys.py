@@ -29,7 +29,10 @@ def stats(nsys: str, report: str, top: int = 10, timeout: float = 120, cancel=No
     CommandFailed on a timeout or a cancel."""
     out = {}
     for name in ("cuda_gpu_kern_sum", "nvtx_sum", "cuda_api_sum"):
-        p = run([nsys, "stats", "--report", name, "--format", "csv", "--output", "-", report], timeout, cancel)
+        # --force-export: seen on an H100, the report's mtime moved after the first call exported
+        # it, and later calls refused the export as "older than input file".
+        p = run([nsys, "stats", "--report", name, "--format", "csv", "--output", "-", "--force-export=true", report],
+                timeout, cancel)
         rows = _csv_rows(p.stdout)
         out[name] = [{"name": r.get("Name") or r.get("Range", ""), "time_pct": r.get("Time (%)", ""),
                       "total_ns": r.get("Total Time (ns)", ""),

@@ -73,4 +73,6 @@ def _nsys(report: str, timeout: float, cancel) -> CaptureSummary:
         lines += [f"  {r['time_pct']:>6}%  {r['instances']:>6}x  {safe_text(r['name'], 70)}" for r in s[key][:5]]
         if s.get(key + "_error"):
             lines.append("  " + safe_text(s[key + "_error"], 200))
+        elif not s[key]:
+            lines.append("  (none in this window)")
     return CaptureSummary("done", report, size, lines)
