@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 5 on a real GPU: two nsys windows asked through the control block of a job under
-# `tuimon run --nsys`, their reports and `nsys stats` beside tuimon's summary; a torch.profiler
+# Issue 5 on a real GPU: two nsys windows (since issue 10: nsys start/stop in the job's session, run by
+# `tuimon capture`) of a job under `tuimon run --nsys`, their reports and `nsys stats` beside tuimon's summary; a torch.profiler
 # window on CUDA whose trace loads as JSON; the step-time cost of windows in both modes.
 # On the GPU machine, from the repo root: source .gpu/activate.sh; bash tests/gpu/check_capture.sh
 set -uo pipefail
@@ -9,7 +9,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export TUIMON_SHM_DIR=$(mktemp -d) TUIMON_CAPTURE_DIR=/tmp/tuimon-captures
 command -v nsys || { echo "skipped: no nsys"; exit 0; }
 
-echo "=== nsys: two windows through the control block"
+echo "=== nsys: two windows in the job's session"
 python3 -m tuimon run --headless --nsys -- python3 -m tuimon.workloads.demo_train --seconds 240 > "$OUT/nsys_job.log" 2>&1 &
 JOB=$!; sleep 15
 for i in 1 2; do
