@@ -20,8 +20,20 @@ FIXTURE = os.path.join(ROOT, "tests", "fixtures", "h100_demo_v2.jsonl")
 OUT = os.path.join(ROOT, "screenshots")
 
 
-async def shoot(size, keys_and_names):
-    app = make_app(None, "replay of h100_demo_v2.jsonl", state_from_recording(FIXTURE))
+def first_half_baseline():
+    """A baseline of the recording's first half (real numbers), to show the job against it."""
+    from tuimon.monitor.baseline import BaselineBuilder
+    from tuimon.sources.recording import Recording
+
+    cycles = list(Recording(FIXTURE).cycles())
+    builder = BaselineBuilder("recording h100_demo_v2.jsonl, first half")
+    for c in cycles[: len(cycles) // 2]:
+        builder.add(c)
+    return "first-half.json", builder.build()
+
+
+async def shoot(size, keys_and_names, baseline=None):
+    app = make_app(None, "replay of h100_demo_v2.jsonl", state_from_recording(FIXTURE, baseline=baseline))
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         for keys, name in keys_and_names:
@@ -41,6 +53,7 @@ def main():
     asyncio.run(shoot((120, 40), [([], "main-120x40"), (["e"], "explain-120x40"), (["escape", "r"], "ranges-120x40"),
                                   (["escape", "g"], "gpu-120x40")]))
     asyncio.run(shoot((80, 24), [([], "main-80x24")]))
+    asyncio.run(shoot((120, 40), [([], "main-baseline-120x40")], baseline=first_half_baseline()))
 
 
 if __name__ == "__main__":

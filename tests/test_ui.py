@@ -253,7 +253,7 @@ async def test_the_baseline_panel_shows_deltas_and_the_alert():
         panel = app.screen.query_one("#baseline", Panel)
         assert panel.display
         line = text(app, "#baseline")
-        assert line.startswith(" AS BASELINE ") and "within 10% of good.json" in line and "steps/s" in line
+        assert line.startswith(" AS BASELINE ") and "no regression from good.json (bar: 1.1x and p < 0.002)" in line and "steps/s" in line
     app = make_app(None, "replay", state_from_recording(H100, baseline=("good.json", h100_baseline(0.7))))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)

@@ -171,7 +171,7 @@ def baseline_panel(c: Comparison, width: int = 0) -> Text:
     elif c.state == "faster":
         lead = f"{-change:.0%} faster than {name}: "
     else:
-        lead = f"within {T.REGRESSION_FACTOR.value - 1:.0%} of {name}: "
+        lead = f"no regression from {name} (bar: {T.REGRESSION_FACTOR.show()} and {T.REGRESSION_P.show()}): "
     p = "" if c.state == "same" else ", p < 0.001" if c.p_value < 0.001 else f", p = {c.p_value:.3f}"
     rest = (f"step p50 {c.p50_ms:.1f} ms vs {c.baseline_p50_ms:.1f} ({change:+.0%}; last {c.window_steps} steps "
             f"vs {c.baseline_steps:,}{p})")
