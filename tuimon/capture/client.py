@@ -24,6 +24,26 @@ class CaptureRefused(Exception):
     """Said to the person who asked: why no capture was started."""
 
 
+def check_request(pid: int, alive: bool, steps: int | None, seconds: float | None) -> None:
+    """What every kind of window refuses before anything else. Raises CaptureRefused."""
+    if not alive:
+        raise CaptureRefused(f"process {pid} has exited: there is nothing to capture")
+    if (steps is None) == (seconds is None):
+        raise CaptureRefused("ask for either a number of steps or a number of seconds")
+    if steps is not None and not 1 <= steps <= MAX_STEPS:
+        raise CaptureRefused(f"a window is 1 to {MAX_STEPS} steps")
+    if seconds is not None and not 0.1 <= seconds <= MAX_SECONDS:
+        raise CaptureRefused(f"a window is 0.1 to {MAX_SECONDS:g} seconds")
+
+
+def check_free_space() -> str:
+    """The captures folder, when it has room for a window. Raises CaptureRefused."""
+    folder = captures_dir()
+    if free_bytes(folder) < capture_floor_bytes():
+        raise CaptureRefused(f"less than {capture_floor_bytes() >> 20} MiB free in {folder}")
+    return folder
+
+
 class CaptureClient:
     def __init__(self, segment_path: str, pid: int, start_ticks: int):
         self.pid, self.start_ticks = pid, start_ticks
@@ -46,23 +66,14 @@ class CaptureClient:
 
     def request(self, steps: int | None = None, seconds: float | None = None) -> int:
         """Ask for a window; returns its sequence number. Raises CaptureRefused."""
-        if not self._alive():
-            raise CaptureRefused(f"process {self.pid} has exited: there is nothing to capture")
-        if (steps is None) == (seconds is None):
-            raise CaptureRefused("ask for either a number of steps or a number of seconds")
-        if steps is not None and not 1 <= steps <= MAX_STEPS:
-            raise CaptureRefused(f"a window is 1 to {MAX_STEPS} steps")
-        if seconds is not None and not 0.1 <= seconds <= MAX_SECONDS:
-            raise CaptureRefused(f"a window is 0.1 to {MAX_SECONDS:g} seconds")
+        check_request(self.pid, self._alive(), steps, seconds)
         st = self.ctl.read_state()
         if st.busy:
             raise CaptureRefused(f"a capture is already {st.name} (one at a time)")
         pending = self.ctl.read_request().seq
         if pending > st.ack_seq:
             raise CaptureRefused(f"capture {pending} is already asked for and waits for the probe (one at a time)")
-        folder = captures_dir()
-        if free_bytes(folder) < capture_floor_bytes():
-            raise CaptureRefused(f"less than {capture_floor_bytes() >> 20} MiB free in {folder}")
+        check_free_space()
         seq = max(pending, st.ack_seq) + 1
         if steps is not None:
             self.ctl.write_request(seq, L.CAPTURE_STEPS, steps=steps)

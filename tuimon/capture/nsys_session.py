@@ -15,11 +15,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..channel.control import MAX_SECONDS, MAX_STEPS
-from ..channel.paths import capture_floor_bytes, captures_dir, free_bytes, safe_file_part
+from ..channel.control import MAX_SECONDS
+from ..channel.paths import safe_file_part
 from ..channel.text import safe_text
 from ..model import CaptureStatus
-from .client import CaptureRefused
+from .client import CaptureRefused, check_free_space, check_request
 from .commands import CommandFailed, run
 
 # From `nsys launch --help` and `nsys start --help` (2025.3.1): which options each takes.
@@ -144,22 +144,13 @@ class SessionWindows:
                                      kw.get("message", s.message), kw.get("path", s.path), time.monotonic_ns())
 
     def request(self, steps: int | None = None, seconds: float | None = None) -> int:
-        if not self.alive():
-            raise CaptureRefused(f"process {self.pid} has exited: there is nothing to capture")
-        if (steps is None) == (seconds is None):
-            raise CaptureRefused("ask for either a number of steps or a number of seconds")
-        if steps is not None and not 1 <= steps <= MAX_STEPS:
-            raise CaptureRefused(f"a window is 1 to {MAX_STEPS} steps")
-        if seconds is not None and not 0.1 <= seconds <= MAX_SECONDS:
-            raise CaptureRefused(f"a window is 0.1 to {MAX_SECONDS:g} seconds")
+        check_request(self.pid, self.alive(), steps, seconds)
         with self._lock:
             if self._status.busy:
                 what = "being written (nsys stop writes the report)" if self._status.state == "writing" else \
                     self._status.state
                 raise CaptureRefused(f"nsys window {self._status.seq} is {what}: one at a time")
-            folder = captures_dir()
-            if free_bytes(folder) < capture_floor_bytes():
-                raise CaptureRefused(f"less than {capture_floor_bytes() >> 20} MiB free in {folder}")
+            folder = check_free_space()
             seq = self._status.seq + 1
             base = os.path.join(folder, f"{safe_file_part(self.program)}-{self.pid}-nsys{seq}-"
                                         f"{time.strftime('%Y%m%d-%H%M%S')}")

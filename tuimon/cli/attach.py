@@ -103,16 +103,27 @@ def top_text(view: View) -> str:
     return "\n".join(lines)
 
 
-def cmd_replay(args) -> int:
+def read_recording(path: str, on_cycle) -> Recording | None:
+    """Every cycle of a recording through on_cycle; None after saying why it cannot be read."""
     try:
-        rec = Recording(args.file)
-        n = sum(1 for _ in rec.cycles())
+        rec = Recording(path)
+        for c in rec.cycles():
+            on_cycle(c)
     except OSError as e:
-        print(f"tuimon: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
-        return 2
+        print(f"tuimon: cannot read {path}: {e.strerror or e}", file=sys.stderr)
+        return None
     except RecordingError as e:
         print(f"tuimon: {e}", file=sys.stderr)
+        return None
+    return rec
+
+
+def cmd_replay(args) -> int:
+    cycles = []
+    rec = read_recording(args.file, lambda c: cycles.append(None))  # (counted, not kept)
+    if rec is None:
         return 2
+    n = len(cycles)
     if n == 0:
         print(f"tuimon: {args.file} has no samples (a header{' and ' + str(rec.skipped) + ' unreadable lines' if rec.skipped else ' only'})",
               file=sys.stderr)

@@ -8,7 +8,7 @@ import sys
 from ..channel import procinfo
 from ..monitor.baseline import BaselineBuilder, BaselineError, describe, load, save
 from ..monitor.session import LiveSession, run_cycles
-from ..sources.recording import Recording, RecordingError
+from .attach import read_recording
 
 
 def cmd_baseline_save(args) -> int:
@@ -45,17 +45,7 @@ def _from_job(pid: int, seconds: float, interval: float) -> BaselineBuilder | in
 
 def _from_recording(path: str) -> BaselineBuilder | int:
     builder = BaselineBuilder(f"recording {os.path.basename(path)}")
-    try:
-        rec = Recording(path)
-        for c in rec.cycles():
-            builder.add(c)
-    except OSError as e:
-        print(f"tuimon: cannot read {path}: {e.strerror or e}", file=sys.stderr)
-        return 2
-    except RecordingError as e:
-        print(f"tuimon: {e}", file=sys.stderr)
-        return 2
-    return builder
+    return builder if read_recording(path, builder.add) is not None else 2
 
 
 def cmd_baseline_show(args) -> int:
