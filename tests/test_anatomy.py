@@ -27,11 +27,31 @@ def run_planted(kind: str, tmp_path, seconds: float = 9, attach_after: float = 6
         p = subprocess.run(tuimon_cmd("attach", job.pid, "--once", "--json"), capture_output=True, text=True,
                            timeout=60)
         assert p.returncode == 0, p.stderr
+        time.sleep(1)  # the loop writes its truth every 0.5 s: let it cover the steps tuimon saw
         truth = json.loads(truth_path.read_text())
     finally:
         job.kill()
         job.wait()
     return json.loads(p.stdout), truth
+
+
+def truth_over_the_same_steps(snap: dict, truth: dict) -> dict[str, float]:
+    """The loop's shares over the steps tuimon's window covered, not since its warm-up: a stall on a
+    loaded machine (seen on CI: +5 ms/step of 'other' in the window) must count in both or neither.
+    The steps are lined up by their durations (tuimon's recent_step_ms against the loop's log)."""
+    seen, log = snap["recent_step_ms"], truth["log"]
+    own = [row[0] for row in log]
+    start = len(seen) - snap["window_steps"]  # the window's first step in recent_step_ms
+
+    def mismatch(k):  # tuimon's step i is the loop's step i + k
+        pairs = [(a, own[i + k]) for i, a in enumerate(seen) if 0 <= i + k < len(own)]
+        return sum(abs(a - b) for a, b in pairs) / len(pairs)
+
+    k = min(range(-start, len(own) - len(seen) + 1), key=mismatch)  # offsets where the loop's log covers the window
+    rows = log[start + k:len(seen) + k]
+    total = sum(r[0] for r in rows)
+    shares = {name: sum(r[1 + j] for r in rows) / total for j, name in enumerate(PHASES[:-1])}
+    return {**shares, "other": max(0.0, 1 - sum(shares.values()))}
 
 
 @pytest.mark.parametrize("kind", ["phases", "lightning", "python"])
@@ -41,9 +61,10 @@ def test_phases_match_the_loops_own_timers(kind, shm_dir, tmp_path):
     snap, truth = run_planted(kind, tmp_path)
     assert snap["window_steps"] >= 5 and truth["steps"] >= 5
     shares = {p["name"]: p["share"] for p in snap["phases"]}
+    own = truth_over_the_same_steps(snap, truth)
     assert abs(sum(shares.values()) - 1) <= 0.05  # the phases account for the step
     for name in PHASES:
-        assert abs(shares.get(name, 0.0) - truth["shares"][name]) <= 0.05, (name, shares, truth["shares"])
+        assert abs(shares.get(name, 0.0) - own[name]) <= 0.05, (name, shares, own)
     mean_ms = {p["name"]: p["mean_ms"] for p in snap["phases"]}
     assert abs(sum(mean_ms.values()) - snap["step_time_ms"]["mean"]) <= 0.05 * snap["step_time_ms"]["mean"]
     assert snap["syncs"] == {"per_step": 0.0, "share": 0.0, "mean_us": 0.0, "top": []}  # CPU tensors: no syncs
@@ -57,7 +78,7 @@ def test_phases_match_the_loops_own_timers(kind, shm_dir, tmp_path):
 
 def test_input_bound_with_idle_workers_names_them(shm_dir, tmp_path):
     snap, truth = run_planted("input", tmp_path)
-    assert abs(snap["data_wait_share"] - truth["shares"]["data"]) <= 0.05
+    assert abs(snap["data_wait_share"] - truth_over_the_same_steps(snap, truth)["data"]) <= 0.05
     v = snap["verdict"]
     assert v["code"] == "input-bound" and v["confidence"] == "high"
     # the workers sleep (I/O-like), so they are not busy: the fix is not "more CPU"

@@ -5,7 +5,8 @@ them under `tuimon run`, which sees them with no code change.
 
 Every 0.5 s the loop writes its truth (since its warm-up) to FILE as JSON: its own timers around
 next(), the model call, backward, the optimizer step and the rest (shares of step time), its
-syncs, and for GPU loops what CUDA events and its own byte/FLOP counts say.
+syncs, and for GPU loops what CUDA events and its own byte/FLOP counts say; and `log`, its last
+steps one by one (ms), to compare with a monitor over the same steps.
 
 KIND (CPU and GPU):
   phases      data 10 ms (a batch made in the loop), forward 15, backward 10, optimizer 5, other 8
@@ -24,12 +25,14 @@ import argparse
 import json
 import os
 import time
+from collections import deque
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 WARMUP_STEPS = 10
+LOG_STEPS = 400  # the per-step log's length: more than a monitor's window
 
 
 def spin(ms: float) -> None:
@@ -97,11 +100,15 @@ class Truth:
         self.path, self.kind, self.device = path, kind, device
         self.t = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0, "sync": 0.0}
         self.steps, self.step_s, self.syncs = 0, 0.0, 0
+        self.log: deque[list[float]] = deque(maxlen=LOG_STEPS)  # every step: its time, then PARTS' (ms), for same-steps comparisons
         self.extra: dict = {}
         self.last_write = 0.0
 
+    PARTS = ("data", "forward", "backward", "optimizer", "sync")
+
     def add(self, step_s, **parts):
         self.steps += 1
+        self.log.append([round(1e3 * x, 3) for x in (step_s, *(parts.get(k, 0.0) for k in self.PARTS))])
         if self.steps <= WARMUP_STEPS:
             return
         self.step_s += step_s
@@ -121,7 +128,7 @@ class Truth:
         shares = {k: v / self.step_s for k, v in self.t.items()}
         shares["other"] = max(0.0, 1 - sum(shares.values()))
         out = {"kind": self.kind, "device": self.device, "steps": n, "step_ms": 1e3 * self.step_s / n,
-               "shares": shares, "syncs_per_step": self.syncs / n, **self.extra}
+               "shares": shares, "syncs_per_step": self.syncs / n, "log": list(self.log), **self.extra}
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
             json.dump(out, f)
