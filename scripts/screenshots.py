@@ -1,4 +1,4 @@
-"""Render the main, explain, ranges and GPU screens from the committed real-GPU recording into
+"""Render the main, explain, ranges and GPU screens from the committed real-GPU recordings into
 screenshots/ as SVG (and PNG where rsvg-convert is installed: apt-get install librsvg2-bin).
 
     bash scripts/setup.sh && .venv/bin/python scripts/screenshots.py
@@ -17,6 +17,7 @@ from tuimon.ui.app import make_app  # noqa: E402
 from tuimon.ui.replay_frames import state_from_recording  # noqa: E402
 
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "h100_demo_v2.jsonl")
+DDP_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "h200x2_ddp_straggler.jsonl")  # 2 ranks, rank 1 planted slow
 OUT = os.path.join(ROOT, "screenshots")
 
 
@@ -32,8 +33,8 @@ def first_half_baseline():
     return "first-half.json", builder.build()
 
 
-async def shoot(size, keys_and_names, baseline=None):
-    app = make_app(None, "replay of h100_demo_v2.jsonl", state_from_recording(FIXTURE, baseline=baseline))
+async def shoot(size, keys_and_names, baseline=None, fixture=FIXTURE):
+    app = make_app(None, f"replay of {os.path.basename(fixture)}", state_from_recording(fixture, baseline=baseline))
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         for keys, name in keys_and_names:
@@ -54,6 +55,7 @@ def main():
                                   (["escape", "g"], "gpu-120x40")]))
     asyncio.run(shoot((80, 24), [([], "main-80x24")]))
     asyncio.run(shoot((120, 40), [([], "main-baseline-120x40")], baseline=first_half_baseline()))
+    asyncio.run(shoot((120, 40), [([], "main-ranks-120x40")], fixture=DDP_FIXTURE))
 
 
 if __name__ == "__main__":

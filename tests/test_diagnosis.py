@@ -40,7 +40,7 @@ def test_each_class_and_its_headline(evidence, code, headline):
     v = diagnose(Evidence(**evidence))
     assert (v.code, v.headline) == (code, headline), v.evidence
     assert v.next_step and v.confidence in ("high", "medium", "low")
-    assert len(v.rules) == 8 and len({r.code for r in v.rules}) == 8
+    assert len(v.rules) == 10 and len({r.code for r in v.rules}) == 10
 
 
 def test_the_sync_rule_needs_an_idle_gpu_for_moderate_syncs():

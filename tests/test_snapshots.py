@@ -9,6 +9,7 @@ from tuimon.ui.replay_frames import state_from_recording
 
 FIXTURE = str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl")  # the demo on an H100, with its anatomy
 V1_FIXTURE = str(ROOT / "tests" / "fixtures" / "h200_demo.jsonl")  # an older probe: no phases
+DDP_FIXTURE = str(ROOT / "tests" / "fixtures" / "h200x2_ddp_straggler.jsonl")  # DDP on 2 H200s, rank 1 planted slow
 
 
 async def redraw(pilot):
@@ -30,6 +31,10 @@ def test_screen(snap_compare, size, keys):
 
 def test_a_recording_of_an_older_probe(snap_compare):
     assert snap_compare(app(V1_FIXTURE), terminal_size=(120, 40), run_before=redraw)
+
+
+def test_every_rank_of_a_ddp_job(snap_compare):
+    assert snap_compare(app(DDP_FIXTURE), terminal_size=(120, 40), run_before=redraw)
 
 
 def test_a_regression_against_a_baseline(snap_compare):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..model import GpuTimes, Memory, PhaseRow, Syncs, SyncSite
+from ..model import CommTimes, GpuTimes, Memory, PhaseRow, Syncs, SyncSite
 from .steps import StepRecord
 from .summary import percentile
 
-PHASE_ORDER = ("data", "forward", "backward", "optimizer", "sync", "other")
+PHASE_ORDER = ("data", "forward", "backward", "comm", "optimizer", "sync", "other")
 
 
 def _named(table: dict[int, float], name_of: Callable[[int], str]) -> dict[str, float]:
@@ -89,6 +89,29 @@ def syncs(steps: list[StepRecord], name_of: Callable[[int], str], top: int = 5) 
                  share=round(blocked / total, 4) if total > 0 else 0.0,
                  mean_us=round(blocked / count / 1e3, 1) if count else 0.0,
                  top=[SyncSite(site, round(n / len(measured), 2)) for site, n in ranked])
+
+
+def comm(steps: list[StepRecord], name_of: Callable[[int], str]) -> CommTimes | None:
+    """Time in collectives per step: the "comm" phase (host) and the CUDA events' GPU time (over
+    the steps they resolved in); None when the window has none (a job of one process)."""
+    measured = [s for s in steps if s.phases]
+    if not measured:
+        return None
+    gpu_id, bytes_id, calls_id = _ids(measured, "values", name_of, "comm.gpu_ns", "comm.bytes", "comm.calls")
+    host = _total_by_name((s.phases for s in measured), name_of).get("comm", 0.0) / len(measured)
+    calls = [v for s in measured if (v := _get(s.values, calls_id)) is not None]
+    gpu = [v for s in measured if (v := _get(s.values, gpu_id)) is not None]
+    if not host and not calls and not gpu:
+        return None
+    step_ns = sum(s.duration_ns for s in measured) / len(measured)
+    gpu_ns = sum(gpu) / len(gpu) if gpu else None
+    per_step = gpu_ns if gpu_ns is not None else host
+    nbytes = sum(_get(s.values, bytes_id) or 0.0 for s in measured) / len(measured)
+    return CommTimes(host_ms=round(host / 1e6, 3),
+                     gpu_ms=round(gpu_ns / 1e6, 3) if gpu_ns is not None else None,
+                     share=round(min(1.0, per_step / step_ns), 4) if step_ns > 0 else 0.0,
+                     mb_per_step=round(nbytes / 2**20, 2),
+                     calls_per_step=round(sum(calls) / len(measured), 2))
 
 
 def memory(gauges: dict[int, float], name_of: Callable[[int], str]) -> Memory | None:

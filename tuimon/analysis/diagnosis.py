@@ -4,7 +4,10 @@ it is, and one next step from those numbers. Pure: Evidence in, Verdict out.
 One rule per class, each listing its checks (value, threshold, where the threshold comes from:
 thresholds.py), so a screen can show why every rule fired or did not. Precedence, first match:
   not enough data
+  straggler                 (2+ ranks) one rank's own work (its step less its waits in collectives)
+                            is >= 1.43x the others': they wait for it, whatever their own anatomy says
   input-bound (high)        the loop waits >= 20% of the step for data: fix that first, it hides the rest
+  comm-bound                >= 10% of the step waits in collectives (the reduction is not hidden)
   GPU busy (SM >= 80%):     memory-bound | compute-bound | healthy, by which unit leads (Nsight
                             Compute's speed-of-light logic applied to GPM's DRAM and pipe activity)
   input-bound (moderate)    >= 5%
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..model import Straggler
 from . import thresholds as T
 
 
@@ -49,6 +53,11 @@ class Evidence:
     workers_cpu: list[float] = field(default_factory=list)  # % per worker process
     kernels_per_step: float | None = None  # from the last capture
     kernel_us: float | None = None
+    ranks: int = 0  # ranks of the job seen on this node (0: one process)
+    straggler: Straggler | None = None
+    comm_share: float | None = None  # share of step time in collectives (the job's, with ranks)
+    comm_mb: float | None = None  # handed to collectives per step (this process)
+    comm_gpu: bool = False  # comm time from CUDA events (else the loop thread's)
 
 
 @dataclass(frozen=True)
@@ -152,6 +161,28 @@ def rule_input(c: _Context, high: bool) -> Rule:
                 else f"data wait {share(e.data_share)} is under {t.show()}")
 
 
+def rule_straggler(c: _Context) -> Rule:
+    e, s = c.e, c.e.straggler
+    check = _at_least("slowest rank's own work / the others'", s.ratio if s else None, T.STRAGGLER,
+                      lambda v: "n/a" if v is None else f"{v:.2f}x")
+    fired = e.ranks >= 2 and bool(check.passed)
+    if s is None:
+        why = "one process" if e.ranks < 2 else "fewer than two ranks with enough steps"
+    else:
+        why = (f"rank {s.rank} works {s.own_ms:.1f} ms/step, the others {s.others_ms:.1f} (median): "
+               f"{s.ratio:.2f}x")
+    return Rule("straggler", "Straggler (one rank holds the others back)", fired, [check], why)
+
+
+def rule_comm(c: _Context) -> Rule:
+    e = c.e
+    check = _at_least("time in collectives", e.comm_share, T.COMM_HIGH)
+    fired = bool(check.passed)
+    return Rule("comm-bound", "Communication-bound", fired, [check],
+                f"{share(e.comm_share)} of the step waits in collectives" if e.comm_share is not None
+                else "no collectives seen")
+
+
 def rule_gpu_unit(c: _Context, code: str) -> Rule:
     """memory-bound / compute-bound / healthy, among steps where the GPU is busy."""
     e = c.e
@@ -212,7 +243,9 @@ def diagnose(e: Evidence) -> Verdict:
     c = _Context(e)
     rules = {
         "waiting": rule_waiting(c),
+        "straggler": rule_straggler(c),
         "input-high": rule_input(c, high=True),
+        "comm-bound": rule_comm(c),
         "memory-bound": rule_gpu_unit(c, "memory-bound"),
         "compute-bound": rule_gpu_unit(c, "compute-bound"),
         "healthy": rule_gpu_unit(c, "healthy"),
@@ -241,6 +274,18 @@ def _verdict(key: str, c: _Context, rules: list[Rule]) -> Verdict:
         return Verdict("waiting", "not enough data yet",
                        f"{e.steps} step{'s' if e.steps != 1 else ''} seen; a verdict needs {T.MIN_STEPS.value:g}",
                        "wait for a few steps (steps come from optimizer.step() or tuimon.step())", "low", rules)
+    if key == "straggler":
+        return _straggler_verdict(c, rules)
+    if key == "comm-bound":
+        how = "GPU time, CUDA events" if e.comm_gpu else "on the loop thread"
+        mb = f" · {e.comm_mb:,.0f} MB through collectives per step" if e.comm_mb else ""
+        job = f" (the mean of {e.ranks} ranks)" if e.ranks >= 2 else ""
+        return Verdict("comm-bound", "comm-bound: the step waits in collectives",
+                       f"{share(e.comm_share)} of the step in collectives{job} ({how}){mb} · {gpu}",
+                       "the gradient reduction is not hidden behind backward: more work per reduction (a larger batch "
+                       "per GPU, or gradient accumulation under no_sync()), bf16 gradient compression (a DDP comm "
+                       "hook), larger buckets (bucket_cap_mb), or a faster interconnect",
+                       _margin(e.comm_share, T.COMM_HIGH), rules)
     if key in ("input-high", "input-moderate"):
         high = key == "input-high"
         return Verdict("input-bound", "input-bound" if high else "input-bound (moderate)",
@@ -280,6 +325,31 @@ def _verdict(key: str, c: _Context, rules: list[Rule]) -> Verdict:
                        "host: keep values on the GPU and read them every N steps, or copy with non_blocking=True",
                        "low" if low_gpu else _margin(e.sync_share, T.SYNC_HIGH), rules)
     return _host_verdict(c, rules)
+
+
+STRAGGLER_FIX = {
+    "data": "its batches come slower: its DataLoader workers, its share of the data, or its storage",
+    "forward": "uneven work (batch or sequence sizes per rank) or a slower GPU: compare its SM activity, clocks and "
+               "throttle reasons (g)",
+    "backward": "uneven work (batch or sequence sizes per rank) or a slower GPU: compare its SM activity, clocks and "
+                "throttle reasons (g)",
+    "optimizer": "its optimizer step is slower: uneven parameter shards, or a slower GPU (g)",
+    "sync": "it blocks in device-to-host syncs the others do not make (logging or metrics on one rank)",
+    "other": "time outside the model on that rank only (Python, I/O, logging, checkpointing or evaluation on one "
+             "rank): spread it, or move it off the step",
+}
+
+
+def _straggler_verdict(c: _Context, rules: list[Rule]) -> Verdict:
+    e, s = c.e, c.e.straggler
+    top = next(iter(s.slower.items()), None)
+    where = f" · its {top[0]} +{top[1]:.1f} ms/step" if top else ""
+    fix = STRAGGLER_FIX.get(top[0], "") if top else ""
+    return Verdict("straggler", f"straggler: rank {s.rank}, {s.ratio:.1f}x the others' own work",
+                   f"rank {s.rank} works {s.own_ms:.1f} ms/step, the others {s.others_ms:.1f} (median) and wait for it "
+                   f"in collectives{where} · job comm {share(e.comm_share)}",
+                   f"rank {s.rank}: {fix}" if fix else f"rank {s.rank} is slower in every phase: compare its GPU (g) "
+                   "and its CPU", _margin(s.ratio, T.STRAGGLER), rules)
 
 
 def _input_next_step(e: Evidence) -> str:

@@ -18,7 +18,7 @@ class Threshold:
         if self.unit == "":
             return f"{self.value:.0%}"
         if self.unit == "x":
-            return f"{self.value:g}x"
+            return f"{self.value:.3g}x"
         if self.unit == "p":
             return f"p < {self.value:g}"
         return f"{self.value:g}{'' if self.unit == '%' else ' '}{self.unit}"
@@ -43,6 +43,12 @@ UNIT_LEAD = Threshold(10, "points", "Nsight Compute's SOLBottleneck rule: comput
 LOOP_CPU_BUSY = Threshold(90, "%", "SageMaker Debugger's CPUBottleneck rule: CPU above 90% is high utilization "
                                    "(here: of the one core the loop's thread can use)")
 WORKERS_BUSY = Threshold(90, "%", "as above, for each DataLoader worker process")
+STRAGGLER = Threshold(1 / 0.7, "x", "NVIDIA Resiliency Extension's straggler detection: a rank whose relative "
+                                    "performance score is below 0.7 (its default gpu_relative_perf_threshold) is a "
+                                    "straggler, i.e. its time is 1/0.7 = 1.43x the reference's (here: the median "
+                                    "of the other ranks, not the fastest one, so one fast outlier flags nobody)")
+COMM_HIGH = Threshold(0.10, "", "PyTorch Profiler's TensorBoard plugin (distributed view): more than 10% of the step "
+                                "in communication is 'high time cost on communication'")
 
 # Regressions against a baseline (tuimon/analysis/regression.py).
 REGRESSION_FACTOR = Threshold(1.10, "x", "airspeed velocity (asv compare / continuous): a result 1.1x slower than "

@@ -31,6 +31,12 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
+def parent(pid: int) -> int | None:
+    """The parent's PID (field 4 of stat), or None if there is no such process."""
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields is not None and len(fields) > 1 else None
+
+
 def thread_cpu_ticks(pid: int, tid: int) -> int | None:
     """User + system CPU time of one thread of pid, in clock ticks (os.sysconf('SC_CLK_TCK'))."""
     try:

@@ -44,6 +44,10 @@ def summary_line(view: View) -> str:
         parts.append(f"verdict: {view.verdict.headline}")
     if view.baseline is not None:
         parts.append(baseline_words(view.baseline))
+    if len(view.ranks) > 1:
+        parts.append("ranks " + ", ".join(
+            f"{r.rank}: {r.step_p50_ms or 0:.1f} ms own {r.own_ms or 0:.1f} comm {r.comm_share or 0:.0%}"
+            + ("" if r.state == "alive" else " exited") for r in view.ranks))
     state = t.state if t else ("alive" if p is not None and p.alive else "exited")
     if state != "alive":
         parts.append(f"[process {state}]")

@@ -12,11 +12,23 @@ from .codec import BadValue, from_json, to_json
 from .cycle import Cycle
 from .gpu import GpuProcess, GpuSample
 from .process import HostSample, ProcessSample, ProcRow
-from .training import GpuTimes, Memory, PhaseRow, RangeRow, StepTimes, Syncs, SyncSite, TrainingSnapshot
+from .training import (
+    CommTimes,
+    GpuTimes,
+    Memory,
+    PhaseRow,
+    RangeRow,
+    RankRow,
+    StepTimes,
+    Straggler,
+    Syncs,
+    SyncSite,
+    TrainingSnapshot,
+)
 from .values import NA, is_na, num, reason
 
 __all__ = [
-    "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "Memory",
-    "PhaseRow", "ProcRow", "ProcessSample", "RangeRow", "StepTimes", "SyncSite", "Syncs", "TrainingSnapshot",
+    "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "CommTimes", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "Memory",
+    "PhaseRow", "ProcRow", "ProcessSample", "RangeRow", "RankRow", "StepTimes", "Straggler", "SyncSite", "Syncs", "TrainingSnapshot",
     "from_json", "is_na", "num", "reason", "to_json",
 ]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from .capture import CaptureStatus
 from .gpu import GpuSample
 from .process import HostSample, ProcessSample
-from .training import TrainingSnapshot
+from .training import RankRow, TrainingSnapshot
 from .values import NA
 
 
@@ -26,3 +26,4 @@ class Cycle:
     host: HostSample | None = None
     job_log: str | None = None  # where the output of a job tuimon launched goes
     job_tail: list[str] = field(default_factory=list)  # its last lines, once it has exited
+    ranks: list[RankRow] = field(default_factory=list)  # every rank of the job on this node (2 or more)

@@ -46,6 +46,64 @@ class GpuTimes:
 
 
 @dataclass(frozen=True)
+class CommTimes:
+    """Time the step spends in collectives (see tuimon/probe/comm.py): on the loop thread (the
+    "comm" phase: gloo blocks there) and on the GPU (CUDA events: NCCL makes the stream wait)."""
+
+    host_ms: float  # per step, the "comm" phase
+    gpu_ms: float | None = None  # per step, where CUDA events measured it
+    share: float = 0.0  # of step time: the GPU's where measured, else the host's
+    mb_per_step: float | None = None  # tensors handed to collectives (DDP's gradient buckets included)
+    calls_per_step: float | None = None
+
+    @property
+    def per_step_ms(self) -> float:
+        return self.gpu_ms if self.gpu_ms is not None else self.host_ms
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """One rank of a multi-process job, as its own channel says, over its own window of steps."""
+
+    rank: int | None
+    pid: int
+    state: str = "alive"  # 'alive' | 'exited' (kept until its rank comes back or the job ends)
+    local_rank: int | None = None
+    gpu: int | None = None  # the GPU NVML sees it on
+    sm_active: float | None = None  # that GPU's SM activity (GPM), else its coarse utilization
+    sm_coarse: bool = False  # sm_active is NVML's utilization.gpu, not GPM
+    steps: int = 0
+    window_steps: int = 0
+    step_p50_ms: float | None = None
+    step_p95_ms: float | None = None
+    step_mean_ms: float | None = None
+    data_wait_share: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)  # ms per step, by phase
+    comm_ms: float | None = None  # per step (CommTimes.per_step_ms)
+    comm_share: float | None = None
+
+    @property
+    def own_ms(self) -> float | None:
+        """The rank's own work per step: its step less the time it waited in collectives."""
+        if self.step_mean_ms is None:
+            return None
+        return max(0.0, self.step_mean_ms - (self.comm_ms or 0.0))
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """The rank whose own work per step (its step less its waits in collectives) is the longest,
+    against the median of the other ranks'; named a straggler by the diagnosis past its threshold."""
+
+    rank: int | None
+    pid: int
+    ratio: float  # its own work / the others' median
+    own_ms: float
+    others_ms: float
+    slower: dict[str, float] = field(default_factory=dict)  # phase -> ms/step more than the others, largest first
+
+
+@dataclass(frozen=True)
 class SyncSite:
     site: str  # file:line of the code that synced (the first frame outside torch and tuimon)
     per_step: float  # estimated from sampled call sites
@@ -80,6 +138,7 @@ class TrainingSnapshot:
     argv: list[str] = field(default_factory=list)
     rank: int | None = None
     world_size: int | None = None
+    local_rank: int | None = None
     capture_kind: str | None = None  # what `c` takes: 'nsys' or 'torch.profiler'
     probe_hot_path: str | None = None  # 'c', or 'python' where the C extension is missing
     uptime_s: float = 0.0  # until the process exited, when it did
@@ -98,6 +157,7 @@ class TrainingSnapshot:
     phases: list[PhaseRow] = field(default_factory=list)  # the step's anatomy (empty: a probe without it)
     gpu: GpuTimes | None = None
     syncs: Syncs | None = None
+    comm: CommTimes | None = None
     memory: Memory | None = None
     dataloader_workers: int | None = None
     loop_tid: int | None = None  # the OS thread that steps

@@ -31,4 +31,20 @@ def view_json(view: View, asked_pid: int | None = None) -> dict:
         doc["gpu_note"] = view.gpu_note
     if view.baseline is not None:
         doc["baseline"] = to_json(view.baseline)
+    doc["ranks"] = [_rank_json(r) for r in view.ranks]
+    doc["straggler"] = ({"rank": view.straggler.rank, "pid": view.straggler.pid, "ratio": view.straggler.ratio,
+                         "own_ms": view.straggler.own_ms, "others_ms": view.straggler.others_ms,
+                         "slower_ms": view.straggler.slower}
+                        if view.straggler is not None and view.verdict.code == "straggler" else None)
+    doc["comm_share"] = view.comm_share if view.ranks else (t.comm.share if t is not None and t.comm else None)
     return doc
+
+
+def _rank_json(r) -> dict:
+    total = sum(r.phases.values())
+    return {"rank": r.rank, "pid": r.pid, "state": r.state, "gpu": r.gpu, "sm_active": r.sm_active,
+            "steps": r.steps, "step_time_ms": {"p50": r.step_p50_ms, "p95": r.step_p95_ms, "mean": r.step_mean_ms},
+            "data_wait_share": r.data_wait_share, "own_ms": None if r.own_ms is None else round(r.own_ms, 3),
+            "comm_ms": r.comm_ms, "comm_share": r.comm_share,
+            "phases": {name: {"mean_ms": ms, "share": round(ms / total, 4) if total > 0 else None}
+                       for name, ms in r.phases.items()}}

@@ -17,8 +17,9 @@ from ..sources.nvml import DeviceSampler, target_note
 from ..sources.poller import Poller
 from ..sources.process import ProcessNames, ProcessSampler, host_sample
 from ..sources.recording import ReplaySource
+from . import ranks as job_ranks
 from .summaries import SummaryWorker
-from .target import open_channel
+from .target import describe, open_channel
 from .training import TrainingView
 
 REDISCOVER_S = 1.0  # how often to look for a channel that is not there (a /proc scan)
@@ -47,6 +48,8 @@ class LiveSession:
         self._looked_at = 0.0
         self._unreadable: str | None = None  # why the channel found at the last look could not be read
         self._poller: Poller | None = None
+        self.ranks: job_ranks.RankSet | None = None  # every rank of a multi-process job
+        self._want_rank: int | None = None  # the rank the UI asked to see in detail
 
     @property
     def gpus(self) -> DeviceSampler:
@@ -90,15 +93,50 @@ class LiveSession:
             except ChannelError as e:  # truncated, overwritten: say so, keep what was read, reopen
                 problems["channel"] = f"{e} (showing the last numbers read; reopening)"
                 self._drop_channel()
+            if training is not None and self.ranks is not None:
+                view, training = self._detail_rank(view, training)
             if training is not None:
                 capture = self._capture(problems)
                 if self.procs is not None and training.pid == self.pid:
                     self.procs.follow_loop(training.loop_tid)  # its CPU is read from the next cycle on
         if process is not None and training is not None:  # mark the training process among the tree's
             process = replace(process, procs=[replace(r, loop=r.pid == training.pid) for r in process.procs])
+        rows = []
+        if self.ranks is not None and view is not None:
+            snaps = _guard(problems, "ranks", lambda: self.ranks.poll(view, training)) or {}
+            rows = job_ranks.rows(snaps, gpus, set(self.ranks.exited_at))
         return Cycle(t, process, gpus, training, capture, self.channel,
                      view.source.reader.info.pid if view is not None and self.shown_why else None,
-                     self.shown_why, problems, note, host, self.job_log, self._tail(process))
+                     self.shown_why, problems, note, host, self.job_log, self._tail(process), rows)
+
+    # -- the ranks of a multi-process job -------------------------------------------------------------
+
+    def next_rank(self) -> str:
+        """(from the UI thread) Show the next rank in detail, from the next cycle on."""
+        if self.ranks is None:
+            raise CaptureRefused("one process: no other rank to show")
+        ranks = self.ranks.ranks()
+        shown = self.training.source.reader.info.meta.get("rank") if self.training is not None else None
+        want = self._want_rank if self._want_rank is not None else shown
+        later = [r for r in ranks if want is None or r > want]
+        self._want_rank = later[0] if later else ranks[0]
+        return f"showing rank {self._want_rank} from the next sample"
+
+    def _detail_rank(self, view: TrainingView, training):
+        """Switch the detail to the rank asked for, or to the new process of the shown rank when
+        it restarted; returns the view and snapshot to show."""
+        want = self._want_rank if self._want_rank is not None else training.rank
+        other = self.ranks.view_of_rank(want) if want is not None else None
+        if other is None or other is view:
+            return view, training
+        self.training = other
+        if self.captures is not None:
+            self.captures.close()
+            self.captures = None  # (a window goes to the rank shown)
+        self.channel = other.source.reader.path
+        self.shown_why = f"rank {want} of the job under PID {self.pid}: {describe(other.source.reader.info.pid)}"
+        other.poll()
+        return other, other.snapshot()
 
     def _named(self, g):
         """The GPU's processes with their names, users and commands."""
@@ -143,9 +181,15 @@ class LiveSession:
             return None
         self.training = TrainingView(ChannelSource(reader))
         self.channel, self.shown_why = reader.path, why
+        root = job_ranks.job_root(self.pid, reader)
+        if root is not None:
+            self.ranks = job_ranks.RankSet(root, self.training)
         return self.training
 
     def _drop_channel(self) -> None:
+        if self.ranks is not None:
+            self.ranks.close(keep=self.training)
+            self.ranks = None
         if self.training is not None:
             try:
                 self.training.source.reader.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field, replace
 
+from ..analysis import ranks as job_ranks
 from ..analysis.diagnosis import Verdict, diagnose
 from ..analysis.regression import Reference, compare
 from ..model import (
@@ -18,6 +19,8 @@ from ..model import (
     GpuSample,
     HostSample,
     ProcessSample,
+    RankRow,
+    Straggler,
     TrainingSnapshot,
     num,
 )
@@ -81,6 +84,9 @@ class View:
     job_log: str | None = None
     job_tail: list[str] = field(default_factory=list)
     baseline: Comparison | None = None  # the job against a baseline, where one was given
+    ranks: list[RankRow] = field(default_factory=list)  # every rank of a multi-process job (else empty)
+    straggler: Straggler | None = None  # the slowest rank's own work against the others' (2+ ranks)
+    comm_share: float | None = None  # the job's share of step time in collectives (the ranks' mean)
 
 
 def new_step_times(seen: int, snap: TrainingSnapshot) -> list[float]:
@@ -122,6 +128,7 @@ class MonitorState:
         self._reference = Reference(baseline[1].step_ms) if baseline is not None else None
         self._comparison: Comparison | None = None
         self._regression_since: int | None = None  # the cycle time (ns) the regression was first seen
+        self.ranks: list[RankRow] = []
 
     def _column(self, t: int) -> _Column:
         cid = t // (COLUMN_S * 1_000_000_000)
@@ -149,6 +156,9 @@ class MonitorState:
         if c.process is not None:
             self.process = c.process
         if c.training is not None:
+            if self.training is not None and c.training.pid != self.training.pid:
+                self._last_step = 0  # another process shown (another rank): its own step count
+                self._step_ms.clear()
             col.step_ms.extend(self._add_steps(c.training))
             if c.training.gpu is not None and c.training.gpu.step_ms is not None:
                 col.gpu_step_ms.append(c.training.gpu.step_ms)
@@ -167,6 +177,8 @@ class MonitorState:
             self.host = c.host
         if c.job_log is not None:
             self.job_log, self.job_tail = c.job_log, c.job_tail
+        if c.ranks or c.training is not None:
+            self.ranks = list(c.ranks)
         if self.baseline is not None:
             self._compare(c.t)
 
@@ -200,7 +212,8 @@ class MonitorState:
                     [self.captures[k] for k in sorted(self.captures)], dict(self.problems), self.channel,
                     self.shown_why, [_median(c.step_ms) for c in self._columns],
                     [_median(c.gpu_step_ms) for c in self._columns], self._nvml_memory(), self.host,
-                    self.job_log, list(self.job_tail), self._comparison)
+                    self.job_log, list(self.job_tail), self._comparison, list(self.ranks),
+                    job_ranks.straggler(self.ranks), job_ranks.comm_share(self.ranks))
 
     def _nvml_memory(self) -> tuple:
         """What NVML counts for the target's processes on its GPUs, and those GPUs' total."""
@@ -231,7 +244,7 @@ class MonitorState:
         gpm = any(self.gpus[i].gpm for i in used)
         has_channel = self.training is not None or not isinstance(self.channel, NA)
         return diagnose(evidence.build(self.training, self.process, means, gpm,
-                                       [self.captures[k] for k in sorted(self.captures)], has_channel))
+                                       [self.captures[k] for k in sorted(self.captures)], has_channel, self.ranks))
 
     def _window_mean(self, i: int, f: str, span_ns: float) -> float | None:
         hist = self._gpu_hist.get(i)

@@ -20,8 +20,8 @@ from time import monotonic_ns as _now
 
 from ..channel import layout as L
 
-PHASES = ("other", "data", "forward", "backward", "optimizer", "sync")
-OTHER, DATA, FORWARD, BACKWARD, OPTIMIZER, SYNC = range(len(PHASES))
+PHASES = ("other", "data", "forward", "backward", "optimizer", "sync", "comm")
+OTHER, DATA, FORWARD, BACKWARD, OPTIMIZER, SYNC, COMM = range(len(PHASES))
 SITE_WALKS = 16  # stack walks per step at most (each ~1-2 us)
 MAX_SITES = 256  # distinct call sites named; later ones count as "(other sites)"
 _TUIMON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -75,6 +75,15 @@ class Anatomy:
                 if st[k] == phase:
                     del st[k]
                     break
+
+    def move(self, inner: int, phase: int, t0: int, t1: int) -> None:
+        """t0..t1, at the end of the open innermost phase `inner`, was `phase` (known only
+        afterwards: the wait for DDP's reduction at the end of backward)."""
+        if threading.get_ident() != self.loop or self.stack[-1] != inner or not self.t <= t0 <= t1:
+            return
+        self.acc[inner] += t0 - self.t
+        self.acc[phase] += t1 - t0
+        self.t = t1
 
     def sync(self, t0: int, t1: int, frame) -> None:
         """The loop thread was blocked t0..t1 in a device-to-host sync; frame: the caller's."""

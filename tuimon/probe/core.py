@@ -53,6 +53,7 @@ class Probe:
         self.anatomy = Anatomy(self.emit, self.intern, ring.thread_id)
         self.roots = None  # torch_hooks.ModuleRoots, once torch is imported
         self.gpu = None  # gpu_timing.GpuTiming, once torch is imported and has CUDA
+        self.comm = None  # comm.CommTiming, once torch is imported and has torch.distributed
 
     # -- ranges ---------------------------------------------------------------------------------
 
@@ -123,6 +124,8 @@ class Probe:
         self.emit(L.STEP, 0, 0, ring.thread_id(), step, t0, t1, 0.0)
         syncs = a.sync_spans
         a.close(step, t1)
+        if self.comm is not None:
+            self.comm.close(step, t1)
         self.writer.set_steps(step, t1)
         self.step_no += 1
         self.step_t0 = t1

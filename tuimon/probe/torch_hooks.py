@@ -23,7 +23,7 @@ import os
 import weakref
 from time import monotonic_ns as _now
 
-from . import hooks
+from . import comm, hooks
 from .anatomy import BACKWARD, DATA, FORWARD, OPTIMIZER
 
 DISCOVER_STEPS = 3
@@ -61,6 +61,7 @@ def patch(torch) -> None:
     _patch_optimizer(torch)
     _patch_backward(torch)
     _patch_syncs(torch)
+    comm.patch(torch, _swap, lambda: _compiling())
     p = hooks._probe
     if p is not None:
         attach(p, torch)
@@ -75,6 +76,9 @@ def attach(p, torch) -> None:
         p.roots = ModuleRoots(torch, p)
     if getattr(p, "gpu", None) is None and torch.cuda.is_available():
         p.gpu = GpuTiming(torch, p.emit, p.intern, p.thread_id)
+    dist = getattr(torch, "distributed", None)
+    if getattr(p, "comm", None) is None and dist is not None and dist.is_available():
+        p.comm = comm.CommTiming(torch, p.emit, p.intern, p.thread_id)
 
 
 # -- data -----------------------------------------------------------------------------------------
@@ -141,12 +145,19 @@ def _phase(orig, phase: int):
         if p is None or _compiling():
             return orig(*args, **kwargs)
         anatomy = p.anatomy
+        if p.comm is not None and phase == BACKWARD and anatomy.on_loop() and args:
+            p.comm.before_backward(args[0])  # (the loss: Tensor.backward's self, autograd.backward's tensors)
         anatomy.enter(phase)
         try:
             return orig(*args, **kwargs)
         finally:
-            anatomy.exit(phase)
-            if p.gpu is not None and anatomy.on_loop() and anatomy.stack[-1] != phase:
+            t = _now()
+            on_loop = anatomy.on_loop()
+            outermost = on_loop and anatomy.stack.count(phase) == 1
+            if on_loop and p.comm is not None:  # (the innermost backward: Tensor.backward calls autograd.backward)
+                p.comm.backward_done(p, t)  # DDP's wait for its reduction, if it reduced
+            anatomy.exit(phase, t)
+            if p.gpu is not None and outermost:
                 p.gpu.mark()  # the outermost backward ended: its kernels are queued
 
     wrapper._tuimon = True

@@ -33,6 +33,7 @@ class TuimonApp(App):
         Binding("plus,equals_sign", "more_steps", "+steps", show=False),
         Binding("minus", "fewer_steps", "-steps", show=False),
         Binding("l", "captures", "captures"),
+        Binding("n", "next_rank", "next rank"),
         Binding("question_mark", "help", "help"),
     ]
 
@@ -110,11 +111,21 @@ class TuimonApp(App):
         except NoMatches:
             return  # the screen is still composing; the next update draws it
 
-    TRAINING_ACTIONS = {"ranges", "explain", "capture", "more_steps", "fewer_steps", "captures"}
+    TRAINING_ACTIONS = {"ranges", "explain", "capture", "more_steps", "fewer_steps", "captures", "next_rank"}
 
     def check_action(self, action: str, parameters) -> bool | None:
-        """In `top` there is no training process: its keys are off (and out of the footer)."""
+        """In `top` there is no training process: its keys are off (and out of the footer); `n`
+        only where the job has ranks to switch between."""
+        if action == "next_rank":
+            return not self.top and len(self.state.ranks) > 1
         return not (self.top and action in self.TRAINING_ACTIONS)
+
+    def action_next_rank(self) -> None:
+        try:
+            self.notify(self.session.next_rank(), title="ranks", timeout=2)
+        except (CaptureRefused, AttributeError) as e:  # (a replay has no ranks to switch)
+            self.notify(str(e) if isinstance(e, CaptureRefused) else "a replay shows the rank it recorded",
+                        title="ranks", severity="warning", timeout=3)
 
     def action_pause(self) -> None:
         self.paused = not self.paused

@@ -388,6 +388,10 @@ def breakdown_panel(view: View, width: int, plain: bool = False) -> Text:
         out = stacked_bar(parts, bar_w, plain)
     else:
         return Text("not enough steps yet", "dim")
+    if t.comm is not None:
+        gpu = (f"{t.comm.gpu_ms:.1f} ms/step waiting on the GPU (CUDA events), " if t.comm.gpu_ms is not None else "")
+        out.append(f"\ncollectives: {gpu}{t.comm.host_ms:.1f} ms on the loop thread · {t.comm.share:.0%} of the step · "
+                   f"{t.comm.mb_per_step or 0:,.0f} MB per step", "dim")
     if t.syncs and t.syncs.per_step:
         out.append(f"\nsyncs: {t.syncs.per_step:,.1f} per step, {t.syncs.mean_us:,.0f} us each", "dim")
         if t.syncs.top:
@@ -395,6 +399,39 @@ def breakdown_panel(view: View, width: int, plain: bool = False) -> Text:
                        "dim")
     if t.dropped:
         out.append(f"\n{t.dropped:,} records dropped (ring overrun)", "yellow")
+    return out
+
+
+def ranks_panel(view: View, width: int = 0, shown: int | None = None) -> Text:
+    """One line per rank: its GPU and SM activity, step time, own work, time in collectives, data
+    wait and largest phase; * marks the rank shown in detail (shown: its PID), the straggler is named."""
+    shown = shown if shown is not None else view.training.pid if view.training else None
+    slow = view.straggler if view.verdict.code == "straggler" else None
+    out = Text(fit(f"{'rank':>5} {'pid':>7} {'GPU':>3} {'SM':>5} {'step p50/p95 ms':>16} {'own ms':>7} "
+                   f"{'comm ms':>13} {'data':>5}  top phase", width or 200), "dim")
+    for r in view.ranks:
+        mark = "*" if r.pid == shown else " "
+        gpu = "-" if r.gpu is None else str(r.gpu)
+        sm = "n/a" if r.sm_active is None else f"{r.sm_active:.0f}%" + ("~" if r.sm_coarse else "")
+        step = "n/a" if r.step_p50_ms is None else f"{r.step_p50_ms:.1f}/{r.step_p95_ms:.1f}"
+        own = "n/a" if r.own_ms is None else f"{r.own_ms:.1f}"
+        comm = "n/a" if r.comm_ms is None else f"{r.comm_ms:.1f} ({r.comm_share:.0%})"
+        data = "n/a" if r.data_wait_share is None else f"{r.data_wait_share:.0%}"
+        work = {k: v for k, v in r.phases.items() if k != "comm"}
+        total = sum(r.phases.values())
+        top = max(work, key=work.get) if work else None
+        phase = f"{top} {work[top] / total:.0%}" if top and total > 0 else "-"
+        rank = "?" if r.rank is None else str(r.rank)
+        line = (f"{mark}{rank:>4} {r.pid:>7} {gpu:>3} {sm:>5} {step:>16} {own:>7} {comm:>13} {data:>5}  {phase}")
+        flag = ""
+        if r.state != "alive":
+            line += "  exited"
+        elif slow is not None and r.pid == slow.pid:
+            flag = f"  STRAGGLER {slow.ratio:.1f}x"
+        line = fit(line + flag, width or 200)
+        out.append("\n" + line[:len(line) - len(flag)] if flag else "\n" + line, "dim" if r.state != "alive" else "")
+        if flag:
+            out.append(line[len(line) - len(flag):], "bold yellow")
     return out
 
 

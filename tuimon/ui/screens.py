@@ -28,6 +28,8 @@ class MainScreen(Screen):
         # Section titles are their own widgets and panels have no border: a panel that changes
         # is redrawn whole, and borders would be resent with it every second.
         with VerticalScroll(id="body"):
+            yield Static(Text("Ranks · * in detail below · n: next rank", "bold"), classes="title", id="ranks-title")
+            yield Panel(id="ranks", classes="box")
             for wid, title in (("gpus", f"GPUs · a column is {COLUMN_S} s"),
                                ("steps", f"Step time · a column is the median of {COLUMN_S} s"),
                                ("breakdown", "Where the step goes"), ("process", "Process"), ("capture", "Capture")):
@@ -64,6 +66,11 @@ class MainScreen(Screen):
             base.display = slow.baseline is not None
         if slow.baseline is not None:
             base.show(render.baseline_panel(slow.baseline, base.text_width))
+        ranks = q("#ranks", Panel)
+        if ranks.display != (len(slow.ranks) > 1):
+            ranks.display = q("#ranks-title", Static).display = len(slow.ranks) > 1
+        if len(slow.ranks) > 1:
+            ranks.show(render.ranks_panel(slow, ranks.text_width, view.training.pid if view.training else None))
         gpus = q("#gpus", Panel)
         gpus.show(render.gpus_panel(view, gpus.text_width))
         steps = q("#steps", Panel)

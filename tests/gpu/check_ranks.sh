@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Issue 11 on two GPUs (nvidia-h200-x2), NCCL, one GPU per rank: DDP jobs (tests/workloads/ddp.py)
+# under `tuimon run`, each rank measuring its own truth; tuimon's per-rank numbers beside them.
+#   A  a planted straggler: rank 1 spins 30 ms of Python per step (134M parameters, 512 MB of gradients)
+#   B  comm grows: a small model with 0 and then 2 GiB of extra gradient (almost no compute)
+#   C  the probe's cost with comm timing on: the job of A without a straggler, plain torchrun vs
+#      under `tuimon run`, alternated, the job's own median step time
+# From the repo root: source .gpu/activate.sh; OUT=$OUT bash tests/gpu/check_ranks.sh
+# Writes $OUT/ranks_table.txt (and the table last on stdout) and $OUT/ddp_straggler.jsonl (a recording).
+source tests/gpu/prelude.sh
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # (the machine's rule: no NVLink multicast)
+LOGS=$(mktemp -d)
+nvidia-smi -L
+RUN="python3 -m torch.distributed.run --nproc-per-node 2 tests/workloads/ddp.py --device cuda"
+
+wait_steps() {  # DIR N: until rank 0's truth has N steps
+  for _ in $(seq 120); do
+    python3 -c "import json,sys; sys.exit(0 if json.load(open('$1/rank0.json'))['steps'] >= $2 else 1)" 2>/dev/null && return 0
+    sleep 0.5
+  done
+  return 1
+}
+
+case_run() {  # NAME ARGS...: the job under tuimon run; attach --once --json after 150 steps
+  local name=$1; shift
+  local dir=$LOGS/$name; mkdir -p "$dir"
+  python3 -m tuimon run --headless -- $RUN --truth "$dir" "$@" > "$dir/job.log" 2>&1 &
+  local job=$!
+  wait_steps "$dir" 150 || echo "$name: the job did not reach 150 steps" >&2
+  if [ "$name" = straggler ]; then
+    python3 -m tuimon record $job -o "$OUT/ddp_straggler.jsonl" --seconds 8 \
+      --note "DDP on 2 H200s (NCCL), 134M parameters, rank 1 spins 30 ms per step (tests/gpu/check_ranks.sh)" > /dev/null 2>&1
+  fi
+  python3 -m tuimon attach $job --once --json > "$dir/snap.json" 2> "$dir/attach.err"
+  for f in "$dir"/rank*.json; do cp "$f" "$f.at_attach"; done
+  wait $job
+}
+
+CASES=${CASES:-straggler comm0 comm2g}  # (a shorter run: CASES=straggler ROUNDS=1)
+case " $CASES " in *" straggler "*) case_run straggler --width 4096 --layers 8 --batch 64 --slow-rank 1 --slow-ms 30 --seconds ${SECONDS_A:-30};; esac
+case " $CASES " in *" comm0 "*) case_run comm0 --width 1024 --layers 4 --batch 64 --seconds 20;; esac
+case " $CASES " in *" comm2g "*) case_run comm2g --width 1024 --layers 4 --batch 64 --extra-mb 2048 --seconds 20;; esac
+
+for i in $(seq ${ROUNDS:-2}); do  # C: alternated, plain first
+  mkdir -p "$LOGS/plain$i" "$LOGS/probe$i"
+  $RUN --truth "$LOGS/plain$i" --width 4096 --layers 8 --batch 64 --seconds ${SECONDS_C:-15} > "$LOGS/plain$i/job.log" 2>&1
+  python3 -m tuimon run --headless -- $RUN --truth "$LOGS/probe$i" --width 4096 --layers 8 --batch 64 --seconds ${SECONDS_C:-15} \
+    > "$LOGS/probe$i/job.log" 2>&1
+done
+
+python3 - "$LOGS" <<'PY' | tee "$OUT/ranks_table.txt"
+import json, os, statistics, sys
+logs = sys.argv[1]
+
+def truth(case, rank, at_attach=True):
+    p = os.path.join(logs, case, f"rank{rank}.json" + (".at_attach" if at_attach else ""))
+    try:
+        return json.load(open(p))
+    except (OSError, ValueError):
+        return None
+
+print("== per rank: tuimon (attach --once --json) beside the rank's own timers ==")
+print(f"{'case':<10}{'rank':>5}{'step p50 tuimon':>17}{'own step':>10}{'comm ms tuimon':>16}{'own comm':>10}"
+      f"{'comm share':>12}{'own share':>11}{'GPU':>5}{'SM %':>6}")
+summary = {}
+for case in ("straggler", "comm0", "comm2g"):
+    if not os.path.isdir(os.path.join(logs, case)):
+        continue  # (not run: CASES)
+    try:
+        snap = json.load(open(os.path.join(logs, case, "snap.json")))
+    except (OSError, ValueError) as e:
+        err = os.path.join(logs, case, "attach.err")
+        print(case, "no snapshot:", e, open(err).read()[-300:] if os.path.exists(err) else "")
+        continue
+    rows = {r["rank"]: r for r in snap.get("ranks", [])}
+    for rank in (0, 1):
+        r, t = rows.get(rank), truth(case, rank)
+        if r is None or t is None:
+            print(f"{case:<10}{rank:>5}  missing (tuimon row {r is not None}, truth {t is not None})")
+            continue
+        print(f"{case:<10}{rank:>5}{r['step_time_ms']['p50']:>17.2f}{t['step_ms']:>10.2f}{(r['comm_ms'] or 0):>16.2f}"
+              f"{t['comm_ms']:>10.2f}{(r['comm_share'] or 0):>12.1%}{t['comm_share']:>11.1%}{str(r['gpu']):>5}"
+              f"{(r['sm_active'] or 0):>6.0f}")
+    summary[case] = snap
+    v = snap["verdict"]
+    print(f"  verdict: {v['headline']} | {v['evidence']}")
+    print(f"  straggler: {snap.get('straggler')} | comm_share {snap.get('comm_share')} | grad MB "
+          f"{truth(case, 0)['grad_mb'] if truth(case, 0) else '?'}")
+
+s = summary.get("straggler", {}).get("straggler")
+t0, t1 = truth("straggler", 0), truth("straggler", 1)
+if t0 and t1:
+    own_ratio = t1["own_ms"] / t0["own_ms"]
+    print(f"\nstraggler truth: rank 1 own {t1['own_ms']:.2f} ms vs rank 0 {t0['own_ms']:.2f} ms = {own_ratio:.2f}x; "
+          f"tuimon: {('rank %s, %.2fx' % (s['rank'], s['ratio'])) if s else 'none'}"
+          + (f" ({s['ratio'] / own_ratio:.2f} of the truth)" if s else ""))
+c0, c2 = summary.get("comm0"), summary.get("comm2g")
+if c0 and c2:
+    print(f"comm share, 0 -> 2 GiB extra gradient: tuimon {c0['comm_share']} -> {c2['comm_share']}; own "
+          f"{statistics.mean(truth('comm0', r)['comm_share'] for r in (0, 1)):.3f} -> "
+          f"{statistics.mean(truth('comm2g', r)['comm_share'] for r in (0, 1)):.3f}")
+
+print("\n== probe cost with comm timing on: the job's own median step (ms), rank 0 / rank 1 ==")
+plain, probe = [], []
+for i in range(1, 10):
+    for kind, acc in (("plain", plain), ("probe", probe)):
+        ts = [truth(f"{kind}{i}", r, at_attach=False) for r in (0, 1)]
+        if all(ts):
+            acc.append(statistics.mean(t["step_ms"] for t in ts))
+            print(f"{kind}{i}: " + " / ".join(f"{t['step_ms']:.3f}" for t in ts))
+if plain and probe:
+    print(f"probe / plain: {statistics.mean(probe) / statistics.mean(plain):.4f} "
+          f"(plain {statistics.mean(plain):.3f} ms, probe {statistics.mean(probe):.3f} ms)")
+PY

@@ -1,0 +1,195 @@
+"""Every rank of a multi-process job: a real DDP job under torchrun (gloo, 2 ranks on the CPU;
+tests/workloads/ddp.py, which measures its own truth per rank), a launcher that restarts a rank
+(as torchrun's elastic agent does), and the pure parts (the straggler, the verdicts, the panel)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT, tuimon_cmd, wait_for
+from tuimon.analysis import ranks as job_ranks
+from tuimon.analysis.diagnosis import Evidence, diagnose
+from tuimon.model import Cycle, RankRow, from_json, to_json
+from tuimon.monitor.session import LiveSession
+
+DDP = str(ROOT / "tests" / "workloads" / "ddp.py")
+
+
+def ddp_job(truth, *args, seconds=25):
+    """The job under `tuimon run --headless`: torchrun, two gloo ranks."""
+    return subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, "-m", "torch.distributed.run",
+                                       "--standalone", "--nproc-per-node", "2", DDP, "--truth", truth,
+                                       "--seconds", seconds, *args),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def truths(d, steps):
+    """Both ranks' truth once each has `steps` steps of the job proper (past the window's 100)."""
+    def ready():
+        try:
+            t = [json.loads((d / f"rank{r}.json").read_text()) for r in (0, 1)]
+        except (OSError, ValueError):
+            return None
+        return t if all(x["steps"] >= steps for x in t) else None
+    return wait_for(ready, timeout=120, what=f"{steps} steps on both ranks")
+
+
+def attach_json(pid):
+    p = subprocess.run(tuimon_cmd("attach", pid, "--once", "--json"), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def stop(job):
+    job.kill()
+    job.wait()
+    subprocess.run(["pkill", "-f", DDP], check=False)  # (torchrun's workers outlive a killed tuimon run)
+
+
+def test_a_ddp_job_with_a_straggler(tmp_path):
+    """Rank 1 sleeps 40 ms a step (a wait, as slow storage would): both ranks shown with their own
+    numbers, rank 1 named with its ratio, rank 0's wait shown as comm; the same from rank 1's PID;
+    the detail switches rank."""
+    job = ddp_job(tmp_path, "--slow-rank", "1", "--slow-ms", "40", "--slow-how", "sleep")
+    try:
+        truths(tmp_path, 110)
+        snap = attach_json(job.pid)
+        truth = {t["rank"]: t for t in truths(tmp_path, 110)}
+        rows = {r["rank"]: r for r in snap["ranks"]}
+        assert sorted(rows) == [0, 1] and {rows[r]["pid"] for r in rows} == {truth[r]["pid"] for r in truth}
+        for r in (0, 1):  # each rank's step time matches its own timer
+            assert rows[r]["step_time_ms"]["p50"] == pytest.approx(truth[r]["step_ms"], rel=0.15), (r, rows[r], truth[r])
+        own_ratio = truth[1]["own_ms"] / truth[0]["own_ms"]
+        s = snap["straggler"]
+        assert snap["verdict"]["code"] == "straggler" and s["rank"] == 1, snap["verdict"]
+        assert s["ratio"] == pytest.approx(own_ratio, rel=0.15), (s, own_ratio)
+        assert next(iter(s["slower_ms"])) == "other" and s["slower_ms"]["other"] == pytest.approx(40, abs=8)
+        assert rows[0]["comm_share"] > rows[1]["comm_share"] + 0.2  # rank 0 waits for rank 1
+        assert rows[0]["comm_ms"] == pytest.approx(truth[0]["comm_ms"], abs=0.25 * truth[0]["step_ms"])
+        assert snap["comm_share"] == pytest.approx((rows[0]["comm_share"] + rows[1]["comm_share"]) / 2, abs=0.01)
+
+        from_rank1 = attach_json(truth[1]["pid"])  # attached to a rank: its siblings too
+        assert from_rank1["rank"] == 1 and sorted(r["rank"] for r in from_rank1["ranks"]) == [0, 1]
+
+        session = LiveSession(job.pid, devices=None)
+        try:
+            first = session.poll()
+            assert first.training.rank == 0 and len(first.ranks) == 2
+            assert "rank 1" in session.next_rank()
+            assert session.poll().training.rank == 1
+        finally:
+            session.stop()
+    finally:
+        stop(job)
+
+
+def test_comm_share_grows_with_the_gradient(tmp_path):
+    """The same small model with 0 and then 48 MB of extra gradient (almost no compute): tuimon's
+    comm share rises as the loop's own does."""
+    shares = {}
+    for extra in (0, 48):
+        d = tmp_path / f"extra{extra}"
+        d.mkdir()
+        job = ddp_job(d, "--width", "256", "--layers", "2", "--extra-mb", extra, seconds=12)
+        try:
+            truths(d, 60)
+            snap = attach_json(job.pid)
+            shares[extra] = (snap["comm_share"], [json.loads((d / f"rank{r}.json").read_text())["comm_share"]
+                                                  for r in (0, 1)])
+        finally:
+            stop(job)
+    assert shares[48][0] > shares[0][0] + 0.1, shares
+    assert min(shares[48][1]) > max(shares[0][1]), shares  # (the loop's own view agrees)
+
+
+LAUNCHER = r"""
+import os, subprocess, sys, time
+child = "import os, time, tuimon\ntuimon.instrument()\nwhile True:\n    time.sleep(0.01)\n    tuimon.step()\n"
+def start(rank):
+    env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
+    return subprocess.Popen([sys.executable, "-c", child], env=env)
+procs = {r: start(r) for r in (0, 1)}
+print(" ".join(str(p.pid) for p in procs.values()), flush=True)
+while True:  # an elastic agent in miniature: a rank that dies is started again
+    for r, p in procs.items():
+        if p.poll() is not None:
+            procs[r] = start(r)
+            print(procs[r].pid, flush=True)
+    time.sleep(0.05)
+"""
+
+
+def test_a_restarted_rank_replaces_its_old_row():
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, text=True)
+    session = LiveSession(launcher.pid, devices=None)
+    try:
+        pids = [int(x) for x in launcher.stdout.readline().split()]
+        def both():
+            time.sleep(0.2)
+            c = session.poll()
+            return c.ranks if len(c.ranks) == 2 else None
+        rows = wait_for(both, what="two ranks")
+        assert [r.pid for r in rows] == pids and all(r.state == "alive" for r in rows)
+        os.kill(pids[1], 9)
+        new = int(launcher.stdout.readline())
+
+        def restarted():
+            time.sleep(0.2)
+            c = session.poll()
+            return c.ranks if [(r.rank, r.pid, r.state) for r in c.ranks] == [(0, pids[0], "alive"), (1, new, "alive")] \
+                else None
+        wait_for(restarted, timeout=20, what="rank 1's new process, and no row for the old one")
+    finally:
+        session.stop()
+        launcher.kill()
+        launcher.wait()
+        subprocess.run(["pkill", "-f", "tuimon.step()"], check=False)
+
+
+# -- the pure parts ---------------------------------------------------------------------------------
+
+
+def row(rank, step, comm, phases=None, **kw):
+    return RankRow(rank=rank, pid=100 + rank, steps=200, window_steps=100, step_p50_ms=step, step_p95_ms=step,
+                   step_mean_ms=step, data_wait_share=0.01, phases=phases or {"forward": step - comm, "comm": comm},
+                   comm_ms=comm, comm_share=comm / step, **kw)
+
+
+def test_the_straggler_is_the_rank_with_the_most_own_work():
+    rows = [row(0, 36.0, 30.5, {"forward": 2.0, "backward": 3.5, "comm": 30.5}),
+            row(1, 36.0, 0.8, {"forward": 2.0, "backward": 3.5, "other": 29.7, "comm": 0.8}),
+            row(2, 36.0, 30.0, {"forward": 2.5, "backward": 3.5, "comm": 30.0})]
+    s = job_ranks.straggler(rows)
+    assert (s.rank, s.own_ms, s.others_ms) == (1, 35.2, 5.75) and s.ratio == pytest.approx(35.2 / 5.75, rel=1e-3)
+    assert list(s.slower) == ["other"] and s.slower["other"] == 29.7  # forward is not slower than the median
+    assert job_ranks.comm_share(rows) == pytest.approx((30.5 + 0.8 + 30.0) / 36 / 3, abs=1e-4)
+    # an exited rank, or one with too few steps, is not compared
+    assert job_ranks.straggler([rows[0], row(1, 36.0, 0.8, state="exited")]) is None
+    assert job_ranks.straggler([rows[0]]) is None
+
+
+def test_the_verdicts_for_ranks():
+    rows = [row(0, 36.0, 30.5), row(1, 36.0, 0.8, {"forward": 5.0, "other": 30.2, "comm": 0.8})]
+    e = Evidence(steps=100, step_ms=36.0, data_share=0.3, phases={"forward": 0.1}, ranks=2,
+                 straggler=job_ranks.straggler(rows), comm_share=job_ranks.comm_share(rows))
+    v = diagnose(e)  # before input-bound: the others' numbers are the straggler's doing
+    assert v.code == "straggler" and v.headline.startswith("straggler: rank 1, 6.4x")
+    assert "outside the model on that rank only" in v.next_step and "its other +" in v.evidence
+    balanced = [row(0, 10.0, 3.0), row(1, 10.0, 3.2)]
+    e = Evidence(steps=100, step_ms=10.0, data_share=0.01, phases={"forward": 0.7}, ranks=2, comm_mb=512.0,
+                 comm_gpu=True, straggler=job_ranks.straggler(balanced), comm_share=job_ranks.comm_share(balanced))
+    v = diagnose(e)
+    assert v.code == "comm-bound" and "31% of the step in collectives (the mean of 2 ranks)" in v.evidence
+    assert "512 MB" in v.evidence and "no_sync()" in v.next_step
+    assert {r.code: r.fired for r in v.rules}["straggler"] is False  # 1.07x is not a straggler
+    e = Evidence(steps=100, step_ms=10.0, data_share=0.01, phases={"forward": 0.9}, comm_share=0.05)
+    assert diagnose(e).code != "comm-bound"  # 5% < 10%
+
+
+def test_a_cycle_with_ranks_goes_to_json_and_back():
+    c = Cycle(t=1, ranks=[row(0, 36.0, 30.5, gpu=0, sm_active=22.0), row(1, 36.0, 0.8, gpu=1)])
+    assert from_json(Cycle, json.loads(json.dumps(to_json(c)))) == c

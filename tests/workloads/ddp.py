@@ -1,0 +1,146 @@
+"""A DDP training job that measures its own truth per rank. No tuimon import: run it under torchrun
+(itself under `tuimon run`), which sees it with no code change.
+
+    torchrun --nproc-per-node 2 ddp.py [--device cpu|cuda] [--width 512] [--layers 4]
+        [--extra-mb 0] [--slow-rank 1 --slow-ms 20] [--seconds 20] [--truth DIR]
+
+(--seconds: about as long as that, in a number of steps every rank agrees on.)
+
+Each rank trains an MLP (width x width x layers) under DistributedDataParallel (gloo on the CPU,
+NCCL on GPUs, one GPU per rank); --extra-mb adds a parameter of that many MB whose gradient costs
+almost no compute but must be all-reduced (comm grows, compute does not); --slow-rank spins
+--slow-ms of Python per step on one rank, or sleeps as long with --slow-how sleep (a straggler).
+
+Its truth, per rank, in DIR/rank<R>.json (every 0.5 s):
+- own_ms: the rank's own work per step, measured first for --calibrate steps under no_sync() (the
+  same step without gradient reduction; on CUDA synchronized at each step's end, so it is GPU time);
+- step_ms: the median step time of the last 100 steps of the job proper (one loss.item() a step);
+- comm_ms = step_ms - own_ms: what the step spends communicating and waiting for the others;
+- grad_mb: the gradient bytes all-reduced per step.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections import deque
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, IterableDataset
+
+
+def spin(ms: float) -> None:
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+
+class Batches(IterableDataset):
+    def __init__(self, batch, width):
+        self.batch, self.width = batch, width
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(0)
+        while True:
+            yield torch.randn(self.batch, self.width, generator=g), torch.randn(self.batch, 1, generator=g)
+
+
+class Net(nn.Module):
+    def __init__(self, width, layers, extra_mb):
+        super().__init__()
+        self.body = nn.Sequential(*[m for _ in range(layers) for m in (nn.Linear(width, width), nn.ReLU())])
+        self.head = nn.Linear(width, 1)
+        self.extra = nn.Parameter(torch.zeros(int(extra_mb * 2**20 / 4))) if extra_mb else None
+
+    def forward(self, x):
+        y = self.head(self.body(x))
+        if self.extra is not None:  # a gradient of extra_mb for ~no compute
+            y = y + self.extra[:1].sum() * 0
+        return y
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--extra-mb", type=float, default=0)
+    ap.add_argument("--slow-rank", type=int, default=-1)
+    ap.add_argument("--slow-ms", type=float, default=0)
+    ap.add_argument("--slow-how", choices=("spin", "sleep"), default="spin",
+                    help="spin: Python on the CPU; sleep: a wait (I/O-like: leaves the CPU to the others)")
+    ap.add_argument("--calibrate", type=int, default=30)
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--truth")
+    a = ap.parse_args()
+
+    cuda = a.device == "cuda"
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    if cuda:
+        torch.cuda.set_device(local)
+    else:
+        torch.set_num_threads(1)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank = dist.get_rank()
+    dev = torch.device("cuda", local) if cuda else torch.device("cpu")
+    torch.manual_seed(0)
+    net = Net(a.width, a.layers, a.extra_mb).to(dev)
+    model = DDP(net, device_ids=[local] if cuda else None)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    batches = iter(DataLoader(Batches(a.batch, a.width), batch_size=None))
+    grad_mb = sum(p.numel() * p.element_size() for p in net.parameters()) / 2**20
+
+    def step():
+        x, y = next(batches)
+        loss = nn.functional.mse_loss(model(x.to(dev, non_blocking=True)), y.to(dev, non_blocking=True))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if rank == a.slow_rank:
+            spin(a.slow_ms) if a.slow_how == "spin" else time.sleep(a.slow_ms / 1e3)
+        return loss
+
+    own = []  # the rank's own work: the same step, no reduction
+    for i in range(a.calibrate + 5):
+        t0 = time.perf_counter()
+        with model.no_sync():
+            step()
+        if cuda:
+            torch.cuda.synchronize()
+        if i >= 5:
+            own.append(time.perf_counter() - t0)
+    own_ms = 1e3 * statistics.median(own)
+    slowest = torch.tensor([own_ms], dtype=torch.float64, device=dev)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # every rank runs the same number of steps
+    total = max(10, int(a.seconds * 1e3 / slowest.item()))
+    if rank == 0:
+        print("training", flush=True)
+
+    steps: deque = deque(maxlen=100)
+    last_write, n = 0.0, 0
+    t_prev = time.perf_counter()
+    while n < total:
+        step().item()  # the loss, as a loop logs it: the host keeps pace with the GPU
+        t = time.perf_counter()
+        steps.append(t - t_prev)
+        t_prev, n = t, n + 1
+        if a.truth and time.monotonic() - last_write >= 0.5 and len(steps) >= 10:
+            last_write = time.monotonic()
+            step_ms = 1e3 * statistics.median(steps)
+            out = {"rank": rank, "pid": os.getpid(), "device": a.device, "steps": n, "own_ms": own_ms,
+                   "step_ms": step_ms, "comm_ms": step_ms - own_ms, "comm_share": max(0.0, 1 - own_ms / step_ms),
+                   "grad_mb": grad_mb, "slow": rank == a.slow_rank}
+            path = os.path.join(a.truth, f"rank{rank}.json")
+            with open(path + ".tmp", "w") as f:
+                json.dump(out, f)
+            os.replace(path + ".tmp", path)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""Every rank of a job on this node: the channels of a launcher's (torchrun's) instrumented
+descendants, each drained by its own TrainingView, looked for again every REDISCOVER_S, so ranks
+that start or restart (torchrun's elastic restarts: new PIDs, same ranks) are picked up. A rank
+whose process ended is marked exited until its rank comes back or EXITED_KEEP_S pass."""
+
+from __future__ import annotations
+
+import time
+
+from ..channel import ChannelError, SegmentReader, find_segments, procinfo
+from ..model import GpuSample, RankRow, TrainingSnapshot, num
+from ..sources.channel import ChannelSource
+from .training import TrainingView
+
+REDISCOVER_S = 1.0
+EXITED_KEEP_S = 30.0
+
+
+def job_root(pid: int, shown: SegmentReader) -> int | None:
+    """The process whose descendants are the job's ranks: the launcher asked for, or the parent
+    (torchrun's agent) of a rank asked for; None for a job of one process."""
+    meta = shown.info.meta
+    if not isinstance(meta.get("rank"), int) or not isinstance(meta.get("world_size"), int) or meta["world_size"] < 2:
+        return None
+    if shown.info.pid != pid:
+        return pid  # a launcher: its descendants
+    return procinfo.parent(pid)
+
+
+class RankSet:
+    def __init__(self, root: int, shown: TrainingView):
+        self.root = root
+        self.views: dict[int, TrainingView] = {shown.source.reader.info.pid: shown}
+        self.exited_at: dict[int, float] = {}
+        self._looked_at = 0.0
+
+    def _discover(self) -> None:
+        now = time.monotonic()
+        if now - self._looked_at < REDISCOVER_S:
+            return
+        self._looked_at = now
+        for f in find_segments(self.root):
+            if f.relation != "descendant" or f.pid in self.views:
+                continue
+            try:
+                reader = SegmentReader(f.path)
+            except ChannelError:
+                continue  # (not readable yet: its writer may be starting)
+            if isinstance(reader.info.meta.get("rank"), int):
+                self.views[f.pid] = TrainingView(ChannelSource(reader))
+            else:
+                reader.close()
+
+    def poll(self, shown: TrainingView, shown_snap: TrainingSnapshot | None) -> dict[int, TrainingSnapshot]:
+        """Drain every rank but the one shown (the session drains that one); their snapshots by PID."""
+        self._discover()
+        snaps: dict[int, TrainingSnapshot] = {}
+        now = time.monotonic()
+        for pid, view in list(self.views.items()):
+            if view is shown:
+                snap = shown_snap
+            else:
+                try:
+                    view.poll()
+                    snap = view.snapshot()
+                except ChannelError:
+                    snap = None
+            if snap is None or snap.state != "alive":
+                self.exited_at.setdefault(pid, now)
+            if snap is not None:
+                snaps[pid] = snap
+        self._forget(snaps, shown, now)
+        return snaps
+
+    def _forget(self, snaps: dict[int, TrainingSnapshot], shown: TrainingView, now: float) -> None:
+        """Drop exited ranks whose rank came back under a new PID, or that ended long ago."""
+        alive_ranks = {s.rank for p, s in snaps.items() if p not in self.exited_at}
+        for pid, since in list(self.exited_at.items()):
+            s = snaps.get(pid)
+            if self.views.get(pid) is shown:
+                continue
+            if now - since >= EXITED_KEEP_S or s is None or s.rank in alive_ranks:
+                view = self.views.pop(pid, None)
+                self.exited_at.pop(pid, None)
+                snaps.pop(pid, None)
+                if view is not None:
+                    view.source.reader.close()
+
+    def view_of_rank(self, rank: int) -> TrainingView | None:
+        """The live view of that rank (the newest PID if it restarted)."""
+        found = [(pid, v) for pid, v in self.views.items()
+                 if v.source.reader.info.meta.get("rank") == rank and pid not in self.exited_at]
+        return max(found)[1] if found else None
+
+    def ranks(self) -> list[int]:
+        return sorted({r for v in self.views.values() if isinstance(r := v.source.reader.info.meta.get("rank"), int)})
+
+    def close(self, keep: TrainingView | None = None) -> None:
+        for view in self.views.values():
+            if view is not keep:
+                view.source.reader.close()
+        self.views.clear()
+
+
+def rows(snaps: dict[int, TrainingSnapshot], gpus: list[GpuSample] | None, exited: set[int]) -> list[RankRow]:
+    """One row per rank, by rank, with the GPU NVML sees its process on and that GPU's activity."""
+    on_gpu: dict[int, GpuSample] = {}
+    for g in gpus or []:
+        if isinstance(g.processes, list):
+            for p in g.processes:
+                on_gpu.setdefault(p.pid, g)
+    out = []
+    for pid, s in snaps.items():
+        g = on_gpu.get(pid)
+        sm, coarse = (None, False) if g is None else (
+            (num(g.sm_active), False) if num(g.sm_active) is not None else (num(g.util_gpu), num(g.util_gpu) is not None))
+        st = s.step_time_ms
+        out.append(RankRow(
+            rank=s.rank, pid=pid, state="exited" if pid in exited else "alive",
+            local_rank=s.local_rank, gpu=g.index if g is not None else None, sm_active=sm, sm_coarse=coarse,
+            steps=s.steps, window_steps=s.window_steps,
+            step_p50_ms=st.p50 if st else None, step_p95_ms=st.p95 if st else None, step_mean_ms=st.mean if st else None,
+            data_wait_share=s.data_wait_share, phases={p.name: p.mean_ms for p in s.phases},
+            comm_ms=s.comm.per_step_ms if s.comm else None, comm_share=s.comm.share if s.comm else None))
+    return sorted(out, key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.pid))
