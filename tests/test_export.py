@@ -156,6 +156,8 @@ def test_the_grafana_dashboard_asks_only_for_series_the_exporter_serves():
 
     fixture = str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl")
     view = state_from_recording(fixture, baseline=("good.json", h100_baseline())).view()
-    served = {s.name for fam in families(view) for s in fam.samples}
+    ddp = state_from_recording(str(ROOT / "tests" / "fixtures" / "h200x2_ddp_straggler.jsonl")).view()  # (ranks)
+    served = {s.name for v in (view, ddp) for fam in families(v) for s in fam.samples}
     assert len(wanted) >= 12 and wanted <= served, wanted - served
     assert {"tuimon_regression", "tuimon_baseline_step_time_ratio", "tuimon_phase_delta_seconds"} <= wanted
+    assert {"tuimon_rank_own_work_seconds", "tuimon_rank_comm_ratio", "tuimon_straggler_ratio"} <= wanted

@@ -11,7 +11,8 @@ from ..analysis import thresholds as T
 from ..model import NA
 from ..monitor.state import View
 
-VERDICTS = ("waiting", "input-bound", "memory-bound", "compute-bound", "healthy", "sync-bound", "host-bound", "mixed")
+VERDICTS = ("waiting", "straggler", "input-bound", "comm-bound", "memory-bound", "compute-bound", "healthy", "sync-bound",
+            "host-bound", "mixed")
 
 
 def _num(v) -> float | None:
@@ -114,10 +115,35 @@ def _job(f: _Families, view: View) -> None:
               t.memory.alloc_retries, counter=True)
     f.add("tuimon_records_dropped_total", "Channel records overwritten before the monitor read them", labels,
           t.dropped, counter=True)
+    _ranks(f, view, labels)
     code = view.verdict.code
     for c in VERDICTS:  # a state set: exactly one is 1
         f.add("tuimon_verdict", "The diagnosis: 1 for the current verdict", {**labels, "verdict": c}, int(c == code))
     _baseline(f, view, labels)
+
+
+def _ranks(f: _Families, view: View, labels: dict[str, str]) -> None:
+    """The job's time in collectives; with 2+ ranks on this node, one series per rank, and the
+    slowest rank's own work over the others' (whether or not it is past the straggler bar)."""
+    t = view.training
+    share = view.comm_share if view.ranks else (t.comm.share if t is not None and t.comm else None)
+    f.add("tuimon_comm_ratio", "Share of step time waiting in collectives (the ranks' mean on this node)", labels, share)
+    for r in view.ranks:
+        rl = {"pid": str(r.pid), "rank": "" if r.rank is None else str(r.rank)}
+        f.add("tuimon_rank_up", "1 while the rank's process runs, 0 once it exited (until its rank comes back)", rl,
+              int(r.state == "alive"))
+        for q, v in (("0.5", r.step_p50_ms), ("0.95", r.step_p95_ms)):
+            f.add("tuimon_rank_step_time_seconds", "Each rank's step time over its window, by quantile",
+                  {**rl, "quantile": q}, v, scale=1e-3)
+        f.add("tuimon_rank_own_work_seconds", "Each rank's step less its waits in collectives (mean)", rl, r.own_ms,
+              scale=1e-3)
+        f.add("tuimon_rank_comm_ratio", "Share of each rank's step waiting in collectives", rl, r.comm_share)
+        f.add("tuimon_rank_data_wait_ratio", "Share of each rank's step waiting for batches", rl, r.data_wait_share)
+    s = view.straggler
+    if s is not None:
+        f.add("tuimon_straggler_ratio", f"The slowest rank's own work over the other ranks' median (a straggler "
+              f"from {T.STRAGGLER.show()})", {"pid": str(s.pid), "rank": "" if s.rank is None else str(s.rank)},
+              s.ratio)
 
 
 def _baseline(f: _Families, view: View, labels: dict[str, str]) -> None:
