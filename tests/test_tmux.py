@@ -238,3 +238,27 @@ def test_a_job_that_fails_at_start_shows_its_log_and_last_lines(shm_dir):
         assert wait_for(lambda: "tuimon: the job exited with code 1" in t.screen(), timeout=15, what="the exit line")
     finally:
         t.kill()
+
+
+def test_the_ranks_of_a_ddp_job_and_n(tmp_path):
+    """A torchrun job (2 gloo ranks, rank 1 planted slow): the Ranks panel lists both with the
+    straggler named, and n moves the detail (the header) to rank 1."""
+    from tests.test_ranks import ddp_job, stop, truths
+
+    job = ddp_job(tmp_path, "--slow-rank", "1", "--slow-ms", "60", "--slow-how", "sleep", seconds=40)
+    t = None
+    try:
+        truths(tmp_path, 110)
+        t = Tmux(shlex.join(tuimon_cmd("attach", job.pid)), size=(120, 45))
+
+        def screen_where(pred, what):
+            return wait_for(lambda: (lambda s: s if pred(s) else None)(t.screen()), timeout=30, what=what)
+        screen = screen_where(lambda s: "STRAGGLER" in s, "the Ranks panel")
+        assert "rank 0/2" in screen and re.search(r"^\s*\*\s+0\s", screen, re.M) and "STRAGGLER: RANK 1" in screen
+        t.keys("n")
+        screen_where(lambda s: "rank 1/2" in s, "the detail on rank 1")
+        screen_where(lambda s: re.search(r"^\s*\*\s+1\s", s, re.M), "* on rank 1")
+    finally:
+        if t is not None:
+            t.kill()
+        stop(job)
