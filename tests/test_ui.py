@@ -209,6 +209,7 @@ async def test_c_takes_a_capture_of_a_real_job_and_shows_what_it_found(shm_dir, 
             assert "last capture 1: steps" in shown and ".pt.trace.json.gz" in shown, shown
             first, last = map(int, shown.split("last capture 1: steps ")[1].split()[0].split(".."))
             assert last - first + 1 == 5
+            app._set_steps(100)  # (~2.5 s of steps: on a loaded machine a 5-step window could end between two keys)
             await pilot.press("c")
             await pilot.press("c")  # while the first still runs: refused, one at a time
             for _ in range(40):  # (the notification is a message: handled on a later turn of the loop)
