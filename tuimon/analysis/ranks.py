@@ -3,14 +3,10 @@ in collectives. Pure: rank rows in, numbers out."""
 
 from __future__ import annotations
 
+from statistics import median as _median
+
 from ..model import RankRow, Straggler
 from . import thresholds as T
-
-
-def _median(values: list[float]) -> float:
-    s = sorted(values)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
 def _measured(rows: list[RankRow]) -> list[RankRow]:

@@ -4,15 +4,16 @@ and the last capture's kernel count."""
 
 from __future__ import annotations
 
-from ..analysis import ranks as job_ranks
 from ..analysis.diagnosis import Evidence
-from ..model import CaptureStatus, ProcessSample, RankRow, TrainingSnapshot
+from ..model import CaptureStatus, ProcessSample, Straggler, TrainingSnapshot
 
 MIN_SPAN_S, MAX_SPAN_S = 3.0, 60.0  # GPU samples averaged: the step window's span, within these
 
 
 def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_means: dict[str, float | None],
-          gpm: bool, captures: list[CaptureStatus], has_channel: bool, ranks: list[RankRow] = ()) -> Evidence:
+          gpm: bool, captures: list[CaptureStatus], has_channel: bool, ranks: int = 0,
+          straggler: Straggler | None = None, job_comm_share: float | None = None) -> Evidence:
+    """ranks, straggler, job_comm_share: the job's (analysis/ranks.py), for 2+ ranks on this node."""
     t = training
     if t is None:
         return Evidence(has_channel=has_channel, **gpu_means, gpm=gpm)
@@ -36,9 +37,9 @@ def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_
         workers=t.dataloader_workers,
         workers_cpu=[r.cpu_percent for r in loaders if isinstance(r.cpu_percent, float)] if t.dataloader_workers else [],
         kernels_per_step=kernels[0], kernel_us=kernels[1],
-        ranks=len(ranks),
-        straggler=job_ranks.straggler(list(ranks)),
-        comm_share=job_ranks.comm_share(list(ranks)) if ranks else (t.comm.share if t.comm else None),
+        ranks=ranks,
+        straggler=straggler,
+        comm_share=job_comm_share if ranks else (t.comm.share if t.comm else None),
         comm_mb=t.comm.mb_per_step if t.comm else None,
         comm_gpu=bool(t.comm and t.comm.gpu_ms is not None),
         **gpu_means,

@@ -207,13 +207,14 @@ class MonitorState:
     def view(self, paused: bool = False) -> View:
         gpus = [GpuView(self.gpus[i], {f: list(v) for f, v in self._gpu_hist[i].items()}, self._gpu_columns(i))
                 for i in sorted(self.gpus)]
-        return View(self.training, self.process, gpus, list(self._step_ms), self._verdict(),
+        straggler, comm_share = job_ranks.straggler(self.ranks), job_ranks.comm_share(self.ranks)
+        return View(self.training, self.process, gpus, list(self._step_ms), self._verdict(straggler, comm_share),
                     self.target_gpus(), self.gpu_note, paused, self.capture,
                     [self.captures[k] for k in sorted(self.captures)], dict(self.problems), self.channel,
                     self.shown_why, [_median(c.step_ms) for c in self._columns],
                     [_median(c.gpu_step_ms) for c in self._columns], self._nvml_memory(), self.host,
                     self.job_log, list(self.job_tail), self._comparison, list(self.ranks),
-                    job_ranks.straggler(self.ranks), job_ranks.comm_share(self.ranks))
+                    straggler, comm_share)
 
     def _nvml_memory(self) -> tuple:
         """What NVML counts for the target's processes on its GPUs, and those GPUs' total."""
@@ -234,7 +235,8 @@ class MonitorState:
     def _gpu_columns(self, i: int) -> dict[str, list]:
         return {f: [_mean(c.gpu[i][f]) if i in c.gpu else None for c in self._columns] for f in GPU_SERIES}
 
-    def _verdict(self) -> Verdict:
+    def _verdict(self, straggler: Straggler | None, comm_share: float | None) -> Verdict:
+        """straggler, comm_share: the job's, from its ranks (None: one process)."""
         used = self.target_gpus() or sorted(self.gpus)
         span_ns = evidence.window_span_s(self.training) * 1e9
         means: dict[str, float | None] = {}
@@ -244,7 +246,8 @@ class MonitorState:
         gpm = any(self.gpus[i].gpm for i in used)
         has_channel = self.training is not None or not isinstance(self.channel, NA)
         return diagnose(evidence.build(self.training, self.process, means, gpm,
-                                       [self.captures[k] for k in sorted(self.captures)], has_channel, self.ranks))
+                                       [self.captures[k] for k in sorted(self.captures)], has_channel,
+                                       len(self.ranks), straggler, comm_share))
 
     def _window_mean(self, i: int, f: str, span_ns: float) -> float | None:
         hist = self._gpu_hist.get(i)

@@ -20,7 +20,6 @@ comm.bytes (tensors handed to collectives) and comm.calls. Events are never wait
 from __future__ import annotations
 
 import functools
-import threading
 from collections import deque
 from time import monotonic_ns as _now
 
@@ -47,7 +46,6 @@ class CommTiming:
         self.reducing = 0  # bytes a DDP forward of this step will all-reduce in backward (0: none)
         self._final: tuple[int, object] | None = None  # (host ns, event) when backward's gradients were all queued
         self._armed = False  # this backward's root has tuimon's hook
-        self._lock = threading.Lock()  # the DDP hook runs on autograd's threads
         self._names: dict[str, int] = {}
 
     # -- explicit collectives (the loop thread) -----------------------------------------------------
@@ -62,9 +60,8 @@ class CommTiming:
     def add_pair(self, step: int, start, end) -> None:
         if start is None or end is None:
             return
-        with self._lock:
-            self._pairs.append((step, start, end))
-            self._gpu.setdefault(step, [0, 0])[1] += 1
+        self._pairs.append((step, start, end))
+        self._gpu.setdefault(step, [0, 0])[1] += 1
 
     def count(self, nbytes: int) -> None:
         self.bytes += nbytes
@@ -89,6 +86,7 @@ class CommTiming:
             pass
 
     def _gradients_queued(self) -> None:
+        # (on autograd's thread while the loop thread waits in backward: nothing here runs at once)
         self._final = (_now(), self.event())
 
     def backward_done(self, probe, t_end: int) -> None:
@@ -108,6 +106,8 @@ class CommTiming:
     # -- the step boundary (the loop thread) ------------------------------------------------------------
 
     def close(self, step: int, t1: int) -> None:
+        """The step ended; a DDP forward whose backward never came (evaluation with grad on) reduces nothing."""
+        self.reducing, self._armed, self._final = 0, False, None
         tid = self._tid()
         if self.calls:
             self._emit(L.STEP_VALUE, 0, self._name("comm.bytes"), tid, step, 0, t1, float(self.bytes))
@@ -116,22 +116,21 @@ class CommTiming:
         self._resolve(step, t1, tid)
 
     def _resolve(self, now_step: int, t1: int, tid: int) -> None:
-        with self._lock:
-            while self._pairs:
-                step, a, b = self._pairs[0]
-                if not b.query():
-                    break
-                self._pairs.popleft()
-                acc = self._gpu[step]
-                acc[0] += max(0.0, a.elapsed_time(b)) * 1e6
-                acc[1] -= 1
-                self._free += (a, b)
-            for step in sorted(self._gpu):
-                acc = self._gpu[step]
-                if step > now_step or acc[1] > 0:
-                    break
-                self._emit(L.STEP_VALUE, 0, self._name("comm.gpu_ns"), tid, step, 0, t1, float(acc[0]))
-                del self._gpu[step]
+        while self._pairs:
+            step, a, b = self._pairs[0]
+            if not b.query():
+                break
+            self._pairs.popleft()
+            acc = self._gpu[step]
+            acc[0] += max(0.0, a.elapsed_time(b)) * 1e6
+            acc[1] -= 1
+            self._free += (a, b)
+        for step in sorted(self._gpu):
+            acc = self._gpu[step]
+            if step > now_step or acc[1] > 0:
+                break
+            self._emit(L.STEP_VALUE, 0, self._name("comm.gpu_ns"), tid, step, 0, t1, float(acc[0]))
+            del self._gpu[step]
 
     def _name(self, name: str) -> int:
         nid = self._names.get(name)
