@@ -5,6 +5,7 @@ tests/gpu/check_nsys_sessions.sh."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -60,9 +61,15 @@ def fake_nsys(tmp_path, monkeypatch):
 
 def headless_job(*extra, seconds=60):
     p = subprocess.Popen(tuimon_cmd("run", "--headless", "--nsys", *extra, "--", sys.executable, LOOP,
-                                    "--seconds", seconds), stdout=subprocess.PIPE, text=True)
+                                    "--seconds", seconds), stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert p.stdout.readline().strip() == "training"
     return p
+
+
+def kill(job):
+    """The job and what nsys started (killing nsys alone would leave the loop running its minute)."""
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
 
 
 def test_three_windows_on_a_running_job_each_with_its_report(fake_nsys, tmp_path):
@@ -77,6 +84,7 @@ def test_three_windows_on_a_running_job_each_with_its_report(fake_nsys, tmp_path
                                capture_output=True, text=True, timeout=90)
             assert p.returncode == 0, p.stderr
             assert "for an nsys capture of 5 steps" in p.stdout and "capturing:" in p.stdout
+            assert "first window of an nsys session slows one step by ~35 ms" in p.stdout
             report = next(line for line in p.stdout.splitlines() if line.endswith(".nsys-rep"))
             assert os.path.getsize(report) > 0 and "top kernels:" in p.stdout and "ampere_bf16_gemm" in p.stdout
             assert "top CUDA API calls:" in p.stdout and "cudaLaunchKernel" in p.stdout
@@ -88,8 +96,7 @@ def test_three_windows_on_a_running_job_each_with_its_report(fake_nsys, tmp_path
         assert all(f"--session={session}" in c["args"] and "--sample=none" in c["args"] for c in starts)
         assert all(stop["t"] - start["t"] >= 5 * 0.02 for start, stop in zip(starts, stops, strict=True))  # >= 5 steps
     finally:
-        job.kill()
-        job.wait()
+        kill(job)
 
 
 def test_refusals_and_a_failing_nsys(fake_nsys, monkeypatch, shm_dir):
@@ -105,7 +112,11 @@ def test_refusals_and_a_failing_nsys(fake_nsys, monkeypatch, shm_dir):
         wait_for(lambda: windows.status().state == "writing", timeout=30, what="the report being written")
         with pytest.raises(CaptureRefused, match="is being written .nsys stop writes the report.: one at a time"):
             windows.request(steps=3)
+        other = nsys_session.for_job(reader.info, lambda: reader.steps)  # a second monitor of the same job
+        with pytest.raises(CaptureRefused, match="another tuimon is taking an nsys window of this job: one at a time"):
+            other.request(steps=3)
         assert windows.wait(seq, 30).state == "done"
+        assert other.wait(other.request(steps=3), 30).state == "done"  # once the first is written
         monkeypatch.setenv("FAKE_NSYS_FAIL", "stop")  # nsys dies mid-window
         st = windows.wait(windows.request(steps=3), 30)
         assert st.state == "failed" and "nsys stop failed (1): Error: the profiler agent is not responding" in st.message
@@ -120,8 +131,7 @@ print(c.wait(c.request(steps=2), 10).message)"""], capture_output=True, text=Tru
         assert "refused: this job's nsys session takes its windows from the monitor" in p.stdout, p.stderr
         reader.close()
     finally:
-        job.kill()
-        job.wait()
+        kill(job)
 
 
 def test_the_session_ends_with_tuimon_run(fake_nsys):
@@ -142,12 +152,18 @@ def test_the_session_ends_with_tuimon_run(fake_nsys):
 def test_the_screen_takes_windows_through_the_session(fake_nsys, shm_dir):
     """LiveSession (what the TUI polls): `c` goes to nsys, the capture panel follows it."""
     from tuimon.monitor.session import LiveSession
+    from tuimon.monitor.state import MonitorState
+    from tuimon.ui.render import capture_panel
 
     job = headless_job()
     session = LiveSession(job.pid, 0.5)
     try:
-        wait_for(lambda: (c := session.poll()).training is not None and c.training.steps > 3, timeout=30,
-                 what="steps")
+        first = wait_for(lambda: (c := session.poll()).training is not None and c.training.steps > 3 and c,
+                         timeout=30, what="steps")
+        state = MonitorState()
+        state.apply(first)
+        panel = capture_panel(state.view(), 10).plain  # what a window costs, said before the first
+        assert "c: capture 10 steps with nsys" in panel and "first window of an nsys session slows one step" in panel
         said = session.request_capture(5, None)
         assert said == "capture 1 asked: 5 steps"
         st = wait_for(lambda: (c := session.poll()).capture.state == "done" and c.capture, timeout=30,
@@ -158,5 +174,4 @@ def test_the_screen_takes_windows_through_the_session(fake_nsys, shm_dir):
         assert any("ampere_bf16_gemm" in line for line in summary.lines)
     finally:
         session.stop()
-        job.kill()
-        job.wait()
+        kill(job)

@@ -36,8 +36,9 @@ case_run() {  # NAME ARGS...: the job under tuimon run; attach --once --json aft
   wait $job
 }
 
-CASES=${CASES:-straggler comm0 comm2g}  # (a shorter run: CASES=straggler ROUNDS=1)
+CASES=${CASES:-straggler straggler_bv comm0 comm2g}  # (a shorter run: CASES=straggler ROUNDS=1)
 case " $CASES " in *" straggler "*) case_run straggler --width 4096 --layers 8 --batch 64 --slow-rank 1 --slow-ms 30 --seconds ${SECONDS_A:-30};; esac
+case " $CASES " in *" straggler_bv "*) case_run straggler_bv --width 4096 --layers 8 --batch 64 --slow-rank 1 --slow-ms 30 --bucket-view --seconds ${SECONDS_A:-30};; esac
 case " $CASES " in *" comm0 "*) case_run comm0 --width 1024 --layers 4 --batch 64 --seconds 20;; esac
 case " $CASES " in *" comm2g "*) case_run comm2g --width 1024 --layers 4 --batch 64 --extra-mb 2048 --seconds 20;; esac
 
@@ -63,7 +64,7 @@ print("== per rank: tuimon (attach --once --json) beside the rank's own timers =
 print(f"{'case':<10}{'rank':>5}{'step p50 tuimon':>17}{'own step':>10}{'comm ms tuimon':>16}{'own comm':>10}"
       f"{'comm share':>12}{'own share':>11}{'GPU':>5}{'SM %':>6}")
 summary = {}
-for case in ("straggler", "comm0", "comm2g"):
+for case in ("straggler", "straggler_bv", "comm0", "comm2g"):
     if not os.path.isdir(os.path.join(logs, case)):
         continue  # (not run: CASES)
     try:
@@ -87,13 +88,18 @@ for case in ("straggler", "comm0", "comm2g"):
     print(f"  straggler: {snap.get('straggler')} | comm_share {snap.get('comm_share')} | grad MB "
           f"{truth(case, 0)['grad_mb'] if truth(case, 0) else '?'}")
 
-s = summary.get("straggler", {}).get("straggler")
-t0, t1 = truth("straggler", 0), truth("straggler", 1)
-if t0 and t1:
-    own_ratio = t1["own_ms"] / t0["own_ms"]
-    print(f"\nstraggler truth: rank 1 own {t1['own_ms']:.2f} ms vs rank 0 {t0['own_ms']:.2f} ms = {own_ratio:.2f}x; "
-          f"tuimon: {('rank %s, %.2fx' % (s['rank'], s['ratio'])) if s else 'none'}"
-          + (f" ({s['ratio'] / own_ratio:.2f} of the truth)" if s else ""))
+print()
+for case in ("straggler", "straggler_bv"):  # (_bv: gradient_as_bucket_view=True, no copies into and out of buckets)
+    s = summary.get(case, {}).get("straggler")
+    t0, t1 = truth(case, 0), truth(case, 1)
+    rows = {r["rank"]: r for r in summary.get(case, {}).get("ranks", [])}
+    if t0 and t1:
+        own_ratio = t1["own_ms"] / t0["own_ms"]
+        tu_own = {r: rows[r]["step_time_ms"]["p50"] - (rows[r]["comm_ms"] or 0) for r in rows}
+        print(f"{case}: truth rank 1 own {t1['own_ms']:.2f} ms vs rank 0 {t0['own_ms']:.2f} ms = {own_ratio:.2f}x; "
+              f"tuimon own (p50 - comm) " + " / ".join(f"{tu_own[r]:.2f}" for r in sorted(tu_own)) + "; tuimon: "
+              + (f"rank {s['rank']}, {s['ratio']:.2f}x ({s['ratio'] / own_ratio:.2f} of the truth), "
+                 f"slower {s.get('slower_ms')}" if s else "none"))
 c0, c2 = summary.get("comm0"), summary.get("comm2g")
 if c0 and c2:
     print(f"comm share, 0 -> 2 GiB extra gradient: tuimon {c0['comm_share']} -> {c2['comm_share']}; own "

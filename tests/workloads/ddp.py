@@ -2,7 +2,7 @@
 (itself under `tuimon run`), which sees it with no code change.
 
     torchrun --nproc-per-node 2 ddp.py [--device cpu|cuda] [--width 512] [--layers 4]
-        [--extra-mb 0] [--slow-rank 1 --slow-ms 20] [--seconds 20] [--truth DIR]
+        [--extra-mb 0] [--slow-rank 1 --slow-ms 20] [--bucket-view] [--seconds 20] [--truth DIR]
 
 (--seconds: about as long as that, in a number of steps every rank agrees on.)
 
@@ -75,6 +75,8 @@ def main() -> None:
     ap.add_argument("--slow-ms", type=float, default=0)
     ap.add_argument("--slow-how", choices=("spin", "sleep"), default="spin",
                     help="spin: Python on the CPU; sleep: a wait (I/O-like: leaves the CPU to the others)")
+    ap.add_argument("--bucket-view", action="store_true",
+                    help="DDP(gradient_as_bucket_view=True): gradients are views of DDP's buckets, not copied in and out")
     ap.add_argument("--calibrate", type=int, default=30)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--truth")
@@ -91,7 +93,7 @@ def main() -> None:
     dev = torch.device("cuda", local) if cuda else torch.device("cpu")
     torch.manual_seed(0)
     net = Net(a.width, a.layers, a.extra_mb).to(dev)
-    model = DDP(net, device_ids=[local] if cuda else None)
+    model = DDP(net, device_ids=[local] if cuda else None, gradient_as_bucket_view=a.bucket_view)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     batches = iter(DataLoader(Batches(a.batch, a.width), batch_size=None))
     grad_mb = sum(p.numel() * p.element_size() for p in net.parameters()) / 2**20

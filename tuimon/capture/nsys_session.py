@@ -8,6 +8,7 @@ SessionWindows has CaptureClient's interface (request, status, wait, close), so 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import subprocess
@@ -42,6 +43,10 @@ START_OPTIONS = {
 OURS = {"-o", "--output", "-f", "--force-overwrite", "--session", "--session-new", "-c", "--capture-range",
         "--capture-range-end", "-x", "--stop-on-exit", "--flush-on-cudaprofilerstop"}
 TRACE = "--trace=cuda,nvtx,osrt"
+# Said up front (the panel at idle, `tuimon capture`): what a window costs the job, measured on an
+# H100 with a 13 ms step (README, Captures): the step in which `nsys stop` begins is the slow one.
+COST_NOTE = ("the first window of an nsys session slows one step by ~35 ms as it stops (one-time set-up); "
+             "later windows ~10 ms")
 STOP_TIMEOUT_S = 180.0  # `nsys stop` writes the report: ~8 s for a 2 s window on an H100
 STEP_WAIT_S = MAX_SECONDS  # a window in steps over a loop that stopped stepping ends after this
 
@@ -126,10 +131,11 @@ class SessionWindows:
     """Windows of one job's session, each on a thread of its own (nsys stop takes seconds)."""
 
     def __init__(self, session: NsysSession, pid: int, program: str, steps_now: Callable[[], int],
-                 alive: Callable[[], bool], start_args: list[str] = ()):
+                 alive: Callable[[], bool], start_args: list[str] = (), lock_path: str | None = None):
         self.session, self.pid, self.program = session, pid, program
         self.steps_now, self.alive, self.start_args = steps_now, alive, list(start_args)
-        self._status = CaptureStatus(0, "idle", "nsys", message=f"nsys session {session.name}")
+        self.lock_path = lock_path  # the job's segment: locked by the monitor whose window runs
+        self._status = CaptureStatus(0, "idle", "nsys", message=COST_NOTE)
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._collecting = False
@@ -151,16 +157,34 @@ class SessionWindows:
                     self._status.state
                 raise CaptureRefused(f"nsys window {self._status.seq} is {what}: one at a time")
             folder = check_free_space()
+            lock = self._lock_job()
             seq = self._status.seq + 1
             base = os.path.join(folder, f"{safe_file_part(self.program)}-{self.pid}-nsys{seq}-"
                                         f"{time.strftime('%Y%m%d-%H%M%S')}")
             self._set(seq=seq, state="armed", first_step=0, last_step=0, path="",
                       message="starts at the next step" if steps else f"{seconds:g} s")
-        threading.Thread(target=self._window, args=(seq, base, steps, seconds), name="tuimon-nsys-window",
+        threading.Thread(target=self._window, args=(seq, base, steps, seconds, lock), name="tuimon-nsys-window",
                          daemon=True).start()
         return seq
 
-    def _window(self, seq: int, base: str, steps: int | None, seconds: float | None) -> None:
+    def _lock_job(self) -> int | None:
+        """An exclusive lock on the job's segment for the window's life: another monitor of the same
+        job (the TUI, and `tuimon capture` in a second terminal) cannot open a window on top of it.
+        (flock: released by the kernel if this monitor dies.)"""
+        if self.lock_path is None:
+            return None
+        try:
+            fd = os.open(self.lock_path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None  # (the segment went away with the job: check_request said so already)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise CaptureRefused("another tuimon is taking an nsys window of this job: one at a time") from None
+        return fd
+
+    def _window(self, seq: int, base: str, steps: int | None, seconds: float | None, lock: int | None) -> None:
         try:
             if steps is not None:
                 at = self.steps_now()
@@ -192,6 +216,9 @@ class SessionWindows:
             self._set(state="failed", message=f"{e}; the job goes on")
         except Exception as e:  # noqa: BLE001 - a bug here must not end the monitor
             self._set(state="failed", message=f"{type(e).__name__}: {e}"[:300])
+        finally:
+            if lock is not None:
+                os.close(lock)  # (releases the flock)
 
     def _progress(self, first: int) -> int:
         n = self.steps_now()
@@ -250,4 +277,5 @@ def for_job(info, steps_now: Callable[[], int]) -> SessionWindows | None:
     start_args = [str(a) for a in meta.get("nsys_start_args") or [] if isinstance(a, str)]
     argv = [str(a) for a in meta.get("argv") or []]
     return SessionWindows(NsysSession(tool, name), info.pid, program_name(argv),
-                          steps_now, lambda: procinfo.process_state(info.pid, info.start_ticks) == "alive", start_args)
+                          steps_now, lambda: procinfo.process_state(info.pid, info.start_ticks) == "alive", start_args,
+                          lock_path=info.path)

@@ -33,6 +33,8 @@ def cmd_capture(args) -> int:
             what += " (no steps seen yet)"
         print(f"asked PID {info.pid} for {'an' if kind == 'nsys' else 'a'} {kind} capture of {what} (request {seq})", flush=True)
         session = isinstance(client, nsys_session.SessionWindows)
+        if session:
+            print(f"  ({nsys_session.COST_NOTE})", flush=True)
         if not args.wait and not session:
             return 0  # (the probe runs the window; an nsys session's window is run from here: it waits)
         st = client.wait(seq, args.timeout, on_change=lambda s: print("  " + progress_line(s), flush=True))

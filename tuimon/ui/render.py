@@ -555,6 +555,8 @@ def capture_panel(view: View, steps: int) -> Text:
         return out
     out.append("c", "bold")
     out.append(f": capture {what} with {kind}  (+/- steps, l: list)", "dim")
+    if c.state == "idle" and c.kind == "nsys" and c.message:
+        out.append("\n" + safe_text(c.message, 120), "dim")  # (what a window costs the job, said before the first)
     if c.state == "failed":
         out.append(f"\nlast capture {c.seq} failed: ", "bold red")
         out.append(safe_text(c.message, 100))
