@@ -39,26 +39,15 @@ def main():
     os.environ.setdefault("TUIMON_SHM_DIR", tempfile.mkdtemp())
 
     import tuimon
-    from tuimon.probe import api, hooks, torch_hooks
+    from tuimon.probe import api
 
     assert tuimon.instrument().enabled
     probe = api._probe
 
     def probe_on(on: bool):
-        from tuimon.channel import ring
-
-        if on:
-            api._probe = probe
-            hooks.install(probe)
-            ring.bind(probe.writer.ring, probe.writer.names, probe.writer.intern)
-            torch_hooks.set_enabled(True)
-            if a.no_comm:
-                probe.comm = None  # (installing the probe gives it its comm timing again)
-        else:
-            torch_hooks.set_enabled(False)
-            api._probe = None
-            hooks.forget_probe()
-            ring.bind(None)
+        api.switch(probe, on)
+        if on and a.no_comm:
+            probe.comm = None  # (installing the probe gives it its comm timing again)
 
     import torch
     import torch.distributed as dist

@@ -37,24 +37,13 @@ def main():
 
     import tuimon
     from tuimon.channel import ring
-    from tuimon.probe import api, hooks
+    from tuimon.probe import api
 
     assert tuimon.instrument().enabled
     probe = api._probe
 
     def probe_on(on: bool):
-        from tuimon.probe import torch_hooks
-
-        if on:
-            api._probe = probe
-            hooks.install(probe)
-            ring.bind(probe.writer.ring, probe.writer.names, probe.writer.intern)
-            torch_hooks.set_enabled(True)
-        else:
-            torch_hooks.set_enabled(False)
-            api._probe = None
-            hooks.forget_probe()
-            ring.bind(None)
+        api.switch(probe, on)
 
     import torch
     from torch import nn

@@ -24,6 +24,18 @@ def stat(path):
     return name, int(f[1]), int(f[16]), int(f[11]) + int(f[12])
 
 
+def busy(folder, ids, prev, cur, dt):
+    """(id, stat, share of a core) of the tasks under folder that used > 2% of a core since the
+    last sample (prev: their CPU ticks then; cur gets them now)."""
+    for i in ids:
+        s = stat(f"{folder}/{i}/stat")
+        if s is not None:
+            cur[(folder, i)] = s[3]
+            share = (s[3] - prev.get((folder, i), s[3])) / TICK / dt
+            if share > 0.02:
+                yield int(i), s, round(share, 3)
+
+
 def find(pattern):
     """The job: the first-started python process running the pattern (its DataLoader workers come
     later, with the same command line), not tuimon's."""
@@ -53,26 +65,12 @@ def main():
             now = time.monotonic()
             dt = now - prev_t
             job = job if job and os.path.exists(f"/proc/{job}") else find(a.job_pattern)
-            cur, rows, threads = {}, [], []
-            for pid in os.listdir("/proc"):
-                if not pid.isdigit():
-                    continue
-                s = stat(f"/proc/{pid}/stat")
-                if s is None:
-                    continue
-                cur[("p", pid)] = s[3]
-                share = (s[3] - prev.get(("p", pid), s[3])) / TICK / dt
-                if share > 0.02:
-                    rows.append([int(pid), s[1], s[0], s[2], round(share, 3)])
-            if job:
-                for tid in os.listdir(f"/proc/{job}/task") if os.path.exists(f"/proc/{job}/task") else []:
-                    s = stat(f"/proc/{job}/task/{tid}/stat")
-                    if s is None:
-                        continue
-                    cur[("t", tid)] = s[3]
-                    share = (s[3] - prev.get(("t", tid), s[3])) / TICK / dt
-                    if share > 0.02:
-                        threads.append([int(tid), s[0], s[2], round(share, 3)])
+            cur = {}
+            rows = [[i, s[1], s[0], s[2], share]
+                    for i, s, share in busy("/proc", filter(str.isdigit, os.listdir("/proc")), prev, cur, dt)]
+            tasks = f"/proc/{job}/task"
+            ids = os.listdir(tasks) if job and os.path.exists(tasks) else []
+            threads = [[i, s[0], s[2], share] for i, s, share in busy(tasks, ids, prev, cur, dt)]
             rows.sort(key=lambda r: -r[4])
             threads.sort(key=lambda r: -r[3])
             out.write(json.dumps({"t": round(now, 3), "job": job, "procs": rows[:10], "job_threads": threads[:8]}) + "\n")

@@ -126,6 +126,24 @@ def status() -> ProbeStatus:
     return ProbeStatus(True, p.writer.path, nvtx_forwarding=p._nvtx is not None)
 
 
+def switch(p: Probe, on: bool) -> None:
+    """The instrumented probe on, or off as in a process without tuimon (every torch wrapper and
+    hook swapped back, ranges unbound): for benchmarks that alternate both in one process."""
+    global _probe
+    from . import torch_hooks
+
+    if on:
+        _probe = p
+        hooks.install(p)
+        ring.bind(p.writer.ring, p.writer.names, p.writer.intern)
+        torch_hooks.set_enabled(True)
+    else:
+        torch_hooks.set_enabled(False)
+        _probe = None
+        hooks.forget_probe()
+        ring.bind(None)
+
+
 def _at_exit(p: Probe) -> None:
     if _probe is p:
         stop = getattr(p, "_control_stop", None)
