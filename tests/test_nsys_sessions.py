@@ -103,6 +103,7 @@ def test_refusals_and_a_failing_nsys(fake_nsys, monkeypatch, shm_dir):
     from tuimon.capture import nsys_session
     from tuimon.monitor.target import open_channel
 
+    state, _ = fake_nsys
     job = headless_job()
     try:
         reader, _ = open_channel(job.pid)
@@ -121,6 +122,16 @@ def test_refusals_and_a_failing_nsys(fake_nsys, monkeypatch, shm_dir):
         st = windows.wait(windows.request(steps=3), 30)
         assert st.state == "failed" and "nsys stop failed (1): Error: the profiler agent is not responding" in st.message
         assert "the job goes on" in st.message and job.poll() is None
+        monkeypatch.delenv("FAKE_NSYS_FAIL")
+        for f in state.iterdir():  # (the failed stop left the stand-in's session collecting)
+            f.write_text(json.dumps({"state": "launched"}))
+        seq = windows.request(steps=200)  # nsys killed mid-window: its session is gone
+        wait_for(lambda: windows.status().state == "capturing", timeout=30, what="the window collecting")
+        for f in state.iterdir():
+            f.unlink()
+        st = windows.wait(seq, 60)
+        assert st.state == "failed" and "session" in st.message and "not found" in st.message, st.message
+        assert "the nsys session is gone (nsys killed or ended): no more windows" in st.message
         # A request through the control block (an older tuimon) is refused by the probe, in words
         p = subprocess.run([sys.executable, "-c", f"""
 from tuimon.capture.client import CaptureClient

@@ -213,7 +213,7 @@ class SessionWindows:
             self._set(state="done", path=report, message=f"report written in {time.monotonic() - t1:.1f} s, "
                                                          f"while the job runs{note}")
         except CommandFailed as e:
-            self._set(state="failed", message=f"{e}; the job goes on")
+            self._set(state="failed", message=f"{e}; {_after(e)}")
         except Exception as e:  # noqa: BLE001 - a bug here must not end the monitor
             self._set(state="failed", message=f"{type(e).__name__}: {e}"[:300])
         finally:
@@ -258,6 +258,15 @@ class SessionWindows:
         self._closed.set()
         if self._collecting:
             self.session.stop_detached()
+
+
+def _after(e: CommandFailed) -> str:
+    """What a failed window means for the job. nsys's agent killed mid-window (H100): stop says
+    "There are no active sessions", and the job, a child of `nsys launch`, ended ~8 s later."""
+    said = str(e).lower()
+    if "no active sessions" in said or "not found" in said:
+        return "the nsys session is gone (nsys killed or ended): no more windows, and the job may end with it"
+    return "the job goes on"
 
 
 def for_job(info, steps_now: Callable[[], int]) -> SessionWindows | None:
