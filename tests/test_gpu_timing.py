@@ -134,3 +134,30 @@ def test_short_steps_are_sampled_and_pending_events_never_wait(sim):
     assert t.every == 20  # events on every 20th step: ~0.2% of step time at ~10 us each
     v = values()
     assert 1 <= len(v) <= 4 and all(s % 20 == 0 for s in v if s > 1)  # (step 1 ran before the sampling)
+
+
+def test_comm_event_pairs_are_sampled_on_short_steps(sim):
+    """CommTiming (probe/comm.py) on the same simulated stream: a 1 ms collective in every 5 ms
+    step gets its event pair on every 4th step (gpu_timing.stride), each read as 1 ms of GPU time."""
+    from tuimon.probe import comm
+
+    cuda = SimpleNamespace(is_initialized=lambda: True, Event=lambda enable_timing: FakeEvent(sim))
+    torch = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: True, **vars(cuda)))
+    records, names = [], {}
+    c = comm.CommTiming(torch, lambda *r: records.append(r), lambda n: names.setdefault(n, len(names) + 1), lambda: 1)
+    pairs = 0
+    for step in range(1, 81):
+        sim.host(2)
+        start = c.event()
+        sim.enqueue(1.0, host_ms=0.1)  # the collective's kernel; the stream waits for it
+        c.add_pair(step, start, c.event())
+        pairs += start is not None
+        c.count(4096)
+        sim.host(2)
+        sim.sync()
+        c.close(step, sim.now)
+    gpu = [r[7] for r in records if r[2] == names["comm.gpu_ns"]]
+    assert gpu_timing.stride(5 * MS) == 4
+    assert 18 <= pairs <= 23 and len(gpu) == pairs  # every 4th step of 80, each resolved
+    assert all(abs(v - 1.0 * MS) < 0.01 * MS for v in gpu)
+    assert sum(1 for r in records if r[2] == names["comm.calls"]) == 80  # (the host side: every step)

@@ -33,6 +33,11 @@ MARKS = 2  # mid-step events a measured step may add (end of forward, end of bac
 POOL = 64
 
 
+def stride(step_ns: float) -> int:
+    """Events on every n-th step: every step from MIN_STEP_NS up, about one per MIN_STEP_NS below."""
+    return 1 if step_ns >= MIN_STEP_NS else max(2, min(100, int(MIN_STEP_NS // max(step_ns, 1))))
+
+
 class GpuTiming:
     def __init__(self, torch, emit, intern, tid_of_record):
         self.cuda = torch.cuda
@@ -75,8 +80,7 @@ class GpuTiming:
         # the stride follows a smoothed step time: loops whose steps alternate short and long (two
         # DataLoader workers deliver batches in pairs) would otherwise measure a biased subset
         self._step_ns = (t1 - t0) if self._step_ns is None else 0.9 * self._step_ns + 0.1 * (t1 - t0)
-        dur = self._step_ns
-        self.every = 1 if dur >= MIN_STEP_NS else max(2, min(100, int(MIN_STEP_NS // max(dur, 1))))
+        self.every = stride(self._step_ns)
         self._measuring = (step + 1) % self.every == 0  # marks and anchors only in a measured step
         self._anchored, self._marks = not self._measuring, 0
         if self.device is None or step % 64 == 0:
