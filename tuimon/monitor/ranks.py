@@ -93,7 +93,9 @@ class RankSet:
         return max(found)[1] if found else None
 
     def ranks(self) -> list[int]:
-        return sorted({r for v in self.views.values() if isinstance(r := v.source.reader.info.meta.get("rank"), int)})
+        """(also from the UI thread, while the sampler's poll may add or drop views: a copy first)"""
+        views = list(self.views.values())
+        return sorted({r for v in views if isinstance(r := v.source.reader.info.meta.get("rank"), int)})
 
     def close(self, keep: TrainingView | None = None) -> None:
         for view in self.views.values():

@@ -154,7 +154,7 @@ def _phase(orig, phase: int):
             t = _now()
             on_loop = anatomy.on_loop()
             outermost = on_loop and anatomy.stack.count(phase) == 1
-            if on_loop and p.comm is not None:  # (the innermost backward: Tensor.backward calls autograd.backward)
+            if on_loop and phase == BACKWARD and p.comm is not None:  # (the innermost first: Tensor.backward calls autograd.backward)
                 p.comm.backward_done(p, t)  # DDP's wait for its reduction, if it reduced
             anatomy.exit(phase, t)
             if p.gpu is not None and outermost:
