@@ -15,6 +15,7 @@ from tuimon.capture.trace_summary import summarize as trace_summary
 from tuimon.channel import SegmentReader
 from tuimon.channel import layout as L
 from tuimon.channel.control import ControlBlock, open_control
+from tuimon.channel.fileview import MappedView
 from tuimon.channel.paths import safe_file_part
 
 PLANTED = str(ROOT / "tests" / "workloads" / "planted_wait.py")
@@ -114,7 +115,7 @@ def test_the_probe_refuses_on_its_own(shm_dir):
                            stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert job.stdout.readline().strip() == "training"
-        ctl, mm = open_control(seg_path(shm_dir, job.pid))
+        ctl, _view = open_control(seg_path(shm_dir, job.pid))
         ctl.write_request(1, L.CAPTURE_STEPS, steps=100_000)
         st = wait_for(lambda: (s := ctl.read_state()).ack_seq == 1 and s, what="an answer")
         assert st.name == "failed" and "steps must be 1..500" in st.message
@@ -156,8 +157,7 @@ def test_capture_refusals_from_the_cli(shm_dir):
 
 
 def test_control_block_round_trip_and_untrusted_text():
-    buf = bytearray(L.CONTROL_SIZE)
-    ctl = ControlBlock(buf)
+    ctl = ControlBlock(MappedView(bytearray(L.CONTROL_SIZE)))
     ctl.write_request(7, L.CAPTURE_SECONDS, seconds=2.5)
     assert ctl.read_request().seq == 7 and ctl.read_request().seconds == 2.5
     ctl.write_state(7, L.STATE_FAILED, 3, 4, 2, 99, message="bad \x1b[31m" + "x" * 1000, path="/p")

@@ -47,7 +47,7 @@ def check_free_space() -> str:
 class CaptureClient:
     def __init__(self, segment_path: str, pid: int, start_ticks: int):
         self.pid, self.start_ticks = pid, start_ticks
-        self.ctl, self._mm = open_control(segment_path)
+        self.ctl, self._view = open_control(segment_path)
 
     def _alive(self) -> bool:
         return procinfo.process_state(self.pid, self.start_ticks) == "alive"
@@ -104,4 +104,4 @@ class CaptureClient:
         return last
 
     def close(self) -> None:
-        self._mm.close()
+        self._view.close()

@@ -8,12 +8,12 @@ untrusted: whatever shows it on a terminal passes it through safe_text.
 
 from __future__ import annotations
 
-import mmap
 import os
 from dataclasses import dataclass
 
 from . import layout as L
 from .errors import ChannelError
+from .fileview import FileView
 from .reader import open_own_segment
 
 STATE_NAMES = {L.STATE_IDLE: "idle", L.STATE_ARMED: "armed", L.STATE_CAPTURING: "capturing",
@@ -52,11 +52,10 @@ class State:
 
 
 class ControlBlock:
-    """Over a buffer that holds the control block at `base` (the probe's whole-segment mapping,
-    or the monitor's mapping of the control page alone)."""
+    """Over a view of the control page (fileview: the probe's mapping, or the monitor's fd)."""
 
-    def __init__(self, buf, base: int = 0):
-        self.buf, self.base = buf, base
+    def __init__(self, view):
+        self.view = view
 
     def _stable(self, read):
         last = read()
@@ -69,23 +68,22 @@ class ControlBlock:
 
     def read_request(self) -> Request:
         def read():
-            return L.CTL_REQUEST.unpack_from(self.buf, self.base + L.CTL_REQUEST_AT)
+            return L.CTL_REQUEST.unpack(self.view.read(L.CTL_REQUEST_AT, L.CTL_REQUEST.size))
 
         seq, mode, steps, seconds = self._stable(read)
         return Request(seq, mode, steps, seconds)
 
     def write_request(self, seq: int, mode: int, steps: int = 0, seconds: float = 0.0) -> None:
-        at = self.base + L.CTL_REQUEST_AT
-        L.CTL_REQUEST.pack_into(self.buf, at, self.read_request().seq, mode, steps, seconds)
-        L.U64.pack_into(self.buf, at, seq)  # published last
+        at = L.CTL_REQUEST_AT
+        self.view.write(at, L.CTL_REQUEST.pack(self.read_request().seq, mode, steps, seconds))
+        self.view.write(at, L.U64.pack(seq))  # published last
 
     def read_state(self) -> State:
         def read():
-            fields = L.CTL_STATE.unpack_from(self.buf, self.base + L.CTL_STATE_AT)
+            fields = L.CTL_STATE.unpack(self.view.read(L.CTL_STATE_AT, L.CTL_STATE.size))
             msg_len = min(fields[6], L.CTL_MESSAGE_CAPACITY)
             path_len = min(fields[7], L.CTL_PATH_CAPACITY)
-            m0, p0 = self.base + L.CTL_MESSAGE_AT, self.base + L.CTL_PATH_AT
-            return fields, bytes(self.buf[m0 : m0 + msg_len]), bytes(self.buf[p0 : p0 + path_len])
+            return fields, self.view.read(L.CTL_MESSAGE_AT, msg_len), self.view.read(L.CTL_PATH_AT, path_len)
 
         fields, msg, path = self._stable(read)
         return State(fields[0], fields[1], fields[2], fields[3], fields[4], fields[5],
@@ -95,21 +93,18 @@ class ControlBlock:
                     now_ns: int = 0, message: str = "", path: str = "") -> None:
         msg = message.encode("utf-8", "replace")[: L.CTL_MESSAGE_CAPACITY]
         raw_path = path.encode("utf-8", "replace")[: L.CTL_PATH_CAPACITY]
-        m0, p0 = self.base + L.CTL_MESSAGE_AT, self.base + L.CTL_PATH_AT
-        self.buf[m0 : m0 + len(msg)] = msg
-        self.buf[p0 : p0 + len(raw_path)] = raw_path
-        L.CTL_STATE.pack_into(self.buf, self.base + L.CTL_STATE_AT, ack_seq, state, first_step, last_step, kind,
-                              now_ns, len(msg), len(raw_path))
+        self.view.write(L.CTL_MESSAGE_AT, msg)
+        self.view.write(L.CTL_PATH_AT, raw_path)
+        self.view.write(L.CTL_STATE_AT, L.CTL_STATE.pack(ack_seq, state, first_step, last_step, kind, now_ns,
+                                                         len(msg), len(raw_path)))
 
 
-def open_control(path: str, expected_uid: int | None = None) -> tuple[ControlBlock, mmap.mmap]:
-    """The monitor's writable view of a segment's control page (same ownership rule as reading)."""
+def open_control(path: str, expected_uid: int | None = None) -> tuple[ControlBlock, FileView]:
+    """The monitor's writable view of a segment's control page (same ownership rule as reading);
+    the caller closes the view."""
     fd, st = open_own_segment(path, writable=True, expected_uid=expected_uid)
-    try:
-        if st.st_size < L.CONTROL_OFFSET + L.CONTROL_SIZE:
-            raise ChannelError(f"{path} is too short to hold a control block")
-        mm = mmap.mmap(fd, L.CONTROL_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
-                       offset=L.CONTROL_OFFSET)
-    finally:
+    if st.st_size < L.CONTROL_OFFSET + L.CONTROL_SIZE:
         os.close(fd)
-    return ControlBlock(mm, 0), mm
+        raise ChannelError(f"{path} is too short to hold a control block")
+    view = FileView(fd, path, L.CONTROL_OFFSET)
+    return ControlBlock(view), view

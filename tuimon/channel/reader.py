@@ -9,7 +9,6 @@ writer, which may be dead.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import stat
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 from . import layout as L
 from . import procinfo
 from .errors import ChannelError, CorruptSegment, ForeignSegment, IncompatibleSegment, NoSegment
+from .fileview import FileView
 from .paths import parse_segment_name
 from .ring import unpack_records
 from .text import bounded_json_value
@@ -68,16 +68,15 @@ class SegmentReader:
     def __init__(self, path: str, expected_uid: int | None = None):
         self.path = path
         fd, st = open_own_segment(path, expected_uid=expected_uid)
+        self._file = FileView(fd, path)  # read with pread, never mapped: see fileview
+        self._size = st.st_size
         try:
             if st.st_size < L.HEADER_SIZE:
                 raise CorruptSegment(f"{path} is truncated ({st.st_size} bytes, header needs {L.HEADER_SIZE})")
-            self._mm = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ)
+            self.info = self._validate(st.st_uid)
         except BaseException:
-            os.close(fd)
+            self._file.close()
             raise
-        self._fd = fd
-        self._size = st.st_size
-        self.info = self._validate(st.st_uid)
         self._cap = self.info.ring_records
         self._mask = self._cap - 1
         self.tail = 0  # next record index we have not consumed
@@ -89,14 +88,15 @@ class SegmentReader:
     # -- header -------------------------------------------------------------------------------
 
     def _validate(self, file_uid: int) -> SegmentInfo:
-        mm, size, path = self._mm, self._size, self.path
-        magic = bytes(mm[0:8])
+        size, path = self._size, self.path
+        header = self._file.read(0, L.HEADER_SIZE)
+        magic = header[0:8]
         if magic != L.MAGIC:
             if magic == b"\0" * 8:
                 raise CorruptSegment(f"{path} is not initialised (its writer is starting, or died starting)")
             raise CorruptSegment(f"{path} is not a tuimon channel segment (bad magic {magic!r})")
         (_, version, header_size, total, ctl_off, ctl_size, names_off, names_cap, ring_off, ring_n,
-         rec_size, pid, start, created, meta_off, meta_len, uid) = L.HEADER.unpack_from(mm, 0)
+         rec_size, pid, start, created, meta_off, meta_len, uid) = L.HEADER.unpack_from(header, 0)
         if version != L.LAYOUT_VERSION:
             newer = "a newer" if version > L.LAYOUT_VERSION else "an older"
             raise IncompatibleSegment(
@@ -133,19 +133,14 @@ class SegmentReader:
         if not (L.META_OFFSET <= meta_off and meta_off + meta_len <= header_size):
             raise bad(f"metadata {meta_off}+{meta_len} outside the header")
         try:
-            meta = json.loads(bytes(mm[meta_off : meta_off + meta_len]).decode("utf-8"))
+            meta = json.loads(header[meta_off : meta_off + meta_len].decode("utf-8"))
             meta = bounded_json_value(meta) if isinstance(meta, dict) else {}
         except (ValueError, UnicodeDecodeError):
             meta = {"unreadable": True}
         return SegmentInfo(path, pid, uid, start, created, ring_n, meta)
 
     def _u64(self, off: int) -> int:
-        return L.U64.unpack_from(self._mm, off)[0]
-
-    def _check_size(self) -> None:
-        # A file shrunk under our mapping would fault (SIGBUS) on the next read.
-        if os.fstat(self._fd).st_size < self._size:
-            raise CorruptSegment(f"{self.path} shrank while being read")
+        return L.U64.unpack(self._file.read(off, 8))[0]
 
     @property
     def head(self) -> int:
@@ -165,7 +160,7 @@ class SegmentReader:
 
     @property
     def closed(self) -> bool:
-        return bool(L.U32.unpack_from(self._mm, L.OFF_FLAGS)[0] & L.FLAG_CLOSED)
+        return bool(L.U32.unpack(self._file.read(L.OFF_FLAGS, 4))[0] & L.FLAG_CLOSED)
 
     def process_state(self) -> str:
         """'alive', 'exited' or 'reused' (the PID now belongs to another process)."""
@@ -178,8 +173,7 @@ class SegmentReader:
         self.tail = max(0, self.head - n)
 
     def drain(self) -> Batch:
-        self._check_size()
-        if self._mm[0:8] != L.MAGIC:
+        if self._file.read(0, 8) != L.MAGIC:
             raise CorruptSegment(f"{self.path}: its header was overwritten while being read")
         cap = self._cap
         h1 = self.head
@@ -209,12 +203,12 @@ class SegmentReader:
     def _copy(self, start: int, end: int) -> bytes:
         if end <= start:
             return b""
-        base, size = L.RING_OFFSET, L.RECORD_SIZE
+        base, size, read = L.RING_OFFSET, L.RECORD_SIZE, self._file.read
         a, b = start & self._mask, end & self._mask
         if a < b:
-            return self._mm[base + a * size : base + b * size]
+            return read(base + a * size, (b - a) * size)
         # wrapped (a == b: exactly one whole ring)
-        return self._mm[base + a * size : base + self._cap * size] + self._mm[base : base + b * size]
+        return read(base + a * size, (self._cap - a) * size) + read(base, b * size)
 
     # -- names ----------------------------------------------------------------------------------
 
@@ -228,22 +222,20 @@ class SegmentReader:
 
     def _refresh_names(self) -> None:
         used = min(self._u64(L.OFF_NAMES_USED), L.NAMES_CAPACITY)
-        at = self._names_parsed
-        base, hdr = L.NAMES_OFFSET, L.NAME_LEN.size
+        start = at = self._names_parsed
+        hdr = L.NAME_LEN.size
+        new = self._file.read(L.NAMES_OFFSET + start, used - start) if used > start else b""
         while at + hdr <= used:
-            (n,) = L.NAME_LEN.unpack_from(self._mm, base + at)
+            (n,) = L.NAME_LEN.unpack_from(new, at - start)
             if n > L.MAX_NAME_BYTES or at + hdr + n > used:
                 break  # corrupt entry: names from here on stay unknown
-            raw = bytes(self._mm[base + at + hdr : base + at + hdr + n])
+            raw = new[at - start + hdr : at - start + hdr + n]
             self._names.append(raw.decode("utf-8", "replace"))  # (length-limited by the writer)
             at += hdr + n
         self._names_parsed = at
 
     def close(self) -> None:
-        try:
-            self._mm.close()
-        finally:
-            os.close(self._fd)
+        self._file.close()
 
     def __enter__(self) -> SegmentReader:
         return self

@@ -17,6 +17,7 @@ import time
 
 from ..channel import layout as L
 from ..channel.control import KIND_NSYS, KIND_TORCH, MAX_SECONDS, MAX_STEPS, ControlBlock
+from ..channel.fileview import MappedView
 from ..channel.paths import capture_floor_bytes, captures_dir, free_bytes, program_name, safe_file_part
 
 
@@ -75,7 +76,7 @@ def _all_threads_config() -> dict:
 class Capturer:
     def __init__(self, probe, writer):
         self.probe = probe
-        self.ctl = ControlBlock(writer._mm, L.CONTROL_OFFSET)
+        self.ctl = ControlBlock(MappedView(writer._mm, L.CONTROL_OFFSET))
         self.kind = KIND_NSYS if os.environ.get("TUIMON_NSYS") == "1" else KIND_TORCH
         self.lock = threading.Lock()
         self.seq = self.ctl.read_request().seq
