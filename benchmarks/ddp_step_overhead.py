@@ -46,7 +46,8 @@ def main():
 
     def probe_on(on: bool):
         api.switch(probe, on)
-        if on and a.no_comm:
+        if on and a.no_comm and probe.comm is not None:
+            probe.comm.set_enabled(False)  # (its hooks on DDP's parameters off too)
             probe.comm = None  # (installing the probe gives it its comm timing again)
 
     import torch

@@ -11,7 +11,7 @@ source tests/gpu/prelude.sh
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # (the machine's rule: no NVLink multicast)
 LOGS=$(mktemp -d)
 nvidia-smi -L
-RUN="python3 -m torch.distributed.run --nproc-per-node 2 tests/workloads/ddp.py --device cuda"
+RUN="python3 -m torch.distributed.run --nproc-per-node 2 tests/workloads/ddp.py --device cuda $DDP_ARGS"  # (DDP_ARGS=--ddp-stats: DDP's own timings too)
 
 wait_steps() {  # DIR N: until rank 0's truth has N steps
   for _ in $(seq 120); do
@@ -38,6 +38,7 @@ case_run() {  # NAME ARGS...: the job under tuimon run; attach --once --json aft
 
 CASES=${CASES:-straggler straggler_bv comm0 comm2g}  # (a shorter run: CASES=straggler ROUNDS=1)
 case " $CASES " in *" straggler "*) case_run straggler --width 4096 --layers 8 --batch 64 --slow-rank 1 --slow-ms 30 --seconds ${SECONDS_A:-30};; esac
+case " $CASES " in *" aligned "*) case_run aligned --width 4096 --layers 8 --batch 64 --seconds 20;; esac  # A without its straggler
 case " $CASES " in *" straggler_bv "*) case_run straggler_bv --width 4096 --layers 8 --batch 64 --slow-rank 1 --slow-ms 30 --bucket-view --seconds ${SECONDS_A:-30};; esac
 case " $CASES " in *" comm0 "*) case_run comm0 --width 1024 --layers 4 --batch 64 --seconds 20;; esac
 case " $CASES " in *" comm2g "*) case_run comm2g --width 1024 --layers 4 --batch 64 --extra-mb 2048 --seconds 20;; esac
@@ -64,7 +65,7 @@ print("== per rank: tuimon (attach --once --json) beside the rank's own timers =
 print(f"{'case':<10}{'rank':>5}{'step p50 tuimon':>17}{'own step':>10}{'comm ms tuimon':>16}{'own comm':>10}"
       f"{'comm share':>12}{'own share':>11}{'GPU':>5}{'SM %':>6}")
 summary = {}
-for case in ("straggler", "straggler_bv", "comm0", "comm2g"):
+for case in ("straggler", "aligned", "straggler_bv", "comm0", "comm2g"):
     if not os.path.isdir(os.path.join(logs, case)):
         continue  # (not run: CASES)
     try:
@@ -82,6 +83,9 @@ for case in ("straggler", "straggler_bv", "comm0", "comm2g"):
         print(f"{case:<10}{rank:>5}{r['step_time_ms']['p50']:>17.2f}{t['step_ms']:>10.2f}{(r['comm_ms'] or 0):>16.2f}"
               f"{t['comm_ms']:>10.2f}{(r['comm_share'] or 0):>12.1%}{t['comm_share']:>11.1%}{str(r['gpu']):>5}"
               f"{(r['sm_active'] or 0):>6.0f}")
+        if "ddp" in t:
+            print(f"{'':<15}DDP's own timer (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in t["ddp"].items())
+                  + "; tuimon phases (ms) " + ", ".join(f"{k} {v['mean_ms']:.2f}" for k, v in (r.get("phases") or {}).items()))
     summary[case] = snap
     v = snap["verdict"]
     print(f"  verdict: {v['headline']} | {v['evidence']}")

@@ -16,7 +16,9 @@ Its truth, per rank, in DIR/rank<R>.json (every 0.5 s):
   same step without gradient reduction; on CUDA synchronized at each step's end, so it is GPU time);
 - step_ms: the median step time of the last 100 steps of the job proper (one loss.item() a step);
 - comm_ms = step_ms - own_ms: what the step spends communicating and waiting for the others;
-- grad_mb: the gradient bytes all-reduced per step.
+- grad_mb: the gradient bytes all-reduced per step;
+- ddp (with --ddp-stats): DDP's own timings (ms, its CUDA-event timer on every 10th step):
+  forward, backward compute, backward comm, and their overlap.
 """
 
 import argparse
@@ -77,6 +79,7 @@ def main() -> None:
                     help="spin: Python on the CPU; sleep: a wait (I/O-like: leaves the CPU to the others)")
     ap.add_argument("--bucket-view", action="store_true",
                     help="DDP(gradient_as_bucket_view=True): gradients are views of DDP's buckets, not copied in and out")
+    ap.add_argument("--ddp-stats", action="store_true", help="record DDP's own timings in the truth")
     ap.add_argument("--calibrate", type=int, default=30)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--truth")
@@ -95,6 +98,8 @@ def main() -> None:
     net = Net(a.width, a.layers, a.extra_mb).to(dev)
     model = DDP(net, device_ids=[local] if cuda else None, gradient_as_bucket_view=a.bucket_view)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    if a.ddp_stats:
+        model._set_ddp_runtime_logging_sample_rate(10)
     batches = iter(DataLoader(Batches(a.batch, a.width), batch_size=None))
     grad_mb = sum(p.numel() * p.element_size() for p in net.parameters()) / 2**20
 
@@ -138,6 +143,10 @@ def main() -> None:
             out = {"rank": rank, "pid": os.getpid(), "device": a.device, "steps": n, "own_ms": own_ms,
                    "step_ms": step_ms, "comm_ms": step_ms - own_ms, "comm_share": max(0.0, 1 - own_ms / step_ms),
                    "grad_mb": grad_mb, "slow": rank == a.slow_rank}
+            if a.ddp_stats:
+                d = model._get_ddp_logging_data()
+                out["ddp"] = {k: d.get(f"avg_{k}_time", 0) / 1e6 for k in (
+                    "forward_compute", "backward_compute", "backward_comm", "backward_compute_comm_overlap")}
             path = os.path.join(a.truth, f"rank{rank}.json")
             with open(path + ".tmp", "w") as f:
                 json.dump(out, f)

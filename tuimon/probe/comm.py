@@ -7,12 +7,15 @@ synchronization.
   and after: the stream waits for the collective after the call, so the pair's GPU time is what
   the stream spent in it, waiting for the other ranks included.
 - DDP's gradient reduction, which DDP runs itself (no tuimon hook in it: a Python comm hook cost
-  ~1.8 ms on a 5.4 ms step on two H200s). When a DDP forward that will reduce ran in the step,
-  backward gets a hook on its root that queues an autograd final callback; it runs when every
-  gradient kernel is queued and before DDP's own final callback, which waits for the reduction
+  ~1.8 ms on a 5.4 ms step on two H200s). Each DDP module gets, once, a post-accumulate-grad hook
+  on one of its parameters (three with find_unused_parameters, where one may get no gradient). In
+  a backward after a DDP forward that will reduce, the first of them to fire queues an autograd
+  final callback; it runs when every gradient kernel is queued and before DDP's own final
+  callback (queued when the last bucket is ready, after our hook), which waits for the reduction
   (gloo: on the host) or makes the stream wait (NCCL). From that callback to the end of backward
   is the wait: the "comm" phase on the host, and a pair of CUDA events (the callback -> after
   backward) on the GPU. Overlapped reduction is not counted: only the part the step waits for.
+  (A hook on the loss each step did the same but cost ~20 us a step to register.)
 
 Per step (STEP_VALUE): comm.gpu_ns (event pairs, emitted once resolved, a step or two late),
 comm.bytes (tensors handed to collectives) and comm.calls. Events are never waited for. As in
@@ -23,6 +26,7 @@ averages the steps that have one."""
 from __future__ import annotations
 
 import functools
+import weakref
 from collections import deque
 from time import monotonic_ns as _now
 
@@ -49,7 +53,8 @@ class CommTiming:
         self._free: list = []
         self.reducing = 0  # bytes a DDP forward of this step will all-reduce in backward (0: none)
         self._final: tuple[int, object] | None = None  # (host ns, event) when backward's gradients were all queued
-        self._armed = False  # this backward's root has tuimon's hook
+        self._armed = False  # this backward's final callback is queued
+        self._hooked: weakref.WeakSet = weakref.WeakSet()  # DDP modules whose parameters have our hook
         self._names: dict[str, int] = {}
         self._last_end: int | None = None  # host ns of the last step's end
         self._step_ns: float | None = None  # smoothed step time
@@ -76,17 +81,35 @@ class CommTiming:
 
     # -- DDP (the loop thread, then autograd's) --------------------------------------------------
 
-    def before_backward(self, roots) -> None:
-        """A backward starts on the loop thread; after a reducing DDP forward, mark when its
-        gradients are all queued (a final callback queued from a hook on its root)."""
+    def ddp_forward(self, module) -> None:
+        """A DDP forward that will reduce in its backward (the loop thread)."""
+        nbytes = module.__dict__.get("_tuimon_grad_bytes")
+        if nbytes is None or module not in self._hooked:
+            params = [p for p in (getattr(module, "_module_parameters", None) or module.parameters()) if p.requires_grad]
+            nbytes = module.__dict__["_tuimon_grad_bytes"] = _nbytes(params)  # what its reduction moves
+            picks = params[:1] if not getattr(module, "find_unused_parameters", False) else \
+                list({id(p): p for p in (params[:1] + params[len(params) // 2:][:1] + params[-1:])}.values())
+            try:
+                module.__dict__["_tuimon_hooks"] = [p.register_post_accumulate_grad_hook(self._queue_final) for p in picks]
+            except Exception:  # noqa: BLE001 - a torch without the hook: no DDP timing
+                module.__dict__["_tuimon_hooks"] = []
+            self._hooked.add(module)
+        self.reducing = nbytes
+
+    def set_enabled(self, on: bool) -> None:
+        """Off: the parameters' hooks removed (a forward re-adds them once the probe is on again)."""
+        if on:
+            return
+        for module in list(self._hooked):
+            for h in module.__dict__.pop("_tuimon_hooks", []):
+                h.remove()
+        self._hooked = weakref.WeakSet()
+
+    def _queue_final(self, param) -> None:
+        # (in the engine, as a gradient is accumulated: the loop thread waits in backward meanwhile)
         if not self.reducing or self._armed:
             return
-        root = roots[0] if isinstance(roots, (list, tuple)) and roots else roots
-        if getattr(root, "requires_grad", False) and root.grad_fn is not None:
-            root.register_hook(self._queue_final)
-            self._armed = True  # (Tensor.backward calls autograd.backward: one hook for both)
-
-    def _queue_final(self, grad):
+        self._armed = True
         try:
             self.torch.autograd.Variable._execution_engine.queue_callback(self._gradients_queued)
         except Exception:  # noqa: BLE001 - timing never breaks backward
@@ -97,9 +120,8 @@ class CommTiming:
         self._final = (_now(), self.event())
 
     def backward_done(self, probe, t_end: int) -> None:
-        """A backward returned at t_end (the innermost: Tensor.backward calls autograd.backward, and
-        the inner one returns first, when the engine is done): what followed the gradients being
-        queued was DDP's wait for its reduction."""
+        """A backward returned at t_end: what followed the gradients being queued was DDP's wait
+        for its reduction."""
         final, self._final, self._armed = self._final, None, False
         if final is None or not self.reducing:
             return
@@ -115,12 +137,15 @@ class CommTiming:
     def close(self, step: int, t1: int) -> None:
         """The step ended; a DDP forward whose backward never came (evaluation with grad on) reduces nothing."""
         self.reducing, self._armed, self._final = 0, False, None
-        tid = self._tid()
         if self.calls:
+            tid = self._tid()
             self._emit(L.STEP_VALUE, 0, self._name("comm.bytes"), tid, step, 0, t1, float(self.bytes))
             self._emit(L.STEP_VALUE, 0, self._name("comm.calls"), tid, step, 0, t1, float(self.calls))
-        self.bytes = self.calls = 0
-        self._resolve(step, t1, tid)
+            self.bytes = self.calls = 0
+        if self._gpu:  # event pairs pending
+            self._resolve(step, t1, self._tid())
+        if self.cuda is None:
+            return  # (the rest samples the steps that get CUDA events)
         if self._last_end is not None:
             dur = t1 - self._last_end
             self._step_ns = dur if self._step_ns is None else 0.9 * self._step_ns + 0.1 * dur
@@ -212,13 +237,15 @@ def _patch_ddp(torch, swap) -> None:
 
     @functools.wraps(orig_forward)
     def forward(self, *args, **kwargs):
-        comm = getattr(hooks._probe, "comm", None)
+        p = hooks._probe
+        comm = getattr(p, "comm", None)
         if comm is not None and torch.is_grad_enabled() and getattr(self, "require_backward_grad_sync", False):
-            nbytes = self.__dict__.get("_tuimon_grad_bytes")
-            if nbytes is None:  # (once per module: what its reduction moves)
-                nbytes = self.__dict__["_tuimon_grad_bytes"] = _nbytes([p for p in self.parameters() if p.requires_grad])
-            comm.reducing = nbytes
+            comm.ddp_forward(self)
+        roots = getattr(p, "roots", None)
+        if roots is not None and roots.times(self):  # a DDP model's forward phase, without module hooks
+            return roots.call(self, orig_forward, args, kwargs)
         return orig_forward(self, *args, **kwargs)
 
     forward._tuimon = True
+    forward._tuimon_times_forward = True  # ModuleRoots: this wrapper opens the forward phase itself
     swap(DDP, "forward", forward)

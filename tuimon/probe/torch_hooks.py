@@ -52,6 +52,8 @@ def set_enabled(on: bool) -> None:
     p = hooks._probe
     if p is not None and getattr(p, "roots", None) is not None:
         p.roots.set_enabled(on)
+    if p is not None and getattr(p, "comm", None) is not None:
+        p.comm.set_enabled(on)
 
 
 def patch(torch) -> None:
@@ -145,20 +147,19 @@ def _phase(orig, phase: int):
         if p is None or _compiling():
             return orig(*args, **kwargs)
         anatomy = p.anatomy
-        if p.comm is not None and phase == BACKWARD and anatomy.on_loop() and args:
-            p.comm.before_backward(args[0])  # (the loss: Tensor.backward's self, autograd.backward's tensors)
+        if anatomy.stack[-1] == phase:  # Tensor.backward calls autograd.backward: the outer call times both
+            return orig(*args, **kwargs)
         anatomy.enter(phase)
         try:
             return orig(*args, **kwargs)
         finally:
             t = _now()
-            on_loop = anatomy.on_loop()
-            outermost = on_loop and anatomy.stack.count(phase) == 1
-            if on_loop and phase == BACKWARD and p.comm is not None:  # (the innermost first: Tensor.backward calls autograd.backward)
-                p.comm.backward_done(p, t)  # DDP's wait for its reduction, if it reduced
-            anatomy.exit(phase, t)
-            if p.gpu is not None and outermost:
-                p.gpu.mark()  # the outermost backward ended: its kernels are queued
+            if anatomy.on_loop():
+                if p.comm is not None:
+                    p.comm.backward_done(p, t)  # DDP's wait for its reduction, if it reduced
+                anatomy.exit(phase, t)
+                if p.gpu is not None:
+                    p.gpu.mark()  # the backward ended: its kernels are queued
 
     wrapper._tuimon = True
     return wrapper
@@ -241,6 +242,7 @@ class ModuleRoots:
         self.depth = 0
         self.entered: list[bool] = []  # per open module call: did it open the forward phase?
         self.roots: weakref.WeakSet = weakref.WeakSet()
+        self._timed: weakref.WeakSet = weakref.WeakSet()  # roots whose class wrapper calls call() (DDP)
         self.discovering = True
         self._global = [nn_module.register_module_forward_pre_hook(self._pre),
                         nn_module.register_module_forward_hook(self._post, always_call=True)]
@@ -283,11 +285,36 @@ class ModuleRoots:
 
     def _hook_roots(self) -> None:
         for m in list(self.roots):
+            if getattr(type(m).forward, "_tuimon_times_forward", False):
+                self._timed.add(m)  # module hooks take torch's slow call path: ~5 us a call more
+                continue
             try:
                 self._handles += [m.register_forward_pre_hook(self._pre),
                                   m.register_forward_hook(self._post, always_call=True)]
             except Exception:  # noqa: BLE001 - a module that refuses hooks: its time stays "other"
                 pass
+
+    def times(self, module) -> bool:
+        """Does this root's class wrapper open the forward phase (after discovery, instead of hooks)?"""
+        return not self.discovering and module in self._timed
+
+    def call(self, module, forward, args, kwargs):
+        """forward(module, ...) as a root: what _pre and _post do around it, in one call."""
+        a = self.probe.anatomy
+        if not a.on_loop() or _compiling():
+            return forward(module, *args, **kwargs)
+        opened = self.depth == 0 and a.stack[-1] not in (DATA, BACKWARD)
+        if opened:
+            a.enter(FORWARD)
+        self.depth += 1
+        try:
+            return forward(module, *args, **kwargs)
+        finally:
+            self.depth -= 1
+            if opened:
+                a.exit(FORWARD)
+                if self.probe.gpu is not None:
+                    self.probe.gpu.mark()  # the outermost forward ended: its kernels are queued
 
     def set_enabled(self, on: bool) -> None:
         """(after discovery) the outermost modules' hooks on or off"""
