@@ -220,3 +220,58 @@ def test_ranks_on_prometheus():
     assert ratio.labels["rank"] == "1" and ratio.value == view.straggler.ratio
     assert [s.labels["verdict"] for s in fams["tuimon_verdict"].samples if s.value == 1] == ["straggler"]
     assert fams["tuimon_comm_ratio"].samples[0].value == view.comm_share
+
+
+SWITCHED = r"""
+import os, sys, tempfile
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1], RANK="0", WORLD_SIZE="1")
+import tuimon
+from tuimon.probe import api
+tuimon.instrument()
+probe = api._probe
+import torch, torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from tuimon.probe.anatomy import COMM, FORWARD
+dist.init_process_group("gloo")
+net = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+model, unused = DDP(net), DDP(nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 1)), find_unused_parameters=True)
+opt = torch.optim.SGD(list(model.parameters()) + list(unused.parameters()), lr=1e-3)
+def hooked(m):
+    return sum(len(p._post_accumulate_grad_hooks or {}) for p in m.parameters())
+def step(m=model):
+    m(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    return {n: probe.anatomy.acc[k] for n, k in (("forward", FORWARD), ("comm", COMM))}
+seen = {}
+for _ in range(5):
+    seen = step()
+step(unused)
+print("hooks", hooked(model), hooked(unused))
+acc = []
+real_close = probe.anatomy.close
+probe.anatomy.close = lambda s, t: (acc.append(list(probe.anatomy.acc)), real_close(s, t))
+step()
+print("phases", acc[-1][FORWARD] > 0, acc[-1][COMM] > 0, probe.roots.times(model))
+api.switch(probe, False)
+print("off", hooked(model), DDP.forward.__name__, getattr(DDP.forward, "_tuimon", False))
+step()
+api.switch(probe, True)
+step()
+print("again", hooked(model))
+"""
+
+
+def test_ddp_timing_hooks_are_one_per_module_and_come_off_with_the_probe(tmp_path):
+    """DDP's reduction is timed from a hook registered once per DDP module (three parameters with
+    find_unused_parameters), the DDP root's forward phase comes from tuimon's DDP.forward wrapper
+    (no module hooks), and switching the probe off (as the benchmarks do) leaves no hook behind."""
+    p = subprocess.run([sys.executable, "-c", SWITCHED, str(29500 + os.getpid() % 400)], capture_output=True,
+                       text=True, timeout=120, cwd=ROOT, env=dict(os.environ, TUIMON_SHM_DIR=str(tmp_path)))
+    assert p.returncode == 0, p.stderr
+    lines = dict(line.split(" ", 1) for line in p.stdout.strip().splitlines())
+    assert lines["hooks"] == "1 3", lines
+    assert lines["phases"] == "True True True", lines  # forward and comm measured, the DDP root self-timed
+    assert lines["off"].startswith("0 ") and lines["off"].endswith("False"), lines
+    assert lines["again"] == "1", lines

@@ -99,6 +99,10 @@ for case in ("straggler", "straggler_bv"):  # (_bv: gradient_as_bucket_view=True
     rows = {r["rank"]: r for r in summary.get(case, {}).get("ranks", [])}
     if t0 and t1:
         own_ratio = t1["own_ms"] / t0["own_ms"]
+        ends = [truth(case, r, at_attach=False) or {} for r in (0, 1)]
+        if all("own_ms_end" in e for e in ends):  # the truth's own work measured again after the job
+            print(f"{case}: own work after the job, rank 0 {ends[0]['own_ms_end']:.2f} ms, rank 1 "
+                  f"{ends[1]['own_ms_end']:.2f} ms = {ends[1]['own_ms_end'] / ends[0]['own_ms_end']:.2f}x")
         tu_own = {r: rows[r]["step_time_ms"]["p50"] - (rows[r]["comm_ms"] or 0) for r in rows}
         print(f"{case}: truth rank 1 own {t1['own_ms']:.2f} ms vs rank 0 {t0['own_ms']:.2f} ms = {own_ratio:.2f}x; "
               f"tuimon own (p50 - comm) " + " / ".join(f"{tu_own[r]:.2f}" for r in sorted(tu_own)) + "; tuimon: "

@@ -14,6 +14,7 @@ almost no compute but must be all-reduced (comm grows, compute does not); --slow
 Its truth, per rank, in DIR/rank<R>.json (every 0.5 s):
 - own_ms: the rank's own work per step, measured first for --calibrate steps under no_sync() (the
   same step without gradient reduction; on CUDA synchronized at each step's end, so it is GPU time);
+  own_ms_end: the same measured again after the job (in the last truth written);
 - step_ms: the median step time of the last 100 steps of the job proper (one loss.item() a step);
 - comm_ms = step_ms - own_ms: what the step spends communicating and waiting for the others;
 - grad_mb: the gradient bytes all-reduced per step;
@@ -113,16 +114,19 @@ def main() -> None:
             spin(a.slow_ms) if a.slow_how == "spin" else time.sleep(a.slow_ms / 1e3)
         return loss
 
-    own = []  # the rank's own work: the same step, no reduction
-    for i in range(a.calibrate + 5):
-        t0 = time.perf_counter()
-        with model.no_sync():
-            step()
-        if cuda:
-            torch.cuda.synchronize()
-        if i >= 5:
-            own.append(time.perf_counter() - t0)
-    own_ms = 1e3 * statistics.median(own)
+    def no_sync_ms() -> float:  # the rank's own work: the same step, no reduction
+        own = []
+        for i in range(a.calibrate + 5):
+            t0 = time.perf_counter()
+            with model.no_sync():
+                step()
+            if cuda:
+                torch.cuda.synchronize()
+            if i >= 5:
+                own.append(time.perf_counter() - t0)
+        return 1e3 * statistics.median(own)
+
+    own_ms = no_sync_ms()
     slowest = torch.tensor([own_ms], dtype=torch.float64, device=dev)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # every rank runs the same number of steps
     total = max(10, int(a.seconds * 1e3 / slowest.item()))
@@ -130,7 +134,7 @@ def main() -> None:
         print("training", flush=True)
 
     steps: deque = deque(maxlen=100)
-    last_write, n = 0.0, 0
+    last_write, n, out = 0.0, 0, None
     t_prev = time.perf_counter()
     while n < total:
         step().item()  # the loss, as a loop logs it: the host keeps pace with the GPU
@@ -147,11 +151,18 @@ def main() -> None:
                 d = model._get_ddp_logging_data()
                 out["ddp"] = {k: d.get(f"avg_{k}_time", 0) / 1e6 for k in (
                     "forward_compute", "backward_compute", "backward_comm", "backward_compute_comm_overlap")}
-            path = os.path.join(a.truth, f"rank{rank}.json")
-            with open(path + ".tmp", "w") as f:
-                json.dump(out, f)
-            os.replace(path + ".tmp", path)
+            write_truth(a.truth, rank, out)
+    if a.truth and out is not None:  # the own work again, after the job: how much the truth's own varies
+        out["own_ms_end"] = no_sync_ms()
+        write_truth(a.truth, rank, out)
     dist.destroy_process_group()
+
+
+def write_truth(folder: str, rank: int, out: dict) -> None:
+    path = os.path.join(folder, f"rank{rank}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(out, f)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":
