@@ -1,19 +1,27 @@
 """What the probe, comm timing included, costs a DDP step (issue 11's budget: <= 1% of the step).
 
-    torchrun --nproc-per-node 2 benchmarks/ddp_step_overhead.py [--device cuda] [--pairs 12]
-        [--block-steps 50] [--width 4096] [--layers 8] [--batch 64] [--no-monitor] [--no-comm]
+    torchrun --nproc-per-node 2 benchmarks/ddp_step_overhead.py [--device cuda] [--cycles 12]
+        [--block-steps 50] [--width 4096] [--layers 8] [--batch 64] [--no-monitor]
+        [--arms off,probe,comm]
 
 Each rank trains an MLP (width x width x layers) under DistributedDataParallel (NCCL on GPUs, one
-per rank; gloo on the CPU). The probe is instrumented once; blocks of steps then alternate between
-the probe on and off (every wrapper and hook swapped back: torch_hooks.set_enabled, as in
-step_overhead.py) in on-off-off-on order, the same on every rank, so the ranks stay in step and
-slow drifts cancel. Alternating inside one job, not between jobs: two launches of the same DDP job
-differed by up to 18% on two H200s (tests/gpu/check_ranks.sh, part C), far above a 1% budget.
-`tuimon record` watches rank 0 (and so every rank) the whole time. Rank 0 prints the table: the
-median block's step time on and off per rank, their ratio, the spread of the per-pair ratios.
+per rank; gloo on the CPU). The probe is instrumented once; blocks of steps then rotate between the
+arms, in forward-then-reverse order each cycle (off, probe, comm, comm, probe, off), the same on
+every rank, so the ranks stay in step and slow drifts cancel:
+  off         the probe off (every wrapper and hook swapped back: torch_hooks.set_enabled, as in
+              step_overhead.py): what a process without tuimon runs
+  probe       the probe on without its comm timing
+  comm        the probe on with comm timing: what a job under tuimon runs
+  comm-hooks  (diagnostic) comm timing without its CUDA event pairs
+Alternating inside one job, not between jobs: two launches of the same DDP job differed by up to
+18% on two H200s (tests/gpu/check_ranks.sh, part C), far above a 1% budget. `tuimon record` watches
+rank 0 (and so every rank) the whole time. Rank 0 prints the table: per rank and arm, the median
+block's step time, its ratio to "off" and the spread (p25..p75) of the per-cycle ratios; "comm /
+probe" is what comm timing itself adds, measured side by side.
 """
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -27,28 +35,39 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--pairs", type=int, default=12)
+    ap.add_argument("--cycles", type=int, default=12, help="each a block per arm forward, then reverse")
     ap.add_argument("--block-steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--width", type=int, default=4096)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--no-monitor", action="store_true", help="the probe alone (on a machine with fewer cores than ranks + 1)")
-    ap.add_argument("--no-comm", action="store_true", help="the probe without its comm timing: what comm timing adds")
+    ap.add_argument("--raw", help="write each rank's blocks to RAW.rank<R>.json")
+    ap.add_argument("--arms", default="off,probe,comm", help="off, probe, comm, comm-hooks (the docstring)")
     a = ap.parse_args()
     os.environ.setdefault("TUIMON_SHM_DIR", tempfile.mkdtemp())
 
     import tuimon
     from tuimon.probe import api
 
+    arms = a.arms.split(",")
+    assert arms[0] == "off" and set(arms) <= {"off", "probe", "comm", "comm-hooks"}, "--arms: off first"
     assert tuimon.instrument().enabled
     probe = api._probe
+    timing = {}  # the probe's CommTiming and its CUDA module, set aside while an arm runs without them
 
-    def probe_on(on: bool):
-        api.switch(probe, on)
-        if on and a.no_comm and probe.comm is not None:
-            probe.comm.set_enabled(False)  # (its hooks on DDP's parameters off too)
-            probe.comm = None  # (installing the probe gives it its comm timing again)
+    def arm(name: str):
+        api.switch(probe, name != "off")
+        comm = timing.setdefault("comm", probe.comm)
+        timing.setdefault("cuda", comm.cuda if comm is not None else None)
+        if comm is None or name == "off":
+            return
+        if name == "probe":
+            comm.set_enabled(False)  # (its hooks on DDP's parameters come off too)
+            probe.comm = None
+        else:
+            probe.comm = comm  # (its hooks go back on at the next DDP forward)
+            comm.cuda = None if name == "comm-hooks" else timing["cuda"]  # (no CUDA: no event pairs)
 
     import torch
     import torch.distributed as dist
@@ -69,18 +88,20 @@ def main():
                         nn.Linear(a.width, 1)).to(dev)
     model = DDP(net, device_ids=[local] if cuda else None)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-    probe_on(True)
+    arm("comm")
     x = torch.randn(a.batch, a.width, device=dev)
     y = torch.randn(a.batch, 1, device=dev)
 
     def steps(n):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu_ns()
         for _ in range(n):
             loss = nn.functional.mse_loss(model(x), y)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             loss.item()  # the host keeps pace with the GPU, as a loop that logs its loss
+        c1 = _cpu_ns()
+        cpu[name].append([(u - v) / n / 1e3 for u, v in zip(c1, c0, strict=True)])
         return (time.perf_counter() - t0) / n * 1e3
 
     monitor = None
@@ -89,38 +110,81 @@ def main():
                                     os.path.join(tempfile.mkdtemp(), "bench.jsonl"), "--interval", "1"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
+        cpu = {name: [] for name in arms + ["warmup"]}  # name -> per block [loop thread, autograd's] CPU us/step
+        name = "warmup"
         steps(a.warmup)
-        on, off = [], []
-        for _ in range(a.pairs):
-            for state in (True, False, False, True):
-                probe_on(state)
-                (on if state else off).append(steps(a.block_steps))
-        probe_on(True)
+        blocks = {name: [] for name in arms}  # name -> per cycle [block ms/step, block ms/step]
+        for _ in range(a.cycles):
+            for name in arms + arms[::-1]:
+                arm(name)
+                blocks[name].append(steps(a.block_steps))
+        arm("comm")
         monitored = "none" if monitor is None else "tuimon record on rank 0" + (
             "" if monitor.poll() is None else " (it stopped early)")
     finally:
         if monitor is not None:
             monitor.terminate()
             monitor.communicate(timeout=30)
-    mine = {"rank": rank, "on": on, "off": off, "records": probe.writer.records_written,
-            "comm_timing": getattr(probe, "comm", None) is not None}
+    mine = {"rank": rank, "blocks": blocks, "cpu": cpu, "records": probe.writer.records_written}
+    if a.raw:
+        with open(f"{a.raw}.rank{rank}.json", "w") as f:
+            json.dump(mine, f)
     every = [None] * world
     dist.all_gather_object(every, mine)
     if rank == 0:
         print(f"DDP, {world} ranks, {'NCCL on ' + torch.cuda.get_device_name(0) if cuda else 'gloo on the CPU'}, MLP "
               f"{a.width}x{a.width}x{a.layers} ({sum(p.numel() for p in net.parameters()) / 1e6:.0f}M parameters), "
-              f"batch {a.batch}; {len(on)} blocks of {a.block_steps} steps each way; monitor: {monitored}; "
-              f"comm timing {'off' if a.no_comm else 'on'}")
-        print(f"{'rank':<6}{'off ms/step':>12}{'on ms/step':>12}{'on/off':>9}{'pair ratio p25..p75':>24}"
-              f"{'records':>10}  comm timing")
+              f"batch {a.batch}; {a.cycles} cycles of {2 * len(arms)} blocks of {a.block_steps} steps; monitor: {monitored}")
+        print("(CPU: the median block's CPU time per step of the loop thread and of autograd's device threads,"
+              " less the 'off' arm's: the host work each arm adds, unlike the wall clock immune to the GPU's pace)")
+        print(f"{'rank':<6}{'arm':<12}{'ms/step':>9}{'/ off':>8}{'cycle ratios p25..p75':>24}"
+              f"{'CPU us/step loop, autograd':>28}{'comm / probe':>14}{'p25..p75':>18}")
         for r in every:
-            ratios = [p / q for p, q in zip(r["on"], r["off"], strict=True)]
-            q = statistics.quantiles(ratios, n=4)
-            m_on, m_off = statistics.median(r["on"]), statistics.median(r["off"])
-            print(f"{r['rank']:<6}{m_off:>12.3f}{m_on:>12.3f}{m_on / m_off:>9.4f}{q[0]:>14.4f} .. {q[2]:.4f}"
-                  f"{r['records']:>10}  {r['comm_timing']}")
+            for name in arms:
+                loop, grad = (statistics.median(b[k] for b in r["cpu"][name]) - statistics.median(b[k] for b in r["cpu"]["off"])
+                              for k in (0, 1))
+                print(f"{r['rank']:<6}{name:<12}" + _row(r["blocks"], name, "off") + f"{loop:>+18.1f}, {grad:>+8.1f}"
+                      + (_row(r["blocks"], "comm", "probe", ms=False) if name == "comm" and "probe" in arms else ""))
+            print(f"{'':<6}records written: {r['records']}")
     dist.destroy_process_group()
     probe.writer.unlink()
+
+
+def _autograd_threads() -> list[str]:
+    """autograd's device threads (torch names them pt_autograd_<device>): the backward runs there on a GPU."""
+    found = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            if open(f"/proc/self/task/{tid}/comm").read().startswith("pt_autograd"):
+                found.append(tid)
+        except OSError:
+            pass
+    return found
+
+
+def _cpu_ns() -> list[int]:
+    """CPU ns so far of this thread and of autograd's device threads (their schedstat run time)."""
+    grad = 0
+    for tid in _autograd_threads():
+        try:
+            grad += int(open(f"/proc/self/task/{tid}/schedstat").read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return [time.thread_time_ns(), grad]
+
+
+def _cycle_means(blocks: dict, name: str) -> list[float]:
+    return [(u + v) / 2 for u, v in zip(blocks[name][0::2], blocks[name][1::2], strict=True)]
+
+
+def _row(blocks: dict, name: str, ref: str, ms: bool = True) -> str:
+    """The arm's median block, its ratio to the reference arm's, and the spread of the per-cycle ratios."""
+    mine, theirs = _cycle_means(blocks, name), _cycle_means(blocks, ref)
+    ratios = [u / v for u, v in zip(mine, theirs, strict=True)]
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    ratio = statistics.median(blocks[name]) / statistics.median(blocks[ref])
+    return (f"{statistics.median(blocks[name]):>9.3f}" if ms else "") + f"{ratio:>8.4f}" + \
+        f"{q[0]:>14.4f} .. {q[2]:.4f}"
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 # Issue 11 on two GPUs (nvidia-h200-x2), NCCL, one GPU per rank: DDP jobs (tests/workloads/ddp.py)
 # under `tuimon run`, each rank measuring its own truth; tuimon's per-rank numbers beside them.
 #   A  a planted straggler: rank 1 spins 30 ms of Python per step (134M parameters, 512 MB of gradients)
+#      at its step's end (straggler, straggler_bv); A2 (straggler_gpu): the same model on batches of
+#      1024 made ahead (the step is GPU work, not Python), rank 1's batches 20 ms late
 #   B  comm grows: a small model with 0 and then 2 GiB of extra gradient (almost no compute)
 #   C  the probe's cost with comm timing on: the job of A without a straggler, plain torchrun vs
 #      under `tuimon run`, alternated, the job's own median step time
@@ -40,6 +42,9 @@ CASES=${CASES:-straggler straggler_bv comm0 comm2g}  # (a shorter run: CASES=str
 case " $CASES " in *" straggler "*) case_run straggler --width 4096 --layers 8 --batch 64 --slow-rank 1 --slow-ms 30 --seconds ${SECONDS_A:-30};; esac
 case " $CASES " in *" aligned "*) case_run aligned --width 4096 --layers 8 --batch 64 --seconds 20;; esac  # A without its straggler
 case " $CASES " in *" straggler_bv "*) case_run straggler_bv --width 4096 --layers 8 --batch 64 --slow-rank 1 --slow-ms 30 --bucket-view --seconds ${SECONDS_A:-30};; esac
+GPU_JOB="--width 4096 --layers 8 --batch 1024 --batches-ahead --seconds ${SECONDS_A:-30}"
+case " $CASES " in *" straggler_gpu "*) case_run straggler_gpu $GPU_JOB --slow-rank 1 --slow-ms 20 --slow-where data;; esac
+case " $CASES " in *" aligned_gpu "*) case_run aligned_gpu $GPU_JOB;; esac
 case " $CASES " in *" comm0 "*) case_run comm0 --width 1024 --layers 4 --batch 64 --seconds 20;; esac
 case " $CASES " in *" comm2g "*) case_run comm2g --width 1024 --layers 4 --batch 64 --extra-mb 2048 --seconds 20;; esac
 
@@ -65,7 +70,7 @@ print("== per rank: tuimon (attach --once --json) beside the rank's own timers =
 print(f"{'case':<10}{'rank':>5}{'step p50 tuimon':>17}{'own step':>10}{'comm ms tuimon':>16}{'own comm':>10}"
       f"{'comm share':>12}{'own share':>11}{'GPU':>5}{'SM %':>6}")
 summary = {}
-for case in ("straggler", "aligned", "straggler_bv", "comm0", "comm2g"):
+for case in ("straggler", "aligned", "straggler_bv", "straggler_gpu", "aligned_gpu", "comm0", "comm2g"):
     if not os.path.isdir(os.path.join(logs, case)):
         continue  # (not run: CASES)
     try:
@@ -93,7 +98,7 @@ for case in ("straggler", "aligned", "straggler_bv", "comm0", "comm2g"):
           f"{truth(case, 0)['grad_mb'] if truth(case, 0) else '?'}")
 
 print()
-for case in ("straggler", "straggler_bv"):  # (_bv: gradient_as_bucket_view=True, no copies into and out of buckets)
+for case in ("straggler", "straggler_bv", "straggler_gpu"):  # (_bv: gradient_as_bucket_view=True, no copies into and out of buckets)
     s = summary.get(case, {}).get("straggler")
     t0, t1 = truth(case, 0), truth(case, 1)
     rows = {r["rank"]: r for r in summary.get(case, {}).get("ranks", [])}
@@ -101,8 +106,10 @@ for case in ("straggler", "straggler_bv"):  # (_bv: gradient_as_bucket_view=True
         own_ratio = t1["own_ms"] / t0["own_ms"]
         ends = [truth(case, r, at_attach=False) or {} for r in (0, 1)]
         if all("own_ms_end" in e for e in ends):  # the truth's own work measured again after the job
+            end_ratio = ends[1]['own_ms_end'] / ends[0]['own_ms_end']
             print(f"{case}: own work after the job, rank 0 {ends[0]['own_ms_end']:.2f} ms, rank 1 "
-                  f"{ends[1]['own_ms_end']:.2f} ms = {ends[1]['own_ms_end'] / ends[0]['own_ms_end']:.2f}x")
+                  f"{ends[1]['own_ms_end']:.2f} ms = {end_ratio:.2f}x"
+                  + (f" (tuimon {s['ratio'] / end_ratio:.2f} of it)" if s else ""))
         tu_own = {r: rows[r]["step_time_ms"]["p50"] - (rows[r]["comm_ms"] or 0) for r in rows}
         print(f"{case}: truth rank 1 own {t1['own_ms']:.2f} ms vs rank 0 {t0['own_ms']:.2f} ms = {own_ratio:.2f}x; "
               f"tuimon own (p50 - comm) " + " / ".join(f"{tu_own[r]:.2f}" for r in sorted(tu_own)) + "; tuimon: "

@@ -2,14 +2,19 @@
 (itself under `tuimon run`), which sees it with no code change.
 
     torchrun --nproc-per-node 2 ddp.py [--device cpu|cuda] [--width 512] [--layers 4]
-        [--extra-mb 0] [--slow-rank 1 --slow-ms 20] [--bucket-view] [--seconds 20] [--truth DIR]
+        [--extra-mb 0] [--slow-rank 1 --slow-ms 20 [--slow-where end|data]] [--bucket-view]
+        [--batches-ahead] [--seconds 20] [--truth DIR]
 
 (--seconds: about as long as that, in a number of steps every rank agrees on.)
 
 Each rank trains an MLP (width x width x layers) under DistributedDataParallel (gloo on the CPU,
 NCCL on GPUs, one GPU per rank); --extra-mb adds a parameter of that many MB whose gradient costs
 almost no compute but must be all-reduced (comm grows, compute does not); --slow-rank spins
---slow-ms of Python per step on one rank, or sleeps as long with --slow-how sleep (a straggler).
+--slow-ms of Python per step on one rank, or sleeps as long with --slow-how sleep (a straggler):
+at the step's end (after the optimizer step is queued), or with --slow-where data in the making of
+its batch (a slow input pipeline on one rank: the GPU idles meanwhile). --batches-ahead: the batches
+are made before the job and cycled (8 of them), so that the step is the model's own work (a batch
+of 1024 x 4096 takes ~20 ms to draw on the CPU).
 
 Its truth, per rank, in DIR/rank<R>.json (every 0.5 s):
 - own_ms: the rank's own work per step, measured first for --calibrate steps under no_sync() (the
@@ -43,13 +48,26 @@ def spin(ms: float) -> None:
 
 
 class Batches(IterableDataset):
-    def __init__(self, batch, width):
-        self.batch, self.width = batch, width
+    def __init__(self, batch, width, ahead=False, slow_ms=0.0, slow_how="spin"):
+        self.batch, self.width, self.ahead = batch, width, ahead
+        self.slow_ms, self.slow_how = slow_ms, slow_how
 
     def __iter__(self):
         g = torch.Generator().manual_seed(0)
+        made = [self._draw(g) for _ in range(8)] if self.ahead else None
+        n = 0
         while True:
-            yield torch.randn(self.batch, self.width, generator=g), torch.randn(self.batch, 1, generator=g)
+            if self.slow_ms:
+                delay(self.slow_ms, self.slow_how)
+            yield made[n % 8] if made else self._draw(g)
+            n += 1
+
+    def _draw(self, g):
+        return torch.randn(self.batch, self.width, generator=g), torch.randn(self.batch, 1, generator=g)
+
+
+def delay(ms: float, how: str) -> None:
+    spin(ms) if how == "spin" else time.sleep(ms / 1e3)
 
 
 class Net(nn.Module):
@@ -78,6 +96,8 @@ def main() -> None:
     ap.add_argument("--slow-ms", type=float, default=0)
     ap.add_argument("--slow-how", choices=("spin", "sleep"), default="spin",
                     help="spin: Python on the CPU; sleep: a wait (I/O-like: leaves the CPU to the others)")
+    ap.add_argument("--slow-where", choices=("end", "data"), default="end")
+    ap.add_argument("--batches-ahead", action="store_true", help="the batches made before the job, then cycled")
     ap.add_argument("--bucket-view", action="store_true",
                     help="DDP(gradient_as_bucket_view=True): gradients are views of DDP's buckets, not copied in and out")
     ap.add_argument("--ddp-stats", action="store_true", help="record DDP's own timings in the truth")
@@ -101,7 +121,8 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     if a.ddp_stats:
         model._set_ddp_runtime_logging_sample_rate(10)
-    batches = iter(DataLoader(Batches(a.batch, a.width), batch_size=None))
+    slow_data = a.slow_ms if rank == a.slow_rank and a.slow_where == "data" else 0.0
+    batches = iter(DataLoader(Batches(a.batch, a.width, a.batches_ahead, slow_data, a.slow_how), batch_size=None))
     grad_mb = sum(p.numel() * p.element_size() for p in net.parameters()) / 2**20
 
     def step():
@@ -110,8 +131,8 @@ def main() -> None:
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if rank == a.slow_rank:
-            spin(a.slow_ms) if a.slow_how == "spin" else time.sleep(a.slow_ms / 1e3)
+        if rank == a.slow_rank and a.slow_where == "end":
+            delay(a.slow_ms, a.slow_how)
         return loss
 
     def no_sync_ms() -> float:  # the rank's own work: the same step, no reduction
