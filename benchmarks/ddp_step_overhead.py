@@ -7,7 +7,8 @@
 Each rank trains an MLP (width x width x layers) under DistributedDataParallel (NCCL on GPUs, one
 per rank; gloo on the CPU). The probe is instrumented once; blocks of steps then rotate between the
 arms, in forward-then-reverse order each cycle (off, probe, comm, comm, probe, off), the same on
-every rank, so the ranks stay in step and slow drifts cancel:
+every rank, so the ranks stay in step and slow drifts cancel; the first --settle steps after a switch
+are not timed (switching the probe on re-registers hooks: a one-off a job never pays each block):
   off         the probe off (every wrapper and hook swapped back: torch_hooks.set_enabled, as in
               step_overhead.py): what a process without tuimon runs
   probe       the probe on without its comm timing
@@ -38,6 +39,7 @@ def main():
     ap.add_argument("--cycles", type=int, default=12, help="each a block per arm forward, then reverse")
     ap.add_argument("--block-steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--settle", type=int, default=5, help="untimed steps after each switch")
     ap.add_argument("--width", type=int, default=4096)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--batch", type=int, default=64)
@@ -93,15 +95,13 @@ def main():
     y = torch.randn(a.batch, 1, device=dev)
 
     def steps(n):
-        t0, c0 = time.perf_counter(), _cpu_ns()
+        t0 = time.perf_counter()
         for _ in range(n):
             loss = nn.functional.mse_loss(model(x), y)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             loss.item()  # the host keeps pace with the GPU, as a loop that logs its loss
-        c1 = _cpu_ns()
-        cpu[name].append([(u - v) / n / 1e3 for u, v in zip(c1, c0, strict=True)])
         return (time.perf_counter() - t0) / n * 1e3
 
     monitor = None
@@ -110,13 +110,12 @@ def main():
                                     os.path.join(tempfile.mkdtemp(), "bench.jsonl"), "--interval", "1"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        cpu = {name: [] for name in arms + ["warmup"]}  # name -> per block [loop thread, autograd's] CPU us/step
-        name = "warmup"
         steps(a.warmup)
         blocks = {name: [] for name in arms}  # name -> per cycle [block ms/step, block ms/step]
         for _ in range(a.cycles):
             for name in arms + arms[::-1]:
                 arm(name)
+                steps(a.settle)  # (untimed: an arm's first steps pay for switching, which a job never does)
                 blocks[name].append(steps(a.block_steps))
         arm("comm")
         monitored = "none" if monitor is None else "tuimon record on rank 0" + (
@@ -125,7 +124,7 @@ def main():
         if monitor is not None:
             monitor.terminate()
             monitor.communicate(timeout=30)
-    mine = {"rank": rank, "blocks": blocks, "cpu": cpu, "records": probe.writer.records_written}
+    mine = {"rank": rank, "blocks": blocks, "records": probe.writer.records_written}
     if a.raw:
         with open(f"{a.raw}.rank{rank}.json", "w") as f:
             json.dump(mine, f)
@@ -135,42 +134,15 @@ def main():
         print(f"DDP, {world} ranks, {'NCCL on ' + torch.cuda.get_device_name(0) if cuda else 'gloo on the CPU'}, MLP "
               f"{a.width}x{a.width}x{a.layers} ({sum(p.numel() for p in net.parameters()) / 1e6:.0f}M parameters), "
               f"batch {a.batch}; {a.cycles} cycles of {2 * len(arms)} blocks of {a.block_steps} steps; monitor: {monitored}")
-        print("(CPU: the median block's CPU time per step of the loop thread and of autograd's device threads,"
-              " less the 'off' arm's: the host work each arm adds, unlike the wall clock immune to the GPU's pace)")
-        print(f"{'rank':<6}{'arm':<12}{'ms/step':>9}{'/ off':>8}{'cycle ratios p25..p75':>24}"
-              f"{'CPU us/step loop, autograd':>28}{'comm / probe':>14}{'p25..p75':>18}")
+        print(f"{'rank':<6}{'arm':<12}{'ms/step':>9}{'/ off':>8}{'cycle ratios p25..p75':>24}{'comm / probe':>14}"
+              f"{'p25..p75':>18}")
         for r in every:
             for name in arms:
-                loop, grad = (statistics.median(b[k] for b in r["cpu"][name]) - statistics.median(b[k] for b in r["cpu"]["off"])
-                              for k in (0, 1))
-                print(f"{r['rank']:<6}{name:<12}" + _row(r["blocks"], name, "off") + f"{loop:>+18.1f}, {grad:>+8.1f}"
+                print(f"{r['rank']:<6}{name:<12}" + _row(r["blocks"], name, "off")
                       + (_row(r["blocks"], "comm", "probe", ms=False) if name == "comm" and "probe" in arms else ""))
             print(f"{'':<6}records written: {r['records']}")
     dist.destroy_process_group()
     probe.writer.unlink()
-
-
-def _autograd_threads() -> list[str]:
-    """autograd's device threads (torch names them pt_autograd_<device>): the backward runs there on a GPU."""
-    found = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            if open(f"/proc/self/task/{tid}/comm").read().startswith("pt_autograd"):
-                found.append(tid)
-        except OSError:
-            pass
-    return found
-
-
-def _cpu_ns() -> list[int]:
-    """CPU ns so far of this thread and of autograd's device threads (their schedstat run time)."""
-    grad = 0
-    for tid in _autograd_threads():
-        try:
-            grad += int(open(f"/proc/self/task/{tid}/schedstat").read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return [time.thread_time_ns(), grad]
 
 
 def _cycle_means(blocks: dict, name: str) -> list[float]:

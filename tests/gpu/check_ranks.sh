@@ -3,7 +3,8 @@
 # under `tuimon run`, each rank measuring its own truth; tuimon's per-rank numbers beside them.
 #   A  a planted straggler: rank 1 spins 30 ms of Python per step (134M parameters, 512 MB of gradients)
 #      at its step's end (straggler, straggler_bv); A2 (straggler_gpu): the same model on batches of
-#      1024 made ahead (the step is GPU work, not Python), rank 1's batches 20 ms late
+#      1024 made ahead (the step is GPU work, not Python), rank 1's batches 20 ms late; A3
+#      (straggler_gpukernel): the same, rank 1's GPU runs a 20 ms kernel each step (a slower GPU)
 #   B  comm grows: a small model with 0 and then 2 GiB of extra gradient (almost no compute)
 #   C  the probe's cost with comm timing on: the job of A without a straggler, plain torchrun vs
 #      under `tuimon run`, alternated, the job's own median step time
@@ -44,6 +45,7 @@ case " $CASES " in *" aligned "*) case_run aligned --width 4096 --layers 8 --bat
 case " $CASES " in *" straggler_bv "*) case_run straggler_bv --width 4096 --layers 8 --batch 64 --slow-rank 1 --slow-ms 30 --bucket-view --seconds ${SECONDS_A:-30};; esac
 GPU_JOB="--width 4096 --layers 8 --batch 1024 --batches-ahead --seconds ${SECONDS_A:-30}"
 case " $CASES " in *" straggler_gpu "*) case_run straggler_gpu $GPU_JOB --slow-rank 1 --slow-ms 20 --slow-where data;; esac
+case " $CASES " in *" straggler_gpukernel "*) case_run straggler_gpukernel $GPU_JOB --slow-rank 1 --slow-ms 20 --slow-how gpu;; esac
 case " $CASES " in *" aligned_gpu "*) case_run aligned_gpu $GPU_JOB;; esac
 case " $CASES " in *" comm0 "*) case_run comm0 --width 1024 --layers 4 --batch 64 --seconds 20;; esac
 case " $CASES " in *" comm2g "*) case_run comm2g --width 1024 --layers 4 --batch 64 --extra-mb 2048 --seconds 20;; esac
@@ -70,7 +72,8 @@ print("== per rank: tuimon (attach --once --json) beside the rank's own timers =
 print(f"{'case':<10}{'rank':>5}{'step p50 tuimon':>17}{'own step':>10}{'comm ms tuimon':>16}{'own comm':>10}"
       f"{'comm share':>12}{'own share':>11}{'GPU':>5}{'SM %':>6}")
 summary = {}
-for case in ("straggler", "aligned", "straggler_bv", "straggler_gpu", "aligned_gpu", "comm0", "comm2g"):
+for case in ("straggler", "aligned", "straggler_bv", "straggler_gpu", "straggler_gpukernel", "aligned_gpu", "comm0",
+             "comm2g"):
     if not os.path.isdir(os.path.join(logs, case)):
         continue  # (not run: CASES)
     try:
@@ -98,7 +101,7 @@ for case in ("straggler", "aligned", "straggler_bv", "straggler_gpu", "aligned_g
           f"{truth(case, 0)['grad_mb'] if truth(case, 0) else '?'}")
 
 print()
-for case in ("straggler", "straggler_bv", "straggler_gpu"):  # (_bv: gradient_as_bucket_view=True, no copies into and out of buckets)
+for case in ("straggler", "straggler_bv", "straggler_gpu", "straggler_gpukernel"):  # (_bv: gradient_as_bucket_view=True, no copies into and out of buckets)
     s = summary.get(case, {}).get("straggler")
     t0, t1 = truth(case, 0), truth(case, 1)
     rows = {r["rank"]: r for r in summary.get(case, {}).get("ranks", [])}

@@ -10,7 +10,8 @@
 Each rank trains an MLP (width x width x layers) under DistributedDataParallel (gloo on the CPU,
 NCCL on GPUs, one GPU per rank); --extra-mb adds a parameter of that many MB whose gradient costs
 almost no compute but must be all-reduced (comm grows, compute does not); --slow-rank spins
---slow-ms of Python per step on one rank, or sleeps as long with --slow-how sleep (a straggler):
+--slow-ms of Python per step on one rank, or sleeps as long with --slow-how sleep, or queues a GPU
+kernel that spins as long with --slow-how gpu (a slower GPU; CUDA only) (a straggler):
 at the step's end (after the optimizer step is queued), or with --slow-where data in the making of
 its batch (a slow input pipeline on one rank: the GPU idles meanwhile). --batches-ahead: the batches
 are made before the job and cycled (8 of them), so that the step is the model's own work (a batch
@@ -66,8 +67,24 @@ class Batches(IterableDataset):
         return torch.randn(self.batch, self.width, generator=g), torch.randn(self.batch, 1, generator=g)
 
 
+GPU_CYCLES_PER_MS = 0.0  # torch.cuda._sleep's rate on this GPU, measured at start with --slow-how gpu
+
+
 def delay(ms: float, how: str) -> None:
-    spin(ms) if how == "spin" else time.sleep(ms / 1e3)
+    if how == "gpu":
+        torch.cuda._sleep(int(ms * GPU_CYCLES_PER_MS))  # (queued: the host goes on, the GPU is late)
+    else:
+        spin(ms) if how == "spin" else time.sleep(ms / 1e3)
+
+
+def gpu_cycles_per_ms() -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1000)
+    start.record()
+    torch.cuda._sleep(50_000_000)
+    end.record()
+    end.synchronize()
+    return 50_000_000 / start.elapsed_time(end)
 
 
 class Net(nn.Module):
@@ -94,8 +111,8 @@ def main() -> None:
     ap.add_argument("--extra-mb", type=float, default=0)
     ap.add_argument("--slow-rank", type=int, default=-1)
     ap.add_argument("--slow-ms", type=float, default=0)
-    ap.add_argument("--slow-how", choices=("spin", "sleep"), default="spin",
-                    help="spin: Python on the CPU; sleep: a wait (I/O-like: leaves the CPU to the others)")
+    ap.add_argument("--slow-how", choices=("spin", "sleep", "gpu"), default="spin",
+                    help="spin: Python on the CPU; sleep: a wait (I/O-like: leaves the CPU to the others); gpu: a GPU kernel")
     ap.add_argument("--slow-where", choices=("end", "data"), default="end")
     ap.add_argument("--batches-ahead", action="store_true", help="the batches made before the job, then cycled")
     ap.add_argument("--bucket-view", action="store_true",
@@ -110,6 +127,9 @@ def main() -> None:
     local = int(os.environ.get("LOCAL_RANK", 0))
     if cuda:
         torch.cuda.set_device(local)
+        if a.slow_how == "gpu":
+            global GPU_CYCLES_PER_MS
+            GPU_CYCLES_PER_MS = gpu_cycles_per_ms()
     else:
         torch.set_num_threads(1)
     dist.init_process_group("nccl" if cuda else "gloo")

@@ -169,8 +169,11 @@ def rule_straggler(c: _Context) -> Rule:
     if s is None:
         why = "one process" if e.ranks < 2 else "fewer than two ranks with enough steps"
     else:
-        why = (f"rank {s.rank} works {s.own_ms:.1f} ms/step, the others {s.others_ms:.1f} (median): "
-               f"{s.ratio:.2f}x")
+        measured = s.others_measured_ms
+        why = (f"rank {s.rank} works {s.own_ms:.1f} ms/step, the others {s.others_ms:.1f}"
+               + (f" (its own less what it spends more; they measure {measured:.1f}, side effects of their wait "
+                  "included)" if measured is not None and measured - s.others_ms >= 0.05 else "")
+               + f": {s.ratio:.2f}x")
     return Rule("straggler", "Straggler (one rank holds the others back)", fired, [check], why)
 
 
@@ -346,7 +349,7 @@ def _straggler_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     where = f" · its {top[0]} +{top[1]:.1f} ms/step" if top else ""
     fix = STRAGGLER_FIX.get(top[0], "") if top else ""
     return Verdict("straggler", f"straggler: rank {s.rank}, {s.ratio:.1f}x the others' own work",
-                   f"rank {s.rank} works {s.own_ms:.1f} ms/step, the others {s.others_ms:.1f} (median) and wait for it "
+                   f"rank {s.rank} works {s.own_ms:.1f} ms/step, the others {s.others_ms:.1f} and wait for it "
                    f"in collectives{where} · job comm {share(e.comm_share)}",
                    f"rank {s.rank}: {fix}" if fix else f"rank {s.rank} is slower in every phase: compare its GPU (g) "
                    "and its CPU", _margin(s.ratio, T.STRAGGLER), rules)

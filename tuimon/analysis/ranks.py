@@ -8,23 +8,33 @@ from statistics import median as _median
 from ..model import RankRow, Straggler
 from . import thresholds as T
 
+WORK_PHASES = ("data", "forward", "backward", "optimizer")
+
 
 def _measured(rows: list[RankRow]) -> list[RankRow]:
     return [r for r in rows if r.state == "alive" and r.own_ms is not None and r.window_steps >= T.MIN_STEPS.value]
 
 
 def straggler(rows: list[RankRow]) -> Straggler | None:
-    """The rank with the longest own work per step against the median of the others' (None with
-    fewer than two measured ranks). Ranks wait for each other in collectives, so their step times
-    match; their own work (the step less the waits) does not. `slower`: its phases (ms/step) beyond
-    the others' median, largest first; the wait itself (comm) left out."""
+    """The rank with the longest own work per step against the others' (None with fewer than two
+    measured ranks). Ranks wait for each other in collectives, so their step times match; their own
+    work (the step less the waits) does not. `slower`: its phases (ms/step) beyond the others'
+    median, largest first; the wait itself (comm) left out.
+
+    The others' own work is the tighter of two upper bounds. What they measure (their step less
+    their wait) also holds what the wait does to them: NCCL kernels launched early in backward wait
+    on the GPU for the straggler and hold SMs meanwhile (two H200s, rank 1 20 ms late: rank 0's
+    backward 15.8 ms against rank 1's 12.2 by DDP's own timer), and DDP's host work grows with the
+    wait. The straggler's own work less what it spends more in its phases holds all of the others'
+    work when the ranks run the same step (DDP, FSDP: one model, equal batches), and any extra of
+    the straggler that no host phase shows (a slower GPU). The second never goes below what the
+    others' host spends in data, forward, backward and optimizer (a floor, for ranks whose phases
+    are missing or cut short)."""
     ranked = sorted(_measured(rows), key=lambda r: r.own_ms)
     if len(ranked) < 2:
         return None
     slow, others = ranked[-1], ranked[:-1]
-    ref = _median([r.own_ms for r in others])
-    if ref <= 0:
-        return None
+    measured = _median([r.own_ms for r in others])
     deltas = {}
     for phase, ms in slow.phases.items():
         if phase == "comm":
@@ -33,7 +43,14 @@ def straggler(rows: list[RankRow]) -> Straggler | None:
         if d > 0:
             deltas[phase] = d
     slower = dict(sorted(deltas.items(), key=lambda kv: -kv[1]))
-    return Straggler(slow.rank, slow.pid, round(slow.own_ms / ref, 3), round(slow.own_ms, 2), round(ref, 2), slower)
+    floor = _median([sum(r.phases.get(ph, 0.0) for ph in WORK_PHASES) for r in others])
+    ref = min(measured, max(floor, slow.own_ms - sum(slower.values())))
+    if ref <= 0:
+        ref = measured
+    if ref <= 0:
+        return None
+    return Straggler(slow.rank, slow.pid, round(slow.own_ms / ref, 3), round(slow.own_ms, 2), round(ref, 2), slower,
+                     round(measured, 2))
 
 
 def comm_share(rows: list[RankRow]) -> float | None:

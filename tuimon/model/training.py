@@ -93,14 +93,15 @@ class RankRow:
 @dataclass(frozen=True)
 class Straggler:
     """The rank whose own work per step (its step less its waits in collectives) is the longest,
-    against the median of the other ranks'; named a straggler by the diagnosis past its threshold."""
+    against the other ranks'; named a straggler by the diagnosis past its threshold."""
 
     rank: int | None
     pid: int
-    ratio: float  # its own work / the others' median
+    ratio: float  # its own work / the others'
     own_ms: float
-    others_ms: float
+    others_ms: float  # the others' own work (analysis/ranks.py: the tighter of two bounds)
     slower: dict[str, float] = field(default_factory=dict)  # phase -> ms/step more than the others, largest first
+    others_measured_ms: float | None = None  # the median of what the others measure (their step less their wait)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ def view_json(view: View, asked_pid: int | None = None) -> dict:
     doc["ranks"] = [_rank_json(r) for r in view.ranks]
     doc["straggler"] = ({"rank": view.straggler.rank, "pid": view.straggler.pid, "ratio": view.straggler.ratio,
                          "own_ms": view.straggler.own_ms, "others_ms": view.straggler.others_ms,
-                         "slower_ms": view.straggler.slower}
+                         "others_measured_ms": view.straggler.others_measured_ms, "slower_ms": view.straggler.slower}
                         if view.straggler is not None and view.verdict.code == "straggler" else None)
     doc["comm_share"] = view.comm_share if view.ranks else (t.comm.share if t is not None and t.comm else None)
     return doc
