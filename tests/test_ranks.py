@@ -184,6 +184,26 @@ def test_the_straggler_is_the_rank_with_the_most_own_work():
     assert job_ranks.straggler([rows[0]]) is None
 
 
+def test_the_others_own_work_is_the_tighter_of_two_bounds():
+    """What the waiting ranks measure keeps what the wait does to them (their backward slowed by NCCL
+    kernels waiting beside it): the straggler's own work less its extra phases, or their backward's
+    excess over the straggler's by DDP's own timer, bound it tighter (numbers from two H200s)."""
+    phases = {"data": 0.1, "forward": 0.8, "backward": 2.2, "optimizer": 0.2, "sync": 15.0, "other": 3.0}
+    slow_data = [row(0, 41.6, 16.9, dict(phases, comm=16.9)),
+                 row(1, 41.5, 0.4, dict(phases, data=20.1, comm=0.4))]
+    s = job_ranks.straggler(slow_data)  # host-side: rank 1's batches come 20 ms late
+    assert (s.rank, s.others_measured_ms) == (1, 24.7) and s.others_ms == pytest.approx(41.1 - 20.0, abs=0.01)
+    slow_gpu = [row(0, 41.0, 16.7, dict(phases, comm=16.7), ddp_backward_ms=15.7),
+                row(1, 41.0, 0.4, dict(phases, comm=0.4), ddp_backward_ms=12.3)]
+    s = job_ranks.straggler(slow_gpu)  # rank 1's GPU is slower: no host phase shows it
+    assert s.rank == 1 and s.others_ms == pytest.approx(24.3 - 3.4, abs=0.01)
+    assert s.ratio == pytest.approx(40.6 / 20.9, rel=1e-3)
+    without_timer = [row(0, 41.0, 16.7, dict(phases, comm=16.7)), row(1, 41.0, 0.4, dict(phases, comm=0.4))]
+    assert job_ranks.straggler(without_timer).others_ms == 24.3  # what they measure, then
+    bare = [row(0, 41.0, 16.7, {"comm": 16.7}), row(1, 41.0, 0.4, {"other": 40.6, "comm": 0.4})]
+    assert job_ranks.straggler(bare).others_ms == 24.3  # no phases to bound it by: not below what they measure
+
+
 def test_the_verdicts_for_ranks():
     rows = [row(0, 36.0, 30.5), row(1, 36.0, 0.8, {"forward": 5.0, "other": 30.2, "comm": 0.8})]
     e = Evidence(steps=100, step_ms=36.0, data_share=0.3, phases={"forward": 0.1}, ranks=2,
@@ -275,3 +295,45 @@ def test_ddp_timing_hooks_are_one_per_module_and_come_off_with_the_probe(tmp_pat
     assert lines["phases"] == "True True True", lines  # forward and comm measured, the DDP root self-timed
     assert lines["off"].startswith("0 ") and lines["off"].endswith("False"), lines
     assert lines["again"] == "1", lines
+
+
+DDP_TIMER = r"""
+import os, sys, time
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1], RANK="0", WORLD_SIZE="1")
+import tuimon
+tuimon.instrument()
+import torch, torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+model = DDP(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1)))
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+for _ in range(105):  # DDP times every 100th iteration by default
+    model(torch.randn(16, 64)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+d = model._get_ddp_logging_data()
+print(d["iteration"], d["backward_compute_time"], flush=True)
+time.sleep(60)
+"""
+
+
+def test_ddp_own_backward_timing_reaches_the_monitor():
+    """The probe's control thread reads DDP's own timing of its last sampled iteration (no hook, no
+    cost on the loop); the monitor shows its backward compute per rank (analysis/ranks.py uses it)."""
+    proc = subprocess.Popen([sys.executable, "-c", DDP_TIMER, str(29100 + os.getpid() % 400)], stdout=subprocess.PIPE,
+                            text=True, cwd=ROOT)
+    try:
+        iteration, ns = map(int, proc.stdout.readline().split())
+        assert iteration == 100 and ns > 0
+        session = LiveSession(proc.pid, devices=None)
+        try:
+            def timed():
+                time.sleep(0.2)
+                return session.poll().training.ddp_backward_ms
+            assert wait_for(timed, timeout=20, what="DDP's backward timing") == pytest.approx(ns / 1e6, abs=1e-3)
+        finally:
+            session.stop()
+    finally:
+        proc.kill()
+        proc.wait()

@@ -127,6 +127,12 @@ def memory(gauges: dict[int, float], name_of: Callable[[int], str]) -> Memory | 
                   get("cuda.alloc_retries"), get("cuda.ooms"))
 
 
+def ddp_backward_ms(gauges: dict[int, float], name_of: Callable[[int], str]) -> float | None:
+    """DDP's own timing of its backward's compute, its last sampled iteration (probe/comm.py)."""
+    v = _named(gauges, name_of).get("ddp.backward_compute_ns")
+    return round(v / 1e6, 3) if v is not None else None
+
+
 def dataloader_workers(gauges: dict[int, float], name_of: Callable[[int], str]) -> int | None:
     v = _named(gauges, name_of).get("dataloader.workers")
     return int(v) if v is not None else None

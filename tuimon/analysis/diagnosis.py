@@ -171,8 +171,8 @@ def rule_straggler(c: _Context) -> Rule:
     else:
         measured = s.others_measured_ms
         why = (f"rank {s.rank} works {s.own_ms:.1f} ms/step, the others {s.others_ms:.1f}"
-               + (f" (its own less what it spends more; they measure {measured:.1f}, side effects of their wait "
-                  "included)" if measured is not None and measured - s.others_ms >= 0.05 else "")
+               + (f" (they measure {measured:.1f}, which holds what their wait does to them: analysis/ranks.py)"
+                  if measured is not None and measured - s.others_ms >= 0.05 else "")
                + f": {s.ratio:.2f}x")
     return Rule("straggler", "Straggler (one rank holds the others back)", fired, [check], why)
 

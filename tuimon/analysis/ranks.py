@@ -24,17 +24,19 @@ def straggler(rows: list[RankRow]) -> Straggler | None:
     The others' own work is the tighter of two upper bounds. What they measure (their step less
     their wait) also holds what the wait does to them: NCCL kernels launched early in backward wait
     on the GPU for the straggler and hold SMs meanwhile (two H200s, rank 1 20 ms late: rank 0's
-    backward 15.8 ms against rank 1's 12.2 by DDP's own timer), and DDP's host work grows with the
-    wait. The straggler's own work less what it spends more in its phases holds all of the others'
-    work when the ranks run the same step (DDP, FSDP: one model, equal batches), and any extra of
-    the straggler that no host phase shows (a slower GPU). The second never goes below what the
-    others' host spends in data, forward, backward and optimizer (a floor, for ranks whose phases
-    are missing or cut short)."""
+    backward 15.8 ms against rank 1's 12.2 by DDP's own timer). Where DDP's own timer is there, that
+    excess of their backward over the straggler's comes off. The straggler's own work less what it
+    spends more in its phases holds all of the others' work when the ranks run the same step (DDP,
+    FSDP: one model, equal batches), and any extra of the straggler that no host phase shows (a
+    slower GPU). The second never goes below what the others' host spends in data, forward,
+    backward and optimizer (a floor, for ranks whose phases are missing or cut short)."""
     ranked = sorted(_measured(rows), key=lambda r: r.own_ms)
     if len(ranked) < 2:
         return None
     slow, others = ranked[-1], ranked[:-1]
     measured = _median([r.own_ms for r in others])
+    backward = [r.ddp_backward_ms for r in others if r.ddp_backward_ms is not None]
+    slowed = _median(backward) - slow.ddp_backward_ms if backward and slow.ddp_backward_ms is not None else 0.0
     deltas = {}
     for phase, ms in slow.phases.items():
         if phase == "comm":
@@ -44,7 +46,7 @@ def straggler(rows: list[RankRow]) -> Straggler | None:
             deltas[phase] = d
     slower = dict(sorted(deltas.items(), key=lambda kv: -kv[1]))
     floor = _median([sum(r.phases.get(ph, 0.0) for ph in WORK_PHASES) for r in others])
-    ref = min(measured, max(floor, slow.own_ms - sum(slower.values())))
+    ref = min(measured - max(0.0, slowed), max(floor, slow.own_ms - sum(slower.values())))
     if ref <= 0:
         ref = measured
     if ref <= 0:

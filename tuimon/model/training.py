@@ -81,6 +81,7 @@ class RankRow:
     phases: dict[str, float] = field(default_factory=dict)  # ms per step, by phase
     comm_ms: float | None = None  # per step (CommTimes.per_step_ms)
     comm_share: float | None = None
+    ddp_backward_ms: float | None = None  # DDP's own timing of its backward's compute
 
     @property
     def own_ms(self) -> float | None:
@@ -161,4 +162,5 @@ class TrainingSnapshot:
     comm: CommTimes | None = None
     memory: Memory | None = None
     dataloader_workers: int | None = None
+    ddp_backward_ms: float | None = None  # DDP's own timing of its backward's compute (a sampled iteration)
     loop_tid: int | None = None  # the OS thread that steps

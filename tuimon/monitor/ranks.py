@@ -123,5 +123,6 @@ def rows(snaps: dict[int, TrainingSnapshot], gpus: list[GpuSample] | None, exite
             steps=s.steps, window_steps=s.window_steps,
             step_p50_ms=st.p50 if st else None, step_p95_ms=st.p95 if st else None, step_mean_ms=st.mean if st else None,
             data_wait_share=s.data_wait_share, phases={p.name: p.mean_ms for p in s.phases},
-            comm_ms=s.comm.per_step_ms if s.comm else None, comm_share=s.comm.share if s.comm else None))
+            comm_ms=s.comm.per_step_ms if s.comm else None, comm_share=s.comm.share if s.comm else None,
+            ddp_backward_ms=s.ddp_backward_ms))
     return sorted(out, key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.pid))

@@ -45,6 +45,6 @@ def _rank_json(r) -> dict:
     return {"rank": r.rank, "pid": r.pid, "state": r.state, "gpu": r.gpu, "sm_active": r.sm_active,
             "steps": r.steps, "step_time_ms": {"p50": r.step_p50_ms, "p95": r.step_p95_ms, "mean": r.step_mean_ms},
             "data_wait_share": r.data_wait_share, "own_ms": None if r.own_ms is None else round(r.own_ms, 3),
-            "comm_ms": r.comm_ms, "comm_share": r.comm_share,
+            "comm_ms": r.comm_ms, "comm_share": r.comm_share, "ddp_backward_ms": r.ddp_backward_ms,
             "phases": {name: {"mean_ms": ms, "share": round(ms / total, 4) if total > 0 else None}
                        for name, ms in r.phases.items()}}

@@ -59,6 +59,7 @@ class TrainingView:
             comm=anatomy.comm(steps, name),
             memory=anatomy.memory(self.steps.gauges, name),
             dataloader_workers=anatomy.dataloader_workers(self.steps.gauges, name),
+            ddp_backward_ms=anatomy.ddp_backward_ms(self.steps.gauges, name),
             loop_tid=steps[-1].tid if steps else None,
         )
 

@@ -192,7 +192,7 @@ def control_thread(capturer: Capturer, writer, stop: threading.Event, period: fl
         if memory_at is not None and time.monotonic() - memory_at >= MEMORY_EVERY_S:
             memory_at = time.monotonic()
             try:
-                capturer.probe.sample_memory()
+                capturer.probe.sample_gauges()
             except Exception as e:  # noqa: BLE001 - no memory gauges then, said once
                 print(f"tuimon: GPU memory gauges off: {type(e).__name__}: {e}", file=sys.stderr)
                 memory_at = None

@@ -59,6 +59,7 @@ class CommTiming:
         self._last_end: int | None = None  # host ns of the last step's end
         self._step_ns: float | None = None  # smoothed step time
         self._sampled = True  # this step's collectives get CUDA events
+        self._ddp_iteration = None  # the iteration of DDP's own timing last read (sample_ddp)
 
     # -- explicit collectives (the loop thread) -----------------------------------------------------
 
@@ -95,6 +96,22 @@ class CommTiming:
                 module.__dict__["_tuimon_hooks"] = []
             self._hooked.add(module)
         self.reducing = nbytes
+
+    def sample_ddp(self, step: int) -> None:
+        """(the control thread, ~every 0.5 s) DDP's own timing of the last iteration it sampled (every
+        100th by default; CUDA events on GPUs): its backward's compute, as a gauge. The monitor compares
+        it between ranks: waiting NCCL kernels slow the backward of the ranks that wait
+        (analysis/ranks.py)."""
+        try:
+            module = next(iter(list(self._hooked)), None)  # (a job's DDP model; the loop may add one meanwhile)
+            data = module._get_ddp_logging_data() if module is not None else {}
+        except Exception:  # noqa: BLE001 - a DDP without its logger, or a set changed under us: none this time
+            return
+        it, ns = data.get("iteration"), data.get("backward_compute_time")
+        if not isinstance(ns, int) or ns <= 0 or it == self._ddp_iteration:
+            return
+        self._ddp_iteration = it
+        self._emit(L.GAUGE, 0, self._name("ddp.backward_compute_ns"), self._tid(), step, 0, _now(), float(ns))
 
     def set_enabled(self, on: bool) -> None:
         """Off: the parameters' hooks removed (a forward re-adds them once the probe is on again)."""

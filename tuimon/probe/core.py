@@ -158,6 +158,12 @@ class Probe:
         if self.gpu is not None:
             self.gpu.after_sync()
 
+    def sample_gauges(self) -> None:
+        """What the control thread reads ~every 0.5 s: the GPU memory gauges and DDP's own timing."""
+        if self.comm is not None:
+            self.comm.sample_ddp(self.step_no)
+        self.sample_memory()
+
     def sample_memory(self) -> None:
         """The caching allocator's numbers for the loop's GPU, as gauges. Called by the control
         thread (~every 0.5 s: torch.cuda.memory_stats() costs ~90 us), never by the loop."""
@@ -165,7 +171,7 @@ class Probe:
         gpu = self.gpu
         if torch is None or gpu is None or gpu.device is None or not torch.cuda.is_initialized():
             return
-        stats = torch.cuda.memory_stats(gpu.device)
+        stats = torch.cuda.memory_stats(gpu.device)  # (DDP's timing: sample_gauges)
         t, tid = _now(), ring.thread_id()
         for name, key in MEMORY_STATS:
             v = stats.get(key)
