@@ -93,6 +93,7 @@ for case in ("straggler", "aligned", "straggler_bv", "straggler_gpu", "straggler
               f"{(r['sm_active'] or 0):>6.0f}")
         if "ddp" in t:
             print(f"{'':<15}DDP's own timer (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in t["ddp"].items())
+                  + f"; tuimon's reading of its backward {r.get('ddp_backward_ms')}"
                   + "; tuimon phases (ms) " + ", ".join(f"{k} {v['mean_ms']:.2f}" for k, v in (r.get("phases") or {}).items()))
     summary[case] = snap
     v = snap["verdict"]
