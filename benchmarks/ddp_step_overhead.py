@@ -74,25 +74,11 @@ def main():
     import torch
     import torch.distributed as dist
     from torch import nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     cuda = a.device == "cuda"
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    if cuda:
-        torch.cuda.set_device(local)
-    else:
-        torch.set_num_threads(1)
-    dist.init_process_group("nccl" if cuda else "gloo")
+    net, model, opt, x, y = ddp_job(a)
     rank, world = dist.get_rank(), dist.get_world_size()
-    dev = torch.device("cuda", local) if cuda else torch.device("cpu")
-    torch.manual_seed(0)
-    net = nn.Sequential(*[m for _ in range(a.layers) for m in (nn.Linear(a.width, a.width), nn.ReLU())],
-                        nn.Linear(a.width, 1)).to(dev)
-    model = DDP(net, device_ids=[local] if cuda else None)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     arm("comm")
-    x = torch.randn(a.batch, a.width, device=dev)
-    y = torch.randn(a.batch, 1, device=dev)
 
     def steps(n):
         t0 = time.perf_counter()
@@ -143,6 +129,30 @@ def main():
             print(f"{'':<6}records written: {r['records']}")
     dist.destroy_process_group()
     probe.writer.unlink()
+
+
+def ddp_job(a):
+    """The benchmark's DDP job (also benchmarks/probe_profile.py's): an MLP of a.width x a.width x
+    a.layers under DDP, NCCL with one GPU per rank or gloo, an optimizer and one batch on the device."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    cuda = a.device == "cuda"
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    if cuda:
+        torch.cuda.set_device(local)
+    else:
+        torch.set_num_threads(1)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    dev = torch.device("cuda", local) if cuda else torch.device("cpu")
+    torch.manual_seed(0)
+    net = nn.Sequential(*[m for _ in range(a.layers) for m in (nn.Linear(a.width, a.width), nn.ReLU())],
+                        nn.Linear(a.width, 1)).to(dev)
+    model = DDP(net, device_ids=[local] if cuda else None)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    return net, model, opt, torch.randn(a.batch, a.width, device=dev), torch.randn(a.batch, 1, device=dev)
 
 
 def _cycle_means(blocks: dict, name: str) -> list[float]:

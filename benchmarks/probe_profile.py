@@ -38,22 +38,11 @@ def main():
     import torch
     import torch.distributed as dist
     from torch import nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from benchmarks.ddp_step_overhead import ddp_job
 
     cuda = a.device == "cuda"
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    if cuda:
-        torch.cuda.set_device(local)
-    else:
-        torch.set_num_threads(1)
-    dist.init_process_group("nccl" if cuda else "gloo")
-    dev = torch.device("cuda", local) if cuda else torch.device("cpu")
-    net = nn.Sequential(*[m for _ in range(a.layers) for m in (nn.Linear(a.width, a.width), nn.ReLU())],
-                        nn.Linear(a.width, 1)).to(dev)
-    model = DDP(net, device_ids=[local] if cuda else None)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-    x = torch.randn(a.batch, a.width, device=dev)
-    y = torch.randn(a.batch, 1, device=dev)
+    _net, model, opt, x, y = ddp_job(a)
 
     def steps(n):
         for _ in range(n):
@@ -70,9 +59,13 @@ def main():
     prof.disable()
     stats = pstats.Stats(prof)
     mine = {k: v for k, v in stats.stats.items() if "tuimon" in k[0]}
-    called = {}  # (callee) -> own time of non-tuimon functions called from tuimon's
+    from tuimon.probe import torch_hooks
+
+    wrapped = {getattr(orig, "__name__", "") for _owner, _name, orig, _wrapper in torch_hooks._swaps}
+    called = {}  # (callee) -> own time of non-tuimon functions called from tuimon's, but the originals it wraps
     for callee, (_cc, _nc, _tt, _ct, callers) in stats.stats.items():
-        if "tuimon" in callee[0]:
+        if "tuimon" in callee[0] or callee[2] in wrapped or any(f".{w} " in callee[2] or f"'{w}'" in callee[2]
+                                                               for w in wrapped):
             continue
         for caller, (_c, _n, tt, _t) in callers.items():
             if "tuimon" in caller[0]:
