@@ -47,8 +47,7 @@ def straggler(rows: list[RankRow]) -> Straggler | None:
     slower = dict(sorted(deltas.items(), key=lambda kv: -kv[1]))
     floor = _median([sum(r.phases.get(ph, 0.0) for ph in WORK_PHASES) for r in others])
     ref = min(measured - max(0.0, slowed), max(floor, slow.own_ms - sum(slower.values())))
-    if ref <= 0:
-        ref = measured
+    ref = ref if ref > 0 else measured  # (neither bound usable: what they measure)
     if ref <= 0:
         return None
     return Straggler(slow.rank, slow.pid, round(slow.own_ms / ref, 3), round(slow.own_ms, 2), round(ref, 2), slower,

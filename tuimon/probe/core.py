@@ -171,7 +171,7 @@ class Probe:
         gpu = self.gpu
         if torch is None or gpu is None or gpu.device is None or not torch.cuda.is_initialized():
             return
-        stats = torch.cuda.memory_stats(gpu.device)  # (DDP's timing: sample_gauges)
+        stats = torch.cuda.memory_stats(gpu.device)
         t, tid = _now(), ring.thread_id()
         for name, key in MEMORY_STATS:
             v = stats.get(key)
