@@ -5,5 +5,6 @@ ring writer (tuimon/channel/ring.py) and says so in `tuimon doctor`."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("tuimon.channel._fastring", ["tuimon/channel/_fastring.c"],
+setup(ext_modules=[Extension("tuimon.channel._fastring", ["tuimon/channel/_fastring.c", "tuimon/channel/_phases.c"],
+                             depends=["tuimon/channel/_fastring.h"],
                              extra_compile_args=["-O2", "-Wall"], optional=True)])

@@ -14,6 +14,9 @@ are not timed (switching the probe on re-registers hooks: a one-off a job never 
   probe       the probe on without its comm timing
   comm        the probe on with comm timing: what a job under tuimon runs
   comm-hooks  (diagnostic) comm timing without its CUDA event pairs
+  probe-no<X> (diagnostic) the probe without comm timing and without one of its parts: X = gpu (its
+              CUDA events, gpu_timing.py), syncs (the sync wrappers: .item(), .to(), ...), fwd (the
+              DDP forward wrapper: the forward phase), bwd (the backward wrapper)
 Alternating inside one job, not between jobs: two launches of the same DDP job differed by up to
 18% on two H200s (tests/gpu/check_ranks.sh, part C), far above a 1% budget. `tuimon record` watches
 rank 0 (and so every rank) the whole time. Rank 0 prints the table: per rank and arm, the median
@@ -45,26 +48,34 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--no-monitor", action="store_true", help="the probe alone (on a machine with fewer cores than ranks + 1)")
     ap.add_argument("--raw", help="write each rank's blocks to RAW.rank<R>.json")
-    ap.add_argument("--arms", default="off,probe,comm", help="off, probe, comm, comm-hooks (the docstring)")
+    ap.add_argument("--arms", default="off,probe,comm", help="off, probe, comm, comm-hooks, probe-no<X> (the docstring)")
     a = ap.parse_args()
     os.environ.setdefault("TUIMON_SHM_DIR", tempfile.mkdtemp())
 
     import tuimon
     from tuimon.probe import api
 
+    from tuimon.probe import torch_hooks
+
+    parts = {"probe-nosyncs": {"item", "tolist", "cpu", "__bool__", "__int__", "__float__", "to", "synchronize"},
+             "probe-nofwd": {"forward"}, "probe-nobwd": {"backward", "grad"}, "probe-nogpu": set()}
     arms = a.arms.split(",")
-    assert arms[0] == "off" and set(arms) <= {"off", "probe", "comm", "comm-hooks"}, "--arms: off first"
+    assert arms[0] == "off" and set(arms) <= {"off", "probe", "comm", "comm-hooks", *parts}, "--arms: off first"
     assert tuimon.instrument().enabled
     probe = api._probe
     timing = {}  # the probe's CommTiming and its CUDA module, set aside while an arm runs without them
 
     def arm(name: str):
         api.switch(probe, name != "off")
+        for owner, attr, orig, _wrapper in torch_hooks._swaps:  # (probe-no<X>: that part's originals back)
+            if attr in parts.get(name, ()):
+                setattr(owner, attr, orig)
         comm = timing.setdefault("comm", probe.comm)
         timing.setdefault("cuda", comm.cuda if comm is not None else None)
+        probe.gpu = timing.setdefault("gpu", probe.gpu) if name != "probe-nogpu" else None
         if comm is None or name == "off":
             return
-        if name == "probe":
+        if name == "probe" or name in parts:
             comm.set_enabled(False)  # (its hooks on DDP's parameters come off too)
             probe.comm = None
         else:
@@ -120,11 +131,11 @@ def main():
         print(f"DDP, {world} ranks, {'NCCL on ' + torch.cuda.get_device_name(0) if cuda else 'gloo on the CPU'}, MLP "
               f"{a.width}x{a.width}x{a.layers} ({sum(p.numel() for p in net.parameters()) / 1e6:.0f}M parameters), "
               f"batch {a.batch}; {a.cycles} cycles of {2 * len(arms)} blocks of {a.block_steps} steps; monitor: {monitored}")
-        print(f"{'rank':<6}{'arm':<12}{'ms/step':>9}{'/ off':>8}{'cycle ratios p25..p75':>24}{'comm / probe':>14}"
+        print(f"{'rank':<6}{'arm':<15}{'ms/step':>9}{'/ off':>8}{'cycle ratios p25..p75':>24}{'comm / probe':>14}"
               f"{'p25..p75':>18}")
         for r in every:
             for name in arms:
-                print(f"{r['rank']:<6}{name:<12}" + _row(r["blocks"], name, "off")
+                print(f"{r['rank']:<6}{name:<15}" + _row(r["blocks"], name, "off")
                       + (_row(r["blocks"], "comm", "probe", ms=False) if name == "comm" and "probe" in arms else ""))
             print(f"{'':<6}records written: {r['records']}")
     dist.destroy_process_group()

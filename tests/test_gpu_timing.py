@@ -138,15 +138,20 @@ def test_short_steps_are_sampled_and_pending_events_never_wait(sim):
 
 def test_comm_event_pairs_are_sampled_on_short_steps(sim):
     """CommTiming (probe/comm.py) on the same simulated stream: a 1 ms collective in every 5 ms
-    step gets its event pair on every 4th step (gpu_timing.stride), each read as 1 ms of GPU time."""
+    step gets its event pair on the steps GpuTiming measures (every 4th: gpu_timing.stride), each
+    read as 1 ms of GPU time; without a GpuTiming, none."""
     from tuimon.probe import comm
 
-    cuda = SimpleNamespace(is_initialized=lambda: True, Event=lambda enable_timing: FakeEvent(sim))
+    cuda = SimpleNamespace(is_initialized=lambda: True, Event=lambda enable_timing: FakeEvent(sim),
+                           current_device=lambda: 0)
     torch = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: True, **vars(cuda)))
     records, names = [], {}
     c = comm.CommTiming(torch, lambda *r: records.append(r), lambda n: names.setdefault(n, len(names) + 1), lambda: 1)
+    assert c.event() is None  # no GpuTiming: no event pairs
+    c.gpu = gpu_timing.GpuTiming(torch, lambda *r: None, lambda n: 0, lambda: 1)
     pairs = 0
     for step in range(1, 81):
+        t0 = sim.now
         sim.host(2)
         start = c.event()
         sim.enqueue(1.0, host_ms=0.1)  # the collective's kernel; the stream waits for it
@@ -155,7 +160,8 @@ def test_comm_event_pairs_are_sampled_on_short_steps(sim):
         c.count(4096)
         sim.host(2)
         sim.sync()
-        c.close(step, sim.now)
+        c.close(step, sim.now, 1)
+        c.gpu.boundary(step, t0, sim.now, [])
     gpu = [r[7] for r in records if r[2] == names["comm.gpu_ns"]]
     assert gpu_timing.stride(5 * MS) == 4
     assert 18 <= pairs <= 23 and len(gpu) == pairs  # every 4th step of 80, each resolved

@@ -100,6 +100,8 @@ def test_analysis_kinds_match_the_layout():
     assert [steps.F_KIND, steps.F_DEPTH, steps.F_NAME, steps.F_TID, steps.F_STEP, steps.F_T0, steps.F_T1,
             steps.F_VALUE] == [names.index(n) for n in ("kind", "depth", "name", "tid", "step", "t0", "t1", "value")]
     assert len(layout.RECORD.unpack(bytes(layout.RECORD_SIZE))) == len(names)
-    # the C reader knows the same kinds (it keeps 1..KIND_MAX)
-    c_source = (ROOT / "tuimon" / "channel" / "_fastring.c").read_text()
+    # the C reader knows the same kinds (it keeps 1..KIND_MAX), and the C phase clock writes the same ones
+    c_source = (ROOT / "tuimon" / "channel" / "_fastring.h").read_text()
     assert f"#define KIND_MAX {max(layout.KINDS)} " in c_source and layout.KINDS == tuple(range(1, max(layout.KINDS) + 1))
+    for name in ("RANGE", "STEP", "PHASE", "STEP_VALUE"):
+        assert f"#define KIND_{name} {getattr(layout, name)}\n" in c_source, name

@@ -271,7 +271,7 @@ step(unused)
 print("hooks", hooked(model), hooked(unused))
 acc = []
 real_close = probe.anatomy.close
-probe.anatomy.close = lambda s, t: (acc.append(list(probe.anatomy.acc)), real_close(s, t))
+probe.anatomy.close = lambda *a: (acc.append(probe.anatomy.acc), real_close(*a))[1]
 step()
 print("phases", acc[-1][FORWARD] > 0, acc[-1][COMM] > 0, probe.roots.times(model))
 api.switch(probe, False)

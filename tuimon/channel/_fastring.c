@@ -14,66 +14,10 @@
  *
  * Nothing here raises into the training loop: a failure disables the writer and keeps a reason.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
-#include <stdint.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
-#include <sys/syscall.h>
+#include "_fastring.h"
 
-/* layout.RECORD, "<BBHIIIqqdQ": 48 bytes, naturally aligned, little-endian hosts only. */
-typedef struct {
-    uint8_t kind;
-    uint8_t depth;
-    uint16_t flags;
-    uint32_t name_id;
-    uint32_t tid;
-    uint32_t step;
-    int64_t t0;
-    int64_t t1;
-    double value;
-    uint64_t seq;
-} Record;
-_Static_assert(sizeof(Record) == 48, "layout.RECORD is 48 bytes");
-#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "the segment layout is little-endian"
-#endif
-
-#define KIND_RANGE 1
-#define KIND_MAX 8 /* layout.KINDS are 1..KIND_MAX (a test checks they agree) */
-
-static inline int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts); /* time.monotonic_ns() reads the same clock */
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-/* Per-thread nesting depth and OS thread id, shared by every kind of range on a thread. */
+/* Per-thread nesting depth, shared by every kind of range on a thread. */
 static _Thread_local int t_depth;
-static _Thread_local uint32_t t_tid;
-
-static inline uint32_t thread_id(void) {
-    if (!t_tid)
-        t_tid = (uint32_t)syscall(SYS_gettid); /* threading.get_native_id() on Linux */
-    return t_tid;
-}
-
-/* ---- RingWriter ----------------------------------------------------------------------- */
-
-typedef struct {
-    PyObject_HEAD
-    Py_buffer view;
-    int has_view;
-    char *ring;
-    uint64_t mask;
-    uint64_t head;
-    uint64_t *head_ptr;
-    const uint64_t *steps_ptr;
-    int enabled;
-    PyObject *error; /* str or None */
-} RingWriter;
 
 static void ring_fail(RingWriter *w, const char *why) {
     w->enabled = 0;
@@ -84,28 +28,13 @@ static void ring_fail(RingWriter *w, const char *why) {
     PyErr_Clear();
 }
 
-static inline void ring_append(RingWriter *w, uint8_t kind, int depth, uint32_t name_id, uint32_t tid,
-                               uint32_t step, int64_t t0, int64_t t1, double value) {
-    uint64_t h = w->head;
-    Record *r = (Record *)(w->ring + (h & w->mask) * sizeof(Record));
-    Record rec = {kind, (uint8_t)(depth < 0 ? 0 : depth > 255 ? 255 : depth), 0, name_id, tid, step,
-                  t0, t1, value, h};
-    memcpy(r, &rec, sizeof rec);
-    w->head = ++h;
-    __atomic_store_n(w->head_ptr, h, __ATOMIC_RELEASE);
-}
-
-/* The step a record made now belongs to: the header's completed steps + 1. */
-static inline uint32_t current_step(RingWriter *w) {
-    return (uint32_t)(__atomic_load_n(w->steps_ptr, __ATOMIC_RELAXED) + 1);
-}
-
 static int RingWriter_init(RingWriter *w, PyObject *args, PyObject *kw) {
-    static char *names[] = {"buffer", "ring_offset", "ring_records", "head_offset", "steps_offset", NULL};
+    static char *names[] = {"buffer", "ring_offset", "ring_records", "head_offset", "steps_offset",
+                            "heartbeat_offset", NULL};
     PyObject *buf;
-    Py_ssize_t ring_offset, ring_records, head_offset, steps_offset;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Onnnn", names, &buf, &ring_offset, &ring_records,
-                                     &head_offset, &steps_offset))
+    Py_ssize_t ring_offset, ring_records, head_offset, steps_offset, heartbeat_offset = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Onnnn|n", names, &buf, &ring_offset, &ring_records,
+                                     &head_offset, &steps_offset, &heartbeat_offset))
         return -1;
     if (w->has_view) {
         PyErr_SetString(PyExc_RuntimeError, "RingWriter already initialised");
@@ -121,14 +50,16 @@ static int RingWriter_init(RingWriter *w, PyObject *args, PyObject *kw) {
     Py_ssize_t len = w->view.len;
     if (ring_offset < 0 || ring_offset % 8 || ring_offset + ring_records * (Py_ssize_t)sizeof(Record) > len ||
         head_offset < 0 || head_offset % 8 || head_offset + 8 > len || steps_offset < 0 ||
-        steps_offset % 8 || steps_offset + 8 > len || ((uintptr_t)w->view.buf) % 8) {
+        steps_offset % 8 || steps_offset + 8 > len || ((uintptr_t)w->view.buf) % 8 ||
+        (heartbeat_offset != -1 && (heartbeat_offset < 0 || heartbeat_offset % 8 || heartbeat_offset + 8 > len))) {
         PyErr_SetString(PyExc_ValueError, "offsets outside the buffer or not 8-byte aligned");
         return -1;
     }
     w->ring = (char *)w->view.buf + ring_offset;
     w->mask = (uint64_t)ring_records - 1;
     w->head_ptr = (uint64_t *)((char *)w->view.buf + head_offset);
-    w->steps_ptr = (const uint64_t *)((char *)w->view.buf + steps_offset);
+    w->steps_ptr = (uint64_t *)((char *)w->view.buf + steps_offset);
+    w->heartbeat_ptr = heartbeat_offset == -1 ? NULL : (uint64_t *)((char *)w->view.buf + heartbeat_offset);
     w->head = *w->head_ptr;
     w->enabled = 1;
     Py_XSETREF(w->error, Py_NewRef(Py_None));
@@ -173,6 +104,21 @@ static PyObject *RingWriter_emit(RingWriter *w, PyObject *const *args, Py_ssize_
     Py_RETURN_NONE;
 }
 
+/* publish_steps(steps, now_ns): the header's completed steps and heartbeat. Never raises. */
+static PyObject *RingWriter_publish_steps(RingWriter *w, PyObject *const *args, Py_ssize_t nargs) {
+    unsigned long long steps;
+    long long now;
+    if (!w->enabled)
+        Py_RETURN_NONE;
+    if (nargs != 2 || !as_uint(args[0], UINT64_MAX, &steps) ||
+        (now = PyLong_AsLongLong(args[1]), now == -1 && PyErr_Occurred())) {
+        ring_fail(w, "error: publish_steps() takes two ints");
+        Py_RETURN_NONE;
+    }
+    ring_publish_steps(w, steps, now);
+    Py_RETURN_NONE;
+}
+
 static PyObject *RingWriter_disable(RingWriter *w, PyObject *why) {
     w->enabled = 0;
     if (why != Py_None) {
@@ -188,6 +134,8 @@ static PyObject *RingWriter_get_error(RingWriter *w, void *c) { return Py_NewRef
 static PyMethodDef RingWriter_methods[] = {
     {"emit", (PyCFunction)(void (*)(void))RingWriter_emit, METH_FASTCALL,
      "emit(kind, depth, name_id, tid, step, t0, t1, value=0.0): append one record; never raises"},
+    {"publish_steps", (PyCFunction)(void (*)(void))RingWriter_publish_steps, METH_FASTCALL,
+     "publish_steps(steps, now_ns): the header's completed steps and heartbeat; never raises"},
     {"disable", (PyCFunction)RingWriter_disable, METH_O, "disable(reason or None): stop writing"},
     {NULL}};
 
@@ -197,12 +145,12 @@ static PyGetSetDef RingWriter_getset[] = {
     {"error", (getter)RingWriter_get_error, NULL, "why it was disabled, or None", NULL},
     {NULL}};
 
-static PyTypeObject RingWriterType = {
+PyTypeObject RingWriterType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "tuimon.channel._fastring.RingWriter",
     .tp_basicsize = sizeof(RingWriter),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "RingWriter(buffer, ring_offset, ring_records, head_offset, steps_offset)",
+    .tp_doc = "RingWriter(buffer, ring_offset, ring_records, head_offset, steps_offset, heartbeat_offset=-1)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)RingWriter_init,
     .tp_dealloc = (destructor)RingWriter_dealloc,
@@ -463,7 +411,7 @@ PyMODINIT_FUNC PyInit__fastring(void) {
     if (!m)
         return NULL;
     if (PyModule_AddObjectRef(m, "RingWriter", (PyObject *)&RingWriterType) < 0 ||
-        PyModule_AddObjectRef(m, "Range", (PyObject *)&RangeType) < 0) {
+        PyModule_AddObjectRef(m, "Range", (PyObject *)&RangeType) < 0 || phases_add_type(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -50,7 +50,8 @@ class RingWriter:
     """Records go in under a lock that only this process's threads ever hold (no I/O inside);
     the head is published after the record."""
 
-    def __init__(self, buffer, ring_offset: int, ring_records: int, head_offset: int, steps_offset: int):
+    def __init__(self, buffer, ring_offset: int, ring_records: int, head_offset: int, steps_offset: int,
+                 heartbeat_offset: int = -1):
         if ring_records <= 0 or ring_records & (ring_records - 1):
             raise ValueError("ring_records must be a power of two")
         self._mm = buffer
@@ -58,6 +59,8 @@ class RingWriter:
         self._mask = ring_records - 1
         self._head_view = memoryview(buffer)[head_offset : head_offset + 8].cast("Q")
         self._steps_view = memoryview(buffer)[steps_offset : steps_offset + 8].cast("Q")
+        self._heartbeat_view = None if heartbeat_offset == -1 else \
+            memoryview(buffer)[heartbeat_offset : heartbeat_offset + 8].cast("Q")
         self.head = self._head_view[0]
         self._lock = threading.Lock()
         self._pack = L.RECORD.pack_into
@@ -73,6 +76,15 @@ class RingWriter:
                                depth if depth < 255 else 255, 0, name_id, tid, step, t0, t1, value, h)
                     self.head = h = h + 1
                     self._head_view[0] = h  # after the record (x86-64 keeps store order)
+            except Exception as e:  # noqa: BLE001 - must never reach the training loop
+                self.disable(f"{type(e).__name__}: {e}")
+
+    def publish_steps(self, steps: int, now_ns: int) -> None:
+        if self.enabled:
+            try:
+                self._steps_view[0] = steps
+                if self._heartbeat_view is not None:
+                    self._heartbeat_view[0] = now_ns
             except Exception as e:  # noqa: BLE001 - must never reach the training loop
                 self.disable(f"{type(e).__name__}: {e}")
 

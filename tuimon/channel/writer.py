@@ -36,7 +36,7 @@ class SegmentWriter:
         self.path = path
         self._fd = fd
         self._mm = mm
-        self.ring = RingWriter(mm, L.RING_OFFSET, ring_records, L.OFF_RING_HEAD, L.OFF_STEPS)
+        self.ring = RingWriter(mm, L.RING_OFFSET, ring_records, L.OFF_RING_HEAD, L.OFF_STEPS, L.OFF_HEARTBEAT_NS)
         self.emit = self.ring.emit  # emit(kind, depth, name_id, tid, step, t0, t1, value=0.0)
         self.names: dict[str, int] = {}
         self.names_used = 0
@@ -151,12 +151,7 @@ class SegmentWriter:
     # -- occasional ---------------------------------------------------------------------------
 
     def set_steps(self, steps: int, now_ns: int) -> None:
-        if self.enabled:
-            try:
-                L.U64.pack_into(self._mm, L.OFF_STEPS, steps)
-                L.U64.pack_into(self._mm, L.OFF_HEARTBEAT_NS, now_ns)
-            except Exception as e:  # noqa: BLE001
-                self._fail(e)
+        self.ring.publish_steps(steps, now_ns)  # (the probe's step boundary does it in Phases.close)
 
     def heartbeat(self, now_ns: int) -> None:
         if self.enabled:

@@ -18,10 +18,10 @@ synchronization.
   (A hook on the loss each step did the same but cost ~20 us a step to register.)
 
 Per step (STEP_VALUE): comm.gpu_ns (event pairs, emitted once resolved, a step or two late),
-comm.bytes (tensors handed to collectives) and comm.calls. Events are never waited for. As in
-gpu_timing.py, steps under 20 ms get their event pairs on every n-th step only (a pair, two records
-and a query, ~15 us from Python by gpu_timing's figures: ~0.35% of a 4.3 ms DDP step); the monitor
-averages the steps that have one."""
+comm.bytes (tensors handed to collectives) and comm.calls. Events are never waited for. Event pairs
+go on the steps gpu_timing.py measures (every step from 20 ms up, every n-th below: a pair, two
+records and a query, ~15 us from Python by gpu_timing's figures, would be ~0.35% of every 4.3 ms
+DDP step); the monitor averages the steps that have one."""
 
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ from time import monotonic_ns as _now
 from ..channel import layout as L
 from . import hooks
 from .anatomy import BACKWARD, COMM
-from .gpu_timing import stride
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
                "broadcast", "reduce", "all_to_all", "all_to_all_single", "barrier", "gather", "scatter",
@@ -56,15 +55,16 @@ class CommTiming:
         self._armed = False  # this backward's final callback is queued
         self._hooked: weakref.WeakSet = weakref.WeakSet()  # DDP modules whose parameters have our hook
         self._names: dict[str, int] = {}
-        self._last_end: int | None = None  # host ns of the last step's end
-        self._step_ns: float | None = None  # smoothed step time
-        self._sampled = True  # this step's collectives get CUDA events
+        self._bytes_id, self._calls_id = intern("comm.bytes"), intern("comm.calls")
+        self.gpu = None  # the probe's GpuTiming: its measured steps get event pairs (none without it)
         self._ddp_iteration = None  # the iteration of DDP's own timing last read (sample_ddp)
 
     # -- explicit collectives (the loop thread) -----------------------------------------------------
 
     def event(self):
-        if not self._sampled or self.cuda is None or not self.cuda.is_initialized() or len(self._pairs) >= MAX_PENDING:
+        gpu = self.gpu
+        if gpu is None or not gpu.measuring or self.cuda is None or not self.cuda.is_initialized() \
+                or len(self._pairs) >= MAX_PENDING:
             return None
         ev = self._free.pop() if self._free else self.cuda.Event(enable_timing=True)
         ev.record()
@@ -85,7 +85,7 @@ class CommTiming:
     def ddp_forward(self, module) -> None:
         """A DDP forward that will reduce in its backward (the loop thread)."""
         nbytes = module.__dict__.get("_tuimon_grad_bytes")
-        if nbytes is None or module not in self._hooked:
+        if nbytes is None or module.__dict__.get("_tuimon_hooked_by") is not self:  # (a WeakSet lookup costs more)
             params = [p for p in (getattr(module, "_module_parameters", None) or module.parameters()) if p.requires_grad]
             nbytes = module.__dict__["_tuimon_grad_bytes"] = _nbytes(params)  # what its reduction moves
             picks = params[:1] if not getattr(module, "find_unused_parameters", False) else \
@@ -94,6 +94,7 @@ class CommTiming:
                 module.__dict__["_tuimon_hooks"] = [p.register_post_accumulate_grad_hook(self._queue_final) for p in picks]
             except Exception:  # noqa: BLE001 - a torch without the hook: no DDP timing
                 module.__dict__["_tuimon_hooks"] = []
+            module.__dict__["_tuimon_hooked_by"] = self
             self._hooked.add(module)
         self.reducing = nbytes
 
@@ -120,6 +121,7 @@ class CommTiming:
         for module in list(self._hooked):
             for h in module.__dict__.pop("_tuimon_hooks", []):
                 h.remove()
+            module.__dict__.pop("_tuimon_hooked_by", None)
         self._hooked = weakref.WeakSet()
 
     def _queue_final(self, param) -> None:
@@ -142,7 +144,8 @@ class CommTiming:
         final, self._final, self._armed = self._final, None, False
         if final is None or not self.reducing:
             return
-        self.count(self.reducing)
+        self.bytes += self.reducing
+        self.calls += 1
         self.reducing = 0
         t_final, start = final
         probe.anatomy.move(BACKWARD, COMM, t_final, t_end)
@@ -151,23 +154,15 @@ class CommTiming:
 
     # -- the step boundary (the loop thread) ------------------------------------------------------------
 
-    def close(self, step: int, t1: int) -> None:
+    def close(self, step: int, t1: int, tid: int) -> None:
         """The step ended; a DDP forward whose backward never came (evaluation with grad on) reduces nothing."""
         self.reducing, self._armed, self._final = 0, False, None
         if self.calls:
-            tid = self._tid()
-            self._emit(L.STEP_VALUE, 0, self._name("comm.bytes"), tid, step, 0, t1, float(self.bytes))
-            self._emit(L.STEP_VALUE, 0, self._name("comm.calls"), tid, step, 0, t1, float(self.calls))
+            self._emit(L.STEP_VALUE, 0, self._bytes_id, tid, step, 0, t1, float(self.bytes))
+            self._emit(L.STEP_VALUE, 0, self._calls_id, tid, step, 0, t1, float(self.calls))
             self.bytes = self.calls = 0
         if self._gpu:  # event pairs pending
-            self._resolve(step, t1, self._tid())
-        if self.cuda is None:
-            return  # (the rest samples the steps that get CUDA events)
-        if self._last_end is not None:
-            dur = t1 - self._last_end
-            self._step_ns = dur if self._step_ns is None else 0.9 * self._step_ns + 0.1 * dur
-        self._last_end = t1
-        self._sampled = self._step_ns is None or (step + 1) % stride(self._step_ns) == 0  # (the next step)
+            self._resolve(step, t1, tid)
 
     def _resolve(self, now_step: int, t1: int, tid: int) -> None:
         while self._pairs:

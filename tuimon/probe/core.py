@@ -15,7 +15,7 @@ from time import monotonic_ns as _now
 from ..channel import layout as L
 from ..channel import ring
 from ..channel.writer import SegmentWriter
-from .anatomy import DATA, OTHER, Anatomy
+from .anatomy import DATA, Anatomy
 
 _tls = threading.local()
 MEMORY_STATS = (("cuda.allocated", "allocated_bytes.all.current"), ("cuda.reserved", "reserved_bytes.all.current"),
@@ -50,7 +50,7 @@ class Probe:
         self.capturer = None  # capture windows (probe/capture.py), set by instrument()
         self._bad_count_said = False
         self.thread_id = ring.thread_id
-        self.anatomy = Anatomy(self.emit, self.intern, ring.thread_id)
+        self.anatomy = Anatomy(writer.ring, self.intern)
         self.roots = None  # torch_hooks.ModuleRoots, once torch is imported
         self.gpu = None  # gpu_timing.GpuTiming, once torch is imported and has CUDA
         self.comm = None  # comm.CommTiming, once torch is imported and has torch.distributed
@@ -119,19 +119,17 @@ class Probe:
         t0 = self.step_t0 or self.created_ns
         step = self.step_no
         a = self.anatomy
-        if threading.get_ident() != a.loop:  # this thread steps: it is the loop
-            a.loop, a.stack = threading.get_ident(), [OTHER]
-        self.emit(L.STEP, 0, 0, ring.thread_id(), step, t0, t1, 0.0)
-        syncs = a.sync_spans
-        a.close(step, t1)
+        if not a.on_loop():  # this thread steps: it is the loop
+            a.reset(threading.get_ident())
+        tid = ring.thread_id()
+        syncs = a.close_step(step, t0, t1, tid)  # (and publishes the completed steps)
         if self.comm is not None:
-            self.comm.close(step, t1)
-        self.writer.set_steps(step, t1)
+            self.comm.close(step, t1, tid)
         self.step_no += 1
         self.step_t0 = t1
         if self.gpu is not None:
             self.gpu.boundary(step, t0, t1, syncs)
-        if self.roots is not None:
+        if self.roots is not None and self.roots.discovering:
             self.roots.on_step(step)
         if self.capturer is not None:
             self.capturer.on_step(step)

@@ -51,7 +51,7 @@ class GpuTiming:
         self._names: dict[str, int] = {}
         self.every = 1
         self._step_ns: float | None = None  # smoothed step time
-        self._measuring = True
+        self.measuring = True  # the step under way is measured (probe/comm.py's event pairs go on these too)
         self._anchored = False  # True once this step has its anchor (or is not measured)
         self._marks = 0
         self.device: int | None = None
@@ -81,15 +81,15 @@ class GpuTiming:
         # DataLoader workers deliver batches in pairs) would otherwise measure a biased subset
         self._step_ns = (t1 - t0) if self._step_ns is None else 0.9 * self._step_ns + 0.1 * (t1 - t0)
         self.every = stride(self._step_ns)
-        self._measuring = (step + 1) % self.every == 0  # marks and anchors only in a measured step
-        self._anchored, self._marks = not self._measuring, 0
+        self.measuring = (step + 1) % self.every == 0  # marks and anchors only in a measured step
+        self._anchored, self._marks = not self.measuring, 0
         if self.device is None or step % 64 == 0:
             self.device = self.cuda.current_device()
 
     def mark(self) -> None:
         """A point inside a measured step where queued work is likely (the end of forward, of
         backward): its lag shows how long the GPU stays busy from there. Two a step at most."""
-        if self._marks < MARKS and self._measuring and self.cuda.is_initialized():
+        if self.measuring and self._marks < MARKS and self.cuda.is_initialized():
             self._marks += 1
             ev = self._record()
             if ev is not None:
@@ -125,8 +125,10 @@ class GpuTiming:
                 self._bounds[step] = (host, lag)
                 if step in self._open:
                     self._finish(step, *self._open.pop(step))
-        for old in [s for s in self._bounds if s < max(self._bounds, default=0) - 2]:
-            del self._bounds[old]
+        if len(self._bounds) > 3:
+            newest = max(self._bounds)
+            for old in [s for s in self._bounds if s < newest - 2]:
+                del self._bounds[old]
 
     def _finish(self, step: int, start: int, end: int, syncs: list) -> None:
         host, lag = self._bounds[step]

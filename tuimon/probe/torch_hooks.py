@@ -4,7 +4,7 @@
 - forward: the outermost nn.Module calls of the loop thread. A global module hook slows every
   module call of the model, so it only runs for the first DISCOVER_STEPS steps, to find those
   outermost modules; then only they keep hooks (one call each per step);
-- backward: Tensor.backward / torch.autograd.backward / torch.autograd.grad;
+- backward: torch.autograd.backward (which Tensor.backward calls) / torch.autograd.grad;
 - optimizer: torch's global optimizer step pre/post hooks (the lead optimizer's post hook also
   ends the step);
 - sync: the loop blocked in a device-to-host copy or wait on a CUDA tensor or device: .item(),
@@ -81,6 +81,7 @@ def attach(p, torch) -> None:
     dist = getattr(torch, "distributed", None)
     if getattr(p, "comm", None) is None and dist is not None and dist.is_available():
         p.comm = comm.CommTiming(torch, p.emit, p.intern, p.thread_id)
+        p.comm.gpu = p.gpu
 
 
 # -- data -----------------------------------------------------------------------------------------
@@ -147,7 +148,7 @@ def _phase(orig, phase: int):
         if p is None or _compiling():
             return orig(*args, **kwargs)
         anatomy = p.anatomy
-        if anatomy.stack[-1] == phase:  # Tensor.backward calls autograd.backward: the outer call times both
+        if anatomy.top == phase:  # (a backward inside a backward: the outer call times both)
             return orig(*args, **kwargs)
         anatomy.enter(phase)
         try:
@@ -168,7 +169,8 @@ def _phase(orig, phase: int):
 def _patch_backward(torch) -> None:
     import torch.autograd
 
-    for owner, name in ((torch.Tensor, "backward"), (torch.autograd, "backward"), (torch.autograd, "grad")):
+    # (Tensor.backward calls torch.autograd.backward: wrapping it too would time each backward twice)
+    for owner, name in ((torch.autograd, "backward"), (torch.autograd, "grad")):
         orig = getattr(owner, name)
         if not getattr(orig, "_tuimon", False):
             _swap(owner, name, _phase(orig, BACKWARD))
@@ -242,7 +244,6 @@ class ModuleRoots:
         self.depth = 0
         self.entered: list[bool] = []  # per open module call: did it open the forward phase?
         self.roots: weakref.WeakSet = weakref.WeakSet()
-        self._timed: weakref.WeakSet = weakref.WeakSet()  # roots whose class wrapper calls call() (DDP)
         self.discovering = True
         self._global = [nn_module.register_module_forward_pre_hook(self._pre),
                         nn_module.register_module_forward_hook(self._post, always_call=True)]
@@ -254,7 +255,7 @@ class ModuleRoots:
         a = self.probe.anatomy
         if not a.on_loop() or _compiling():
             return
-        opened = self.depth == 0 and a.stack[-1] not in (DATA, BACKWARD)
+        opened = self.depth == 0 and a.top not in (DATA, BACKWARD)
         if opened:
             if self.discovering:
                 self.roots.add(module)
@@ -286,7 +287,7 @@ class ModuleRoots:
     def _hook_roots(self) -> None:
         for m in list(self.roots):
             if getattr(type(m).forward, "_tuimon_times_forward", False):
-                self._timed.add(m)  # module hooks take torch's slow call path: ~5 us a call more
+                m.__dict__["_tuimon_timed_by"] = self  # module hooks take torch's slow call path: ~5 us a call more
                 continue
             try:
                 self._handles += [m.register_forward_pre_hook(self._pre),
@@ -296,14 +297,14 @@ class ModuleRoots:
 
     def times(self, module) -> bool:
         """Does this root's class wrapper open the forward phase (after discovery, instead of hooks)?"""
-        return not self.discovering and module in self._timed
+        return module.__dict__.get("_tuimon_timed_by") is self  # (set once discovery is over)
 
     def call(self, module, forward, args, kwargs):
         """forward(module, ...) as a root: what _pre and _post do around it, in one call."""
         a = self.probe.anatomy
         if not a.on_loop() or _compiling():
             return forward(module, *args, **kwargs)
-        opened = self.depth == 0 and a.stack[-1] not in (DATA, BACKWARD)
+        opened = self.depth == 0 and a.top not in (DATA, BACKWARD)
         if opened:
             a.enter(FORWARD)
         self.depth += 1

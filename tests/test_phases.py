@@ -1,0 +1,165 @@
+"""The step's phase clock (the probe's anatomy): C and Python behave the same, record for record,
+and a step's phases add up to its duration whatever the loop does."""
+
+import mmap
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tuimon.channel import layout as L
+from tuimon.channel import phases_py, ring_py
+
+try:
+    from tuimon.channel import _fastring
+except ImportError:  # no compiler where tuimon was installed: only the Python path exists
+    _fastring = None
+
+RING_AT, HEAD_AT, STEPS_AT, BEAT_AT, RECORDS = 4096, 192, 136, 128, 1024
+IDS = [11, 12, 13, 14, 15, 16, 17]  # name ids of the seven phases (other, data, ..., comm)
+SYNC, SYNC_COUNT = 5, 99
+IMPLS = [pytest.param((ring_py, phases_py), id="python"),
+         pytest.param((_fastring, _fastring), id="c",
+                      marks=pytest.mark.skipif(_fastring is None, reason="C extension not built"))]
+BOTH = [(ring_py, phases_py)] + ([(_fastring, _fastring)] if _fastring else [])
+
+
+def clock(impl, walks=16):
+    ring_mod, phases_mod = impl
+    m = mmap.mmap(-1, RING_AT + RECORDS * L.RECORD_SIZE)
+    w = ring_mod.RingWriter(m, RING_AT, RECORDS, HEAD_AT, STEPS_AT, BEAT_AT)
+    p = phases_mod.Phases(w, IDS, SYNC_COUNT, SYNC, walks, threading.get_ident())
+    p.restart(1000)
+    return m, w, p
+
+
+def records(m):
+    head = L.U64.unpack_from(m, HEAD_AT)[0]
+    return [L.RECORD.unpack_from(m, RING_AT + i * L.RECORD_SIZE) for i in range(head)]
+
+
+def phases_of(rs, step):
+    return {IDS.index(r[3]): r[8] for r in rs if r[0] == L.PHASE and r[5] == step}
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_time_goes_to_the_innermost_phase_and_the_step_adds_up(impl):
+    m, w, p = clock(impl)
+    p.enter(1, 1100)      # data
+    p.exit(1, 1400)
+    p.enter(2, 1400)      # forward
+    p.count_sync(1500, 1550)  # a sync inside forward
+    p.exit(2, 1700)
+    p.enter(4, 1700)      # optimizer, with backward inside (Lightning's closure)
+    p.enter(3, 1750)
+    p.move(3, 6, 1900, 1950)  # the end of backward was DDP's wait: comm
+    p.exit(3, 1950)
+    p.exit(4, 2000)
+    assert p.top == 0 and p.open == [0] and p.syncs == 1
+    assert p.close(1, 1000, 2100, 7) == 1
+    rs = records(m)
+    assert rs[0][:8] == (L.STEP, 0, 0, 0, 7, 1, 1000, 2100)
+    assert phases_of(rs, 1) == {0: 200.0, 1: 300.0, 2: 250.0, 5: 50.0, 3: 150.0, 6: 50.0, 4: 100.0}
+    assert sum(phases_of(rs, 1).values()) == 1100  # the step's duration
+    assert [r[8] for r in rs if r[0] == L.STEP_VALUE and r[3] == SYNC_COUNT] == [1.0]
+    assert L.U64.unpack_from(m, STEPS_AT)[0] == 1 and L.U64.unpack_from(m, BEAT_AT)[0] == 2100
+    assert p.acc == [0] * 7 and p.syncs == 0
+    p.enter(2, 2200)  # the next step starts where the last ended, the same phases open
+    p.close(2, 2100, 2300, 7)
+    assert phases_of(records(m), 2) == {0: 100.0, 2: 100.0}
+    assert p.top == 2
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_other_threads_unbalanced_exits_and_bad_values_are_ignored(impl):
+    m, w, p = clock(impl)
+    t = threading.Thread(target=lambda: (p.enter(2, 1100), p.exit(0, 1200), p.move(0, 6, 1200, 1300)))
+    t.start()
+    t.join()
+    assert p.open == [0] and p.acc == [0] * 7
+    p.enter(3, 1100)
+    p.enter(2, 1200)
+    p.exit(3, 1300)  # an exception skipped forward's exit: backward's entry goes, forward stays open
+    assert p.open == [0, 2]
+    for bad in ((99, 1), (-1, 1), ("x", 1), (2, "late")):
+        p.enter(*bad)
+        p.exit(*bad)
+    p.move(2, 6, 1000, 900)  # before the clock's last reading: not a wait at the end of the phase
+    p.move(3, 6, 1300, 1400)  # backward is not the innermost phase
+    assert p.open == [0, 2] and p.acc == [100, 0, 100, 100, 0, 0, 0]
+    p.reset(threading.get_ident())  # another thread took over stepping: nothing open
+    assert p.open == [0]
+    p.restart(5000)
+    assert p.acc == [0] * 7 and p.t == 5000
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_deep_nesting_is_counted_not_tracked(impl):
+    m, w, p = clock(impl)
+    for k in range(100):
+        p.enter(1 + k % 6, 1000 + k)
+    assert len(p.open) == 64
+    for k in reversed(range(100)):
+        p.exit(1 + k % 6, 1300 - k)
+    assert p.open == [0]
+    p.close(1, 1000, 1400, 1)
+    assert sum(phases_of(records(m), 1).values()) == 400
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_call_sites_are_walked_at_most_walks_times_a_step(impl):
+    m, w, p = clock(impl, walks=4)
+    walked = sum(p.count_sync(1000 + 10 * k, 1005 + 10 * k) for k in range(40))
+    assert walked == 40  # the first step walks every sync: its count is not known yet
+    assert p.close(1, 1000, 2000, 1) == 1
+    assert p.period == 10  # 40 syncs a step, 4 walks
+    walked = sum(p.count_sync(2000 + 10 * k, 2005 + 10 * k) for k in range(40))
+    assert walked == 4 and p.close(2, 2000, 3000, 1) == 10
+    p.close(3, 3000, 3100, 1)  # no syncs: every one walked again
+    assert p.period == 1
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_disabled_ring_gets_nothing(impl):
+    m, w, p = clock(impl)
+    w.disable("gone")
+    p.enter(2, 1100)
+    p.close(1, 1000, 1200, 1)
+    assert records(m) == [] and L.U64.unpack_from(m, STEPS_AT)[0] == 0
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["enter", "exit", "move", "sync", "close"]),
+                         st.integers(0, 6), st.integers(0, 6), st.integers(0, 50), st.integers(0, 50)),
+               max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(OPS)
+def test_c_and_python_write_the_same_records(ops):
+    """Any sequence of calls leaves the same ring, header and state in both implementations, and
+    every closed step's phases add up to its duration."""
+    images = []
+    for impl in BOTH:
+        m, w, p = clock(impl)
+        t, step, start = 1000, 1, 1000
+        for op, a, b, d0, d1 in ops:
+            if op == "enter":
+                t += d0
+                p.enter(a, t)
+            elif op == "exit":
+                t += d0
+                p.exit(a, t)
+            elif op == "move":
+                p.move(a, b, t + d0, t + d0 + d1)
+                t = max(t, t + d0 + d1)
+            elif op == "sync":
+                p.count_sync(t + d0, t + d0 + d1)
+                t += d0 + d1
+            else:
+                t += d0
+                p.close(step, start, t, 3)
+                assert sum(phases_of(records(m), step).values()) == t - start
+                step, start = step + 1, t
+        images.append((bytes(m), p.open, p.acc, p.syncs, p.period, p.t))
+    assert all(i == images[0] for i in images)
