@@ -57,6 +57,12 @@ def sim(monkeypatch):
     return s
 
 
+@pytest.fixture
+def every_step(monkeypatch):
+    """The event arithmetic on every step (as for steps from gpu_timing.MIN_STEP_NS up)."""
+    monkeypatch.setattr(gpu_timing, "MIN_STEP_NS", MS)
+
+
 def timing(sim):
     cuda = SimpleNamespace(is_initialized=lambda: True, Event=lambda enable_timing: FakeEvent(sim),
                            current_device=lambda: 0)
@@ -83,7 +89,7 @@ def steps(sim, t, n, body):
         t.boundary(k, t0, sim.now, syncs)
 
 
-def test_a_gpu_bound_loop_that_syncs_each_step(sim):
+def test_a_gpu_bound_loop_that_syncs_each_step(sim, every_step):
     """5 ms to enqueue 25 ms of GPU work, then .item(): the host waits 20 ms; the GPU is busy the
     whole step. Busy is a lower bound: at least the sync's 20 ms of the 25."""
     t, values = timing(sim)
@@ -103,7 +109,7 @@ def test_a_gpu_bound_loop_that_syncs_each_step(sim):
         assert v[step]["gpu.step_ns"] == pytest.approx(25 * MS, rel=0.01)
 
 
-def test_a_host_bound_loop_shows_an_idle_gpu(sim):
+def test_a_host_bound_loop_shows_an_idle_gpu(sim, every_step):
     """10 ms of host work, 1 ms of GPU work: the GPU has nothing queued at each boundary."""
     t, values = timing(sim)
     steps(sim, t, 20, lambda k: (sim.enqueue(1), sim.host(10)) and None)
@@ -112,7 +118,7 @@ def test_a_host_bound_loop_shows_an_idle_gpu(sim):
         assert v[step]["gpu.lag_ns"] == 0 and v[step]["gpu.busy_ns"] < 0.15 * 11 * MS
 
 
-def test_a_host_running_ahead_of_a_busy_gpu(sim):
+def test_a_host_running_ahead_of_a_busy_gpu(sim, every_step):
     """20 ms steps enqueueing 30 ms of GPU work each and never waiting: the lag grows by 10 ms a
     step, the GPU side of a step is its 30 ms of work, and the GPU is busy the whole step (seen
     from the mark at the end of forward: the boundary events alone see only the older work)."""
@@ -131,14 +137,14 @@ def test_a_host_running_ahead_of_a_busy_gpu(sim):
 def test_short_steps_are_sampled_and_pending_events_never_wait(sim):
     t, values = timing(sim)
     steps(sim, t, 40, lambda k: sim.enqueue(0.2, host_ms=1) and None)  # 1 ms steps
-    assert t.every == 20  # events on every 20th step: ~0.2% of step time at ~10 us each
+    assert t.every == 80  # events on every 80th step (gpu_timing.MIN_STEP_NS)
     v = values()
     assert 1 <= len(v) <= 4 and all(s % 20 == 0 for s in v if s > 1)  # (step 1 ran before the sampling)
 
 
 def test_comm_event_pairs_are_sampled_on_short_steps(sim):
-    """CommTiming (probe/comm.py) on the same simulated stream: a 1 ms collective in every 5 ms
-    step gets its event pair on the steps GpuTiming measures (every 4th: gpu_timing.stride), each
+    """CommTiming (probe/comm.py) on the same simulated stream: a 1 ms collective in every ~4 ms
+    step gets its event pair on the steps GpuTiming measures (every n-th: about one per 80 ms), each
     read as 1 ms of GPU time; without a GpuTiming, none."""
     from tuimon.probe import comm
 
@@ -150,7 +156,7 @@ def test_comm_event_pairs_are_sampled_on_short_steps(sim):
     assert c.event() is None  # no GpuTiming: no event pairs
     c.gpu = gpu_timing.GpuTiming(torch, lambda *r: None, lambda n: 0, lambda: 1)
     pairs = 0
-    for step in range(1, 81):
+    for step in range(1, 321):
         t0 = sim.now
         sim.host(2)
         start = c.event()
@@ -163,7 +169,7 @@ def test_comm_event_pairs_are_sampled_on_short_steps(sim):
         c.close(step, sim.now, 1)
         c.gpu.boundary(step, t0, sim.now, [])
     gpu = [r[7] for r in records if r[2] == names["comm.gpu_ns"]]
-    assert gpu_timing.stride(5 * MS) == 4
-    assert 18 <= pairs <= 23 and len(gpu) == pairs  # every 4th step of 80, each resolved
+    assert c.gpu.every == gpu_timing.stride(c.gpu._step_ns) >= 16
+    assert abs(pairs - 320 / c.gpu.every) <= 2 and len(gpu) == pairs  # every n-th step of 320, each resolved
     assert all(abs(v - 1.0 * MS) < 0.01 * MS for v in gpu)
-    assert sum(1 for r in records if r[2] == names["comm.calls"]) == 80  # (the host side: every step)
+    assert sum(1 for r in records if r[2] == names["comm.calls"]) == 320  # (the host side: every step)

@@ -19,9 +19,8 @@ synchronization.
 
 Per step (STEP_VALUE): comm.gpu_ns (event pairs, emitted once resolved, a step or two late),
 comm.bytes (tensors handed to collectives) and comm.calls. Events are never waited for. Event pairs
-go on the steps gpu_timing.py measures (every step from 20 ms up, every n-th below: a pair, two
-records and a query, ~15 us from Python by gpu_timing's figures, would be ~0.35% of every 4.3 ms
-DDP step); the monitor averages the steps that have one."""
+go on the steps gpu_timing.py measures (about one per 80 ms: events cost more than their host
+time in a DDP job, gpu_timing.py says how much); the monitor averages the steps that have one."""
 
 from __future__ import annotations
 
