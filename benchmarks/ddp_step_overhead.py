@@ -53,9 +53,7 @@ def main():
     os.environ.setdefault("TUIMON_SHM_DIR", tempfile.mkdtemp())
 
     import tuimon
-    from tuimon.probe import api
-
-    from tuimon.probe import torch_hooks
+    from tuimon.probe import api, torch_hooks
 
     parts = {"probe-nosyncs": {"item", "tolist", "cpu", "__bool__", "__int__", "__float__", "to", "synchronize"},
              "probe-nofwd": {"forward"}, "probe-nobwd": {"backward", "grad"}, "probe-nogpu": set()}

@@ -131,8 +131,9 @@ class Probe:
             self.gpu.boundary(step, t0, t1, syncs)
         if self.roots is not None and self.roots.discovering:
             self.roots.on_step(step)
-        if self.capturer is not None:
-            self.capturer.on_step(step)
+        c = self.capturer
+        if c is not None and (c.pending is not None or c.window is not None):  # (a capture asked for or open)
+            c.on_step(step)
 
     def data_start(self, t0: int, workers: int | None = None) -> None:
         """The loop asks a DataLoader for a batch (workers: the loader's worker count, said once
@@ -153,7 +154,7 @@ class Probe:
     def synced(self, t0: int, t1: int) -> None:
         """The loop thread was blocked t0..t1 waiting for the GPU (a device-to-host sync)."""
         self.anatomy.sync(t0, t1, sys._getframe(1))
-        if self.gpu is not None:
+        if self.gpu is not None and not self.gpu.anchored:
             self.gpu.after_sync()
 
     def sample_gauges(self) -> None:

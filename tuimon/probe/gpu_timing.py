@@ -55,9 +55,10 @@ class GpuTiming:
         self.every = 1
         self._step_ns: float | None = None  # smoothed step time
         self.measuring = True  # the step under way is measured (probe/comm.py's event pairs go on these too)
-        self._anchored = False  # True once this step has its anchor (or is not measured)
+        self.anchored = False  # True once this step has its anchor (or is not measured)
         self._marks = 0
         self.device: int | None = None
+        self._ready = False  # CUDA initialized
 
     def _record(self):
         if self._free:
@@ -71,9 +72,12 @@ class GpuTiming:
 
     def boundary(self, step: int, t0: int, t1: int, syncs: list) -> None:
         """Step `step` ran t0..t1 on the host, with these syncs; called at its end, on the loop thread."""
-        if not self.cuda.is_initialized():
-            return
-        self.resolve()
+        if not self._ready:
+            if not self.cuda.is_initialized():
+                return
+            self._ready = True  # (CUDA stays initialized; a forked child has no probe: hooks._probe is None)
+        if self._pending:
+            self.resolve()
         if step % self.every == 0 or (step + 1) % self.every == 0:  # a measured step needs both ends
             ev = self._record()
             if ev is not None:
@@ -85,7 +89,7 @@ class GpuTiming:
         self._step_ns = (t1 - t0) if self._step_ns is None else 0.9 * self._step_ns + 0.1 * (t1 - t0)
         self.every = stride(self._step_ns)
         self.measuring = (step + 1) % self.every == 0  # marks and anchors only in a measured step
-        self._anchored, self._marks = not self.measuring, 0
+        self.anchored, self._marks = not self.measuring, 0
         if self.device is None or step % 64 == 0:
             self.device = self.cuda.current_device()
 
@@ -100,8 +104,8 @@ class GpuTiming:
 
     def after_sync(self) -> None:
         """The loop thread just came back from a device-to-host sync: one anchor per step."""
-        if not self._anchored and self.cuda.is_initialized():
-            self._anchored = True
+        if not self.anchored and self.cuda.is_initialized():
+            self.anchored = True
             ev = self._record()
             if ev is not None:
                 self._pending.append((ev, _now(), None, True))

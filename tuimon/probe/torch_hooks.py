@@ -159,7 +159,7 @@ def _phase(orig, phase: int):
                 if p.comm is not None:
                     p.comm.backward_done(p, t)  # DDP's wait for its reduction, if it reduced
                 anatomy.exit(phase, t)
-                if p.gpu is not None:
+                if p.gpu is not None and p.gpu.measuring:
                     p.gpu.mark()  # the backward ended: its kernels are queued
 
     wrapper._tuimon = True
@@ -272,8 +272,9 @@ class ModuleRoots:
         self.depth -= 1
         if self.entered.pop():
             a.exit(FORWARD)
-            if self.probe.gpu is not None:
-                self.probe.gpu.mark()  # the outermost forward ended: its kernels are queued
+            gpu = self.probe.gpu
+            if gpu is not None and gpu.measuring:
+                gpu.mark()  # the outermost forward ended: its kernels are queued
 
     def on_step(self, completed: int) -> None:
         """After DISCOVER_STEPS steps, keep hooks on the outermost modules only."""
@@ -314,8 +315,9 @@ class ModuleRoots:
             self.depth -= 1
             if opened:
                 a.exit(FORWARD)
-                if self.probe.gpu is not None:
-                    self.probe.gpu.mark()  # the outermost forward ended: its kernels are queued
+                gpu = self.probe.gpu
+                if gpu is not None and gpu.measuring:
+                    gpu.mark()  # the outermost forward ended: its kernels are queued
 
     def set_enabled(self, on: bool) -> None:
         """(after discovery) the outermost modules' hooks on or off"""
