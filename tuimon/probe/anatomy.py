@@ -15,7 +15,6 @@ raises into the loop or imports torch."""
 from __future__ import annotations
 
 import os
-import sys
 import threading
 
 from ..channel import layout as L
@@ -99,10 +98,3 @@ def short_path(path: str) -> str:
     parts = path.split(os.sep)
     return os.sep.join(parts[-2:])
 
-
-def caller(depth: int = 2):
-    """The frame `depth` levels above the caller of this function."""
-    try:
-        return sys._getframe(depth + 1)
-    except ValueError:
-        return None
