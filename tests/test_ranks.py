@@ -66,9 +66,9 @@ def test_a_ddp_job_with_a_straggler(tmp_path):
         own_ratio = truth[1]["own_ms"] / truth[0]["own_ms"]
         s = snap["straggler"]
         assert snap["verdict"]["code"] == "straggler" and s["rank"] == 1, snap["verdict"]
-        # (the loops' own no_sync steps, the truth's denominator, vary by ~8% between runs on 2 cores shared by
-        # both ranks: rank 0's own work read 65 and 77 ms in two runs, tuimon's 81 in both; the issue's 15% is
-        # checked on the GPU pair, tests/gpu/check_ranks.sh)
+        # (the issue's bar is 15%; here 25%: the loops' own no_sync steps, the truth's denominator, moved by
+        # 9% between runs on 2 cores shared by both ranks (rank 0's 50.9..55.6 ms); tuimon's ratio read
+        # 0.95..0.99 of the truth in 4 runs; the 15% is checked on the GPU pair, tests/gpu/check_ranks.sh)
         assert s["ratio"] == pytest.approx(own_ratio, rel=0.25), (s, own_ratio)
         assert next(iter(s["slower_ms"])) == "other" and s["slower_ms"]["other"] == pytest.approx(60, abs=10)
         assert rows[0]["comm_share"] > rows[1]["comm_share"] + 0.2  # rank 0 waits for rank 1
@@ -193,11 +193,16 @@ def test_the_others_own_work_is_the_tighter_of_two_bounds():
                  row(1, 41.5, 0.4, dict(phases, data=20.1, comm=0.4))]
     s = job_ranks.straggler(slow_data)  # host-side: rank 1's batches come 20 ms late
     assert (s.rank, s.others_measured_ms) == (1, 24.7) and s.others_ms == pytest.approx(41.1 - 20.0, abs=0.01)
-    slow_gpu = [row(0, 41.0, 16.7, dict(phases, comm=16.7), ddp_backward_ms=15.7),
-                row(1, 41.0, 0.4, dict(phases, comm=0.4), ddp_backward_ms=12.3)]
+    slow_gpu = [row(0, 41.0, 16.7, dict(phases, comm=16.7), ddp_backward_ms=15.7, gpu=0),
+                row(1, 41.0, 0.4, dict(phases, comm=0.4), ddp_backward_ms=12.3, gpu=1)]
     s = job_ranks.straggler(slow_gpu)  # rank 1's GPU is slower: no host phase shows it
     assert s.rank == 1 and s.others_ms == pytest.approx(24.3 - 3.4, abs=0.01)
     assert s.ratio == pytest.approx(40.6 / 20.9, rel=1e-3)
+    # on CPUs nothing waits beside the backward: DDP's timer (one iteration each) is not used (numbers
+    # from a gloo job on 2 busy cores, where it read 42.0 and 35.4 ms for the same backward)
+    gloo = [row(0, 121.5, 66.4, {"forward": 19.7, "backward": 32.9, "other": 3.8, "comm": 66.4}, ddp_backward_ms=42.0),
+            row(1, 121.1, 5.7, {"forward": 19.8, "backward": 33.7, "other": 61.9, "comm": 5.7}, ddp_backward_ms=35.4)]
+    assert job_ranks.straggler(gloo).others_ms == pytest.approx(121.5 - 66.4, abs=0.01)  # (with it: 6.6 ms less)
     without_timer = [row(0, 41.0, 16.7, dict(phases, comm=16.7)), row(1, 41.0, 0.4, dict(phases, comm=0.4))]
     assert job_ranks.straggler(without_timer).others_ms == 24.3  # what they measure, then
     bare = [row(0, 41.0, 16.7, {"comm": 16.7}), row(1, 41.0, 0.4, {"other": 40.6, "comm": 0.4})]

@@ -24,8 +24,8 @@ def straggler(rows: list[RankRow]) -> Straggler | None:
     The others' own work is the tighter of two upper bounds. What they measure (their step less
     their wait) also holds what the wait does to them: NCCL kernels launched early in backward wait
     on the GPU for the straggler and hold SMs meanwhile (two H200s, rank 1 20 ms late: rank 0's
-    backward 15.8 ms against rank 1's 12.2 by DDP's own timer). Where DDP's own timer is there, that
-    excess of their backward over the straggler's comes off. The straggler's own work less what it
+    backward 15.8 ms against rank 1's 12.2 by DDP's own timer). Where DDP's own timer is there and the
+    ranks are on GPUs, that excess of their backward over the straggler's comes off. The straggler's own work less what it
     spends more in its phases holds all of the others' work when the ranks run the same step (DDP,
     FSDP: one model, equal batches), and any extra of the straggler that no host phase shows (a
     slower GPU). The second never goes below what the others' host spends in data, forward,
@@ -35,8 +35,11 @@ def straggler(rows: list[RankRow]) -> Straggler | None:
         return None
     slow, others = ranked[-1], ranked[:-1]
     measured = _median([r.own_ms for r in others])
-    backward = [r.ddp_backward_ms for r in others if r.ddp_backward_ms is not None]
-    slowed = _median(backward) - slow.ddp_backward_ms if backward and slow.ddp_backward_ms is not None else 0.0
+    # (on GPUs only: on CPUs (gloo) nothing waits beside the backward, and DDP's timer there is one
+    # host-timed iteration, which two busy cores moved by 17 ms between ranks: a ratio 1.5x too high)
+    backward = [r.ddp_backward_ms for r in others if r.ddp_backward_ms is not None and r.gpu is not None]
+    slowed = _median(backward) - slow.ddp_backward_ms \
+        if backward and slow.ddp_backward_ms is not None and slow.gpu is not None else 0.0
     deltas = {}
     for phase, ms in slow.phases.items():
         if phase == "comm":
