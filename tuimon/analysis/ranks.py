@@ -36,7 +36,8 @@ def straggler(rows: list[RankRow]) -> Straggler | None:
     slow, others = ranked[-1], ranked[:-1]
     measured = _median([r.own_ms for r in others])
     # (on GPUs only: on CPUs (gloo) nothing waits beside the backward, and DDP's timer there is one
-    # host-timed iteration, which two busy cores moved by 17 ms between ranks: a ratio 1.5x too high)
+    # host-timed iteration, noise on two busy cores: 42.0 against 35.4 ms for the same backward here,
+    # and a CI run whose others' work came out 16.8 ms under what they measured: 2.99x for the loops' 2.06x)
     backward = [r.ddp_backward_ms for r in others if r.ddp_backward_ms is not None and r.gpu is not None]
     slowed = _median(backward) - slow.ddp_backward_ms \
         if backward and slow.ddp_backward_ms is not None and slow.gpu is not None else 0.0
