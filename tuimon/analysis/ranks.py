@@ -24,10 +24,10 @@ def straggler(rows: list[RankRow]) -> Straggler | None:
     The others' own work is the tighter of two upper bounds. What they measure (their step less
     their wait) also holds what the wait does to them: NCCL kernels launched early in backward wait
     on the GPU for the straggler and hold SMs meanwhile (two H200s, rank 1 20 ms late: rank 0's
-    backward 15.8 ms against rank 1's 12.2 by DDP's own timer). Where DDP's own timer is there and the
-    ranks are on GPUs, that excess of their backward over the straggler's comes off. The straggler's own work less what it
-    spends more in its phases holds all of the others' work when the ranks run the same step (DDP,
-    FSDP: one model, equal batches), and any extra of the straggler that no host phase shows (a
+    backward 15.8 ms against rank 1's 12.2 by DDP's own timer). Where DDP's own timer is there and
+    the ranks are on GPUs, that excess of their backward over the straggler's comes off. The
+    straggler's own work less what it spends more in its phases holds all of the others' work when
+    the ranks run the same step (DDP, FSDP: one model, equal batches), and any extra of the straggler that no host phase shows (a
     slower GPU). The second never goes below what the others' host spends in data, forward,
     backward and optimizer (a floor, for ranks whose phases are missing or cut short)."""
     ranked = sorted(_measured(rows), key=lambda r: r.own_ms)
