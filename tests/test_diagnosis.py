@@ -32,6 +32,11 @@ def gpm(sm, tensor=5.0, dram=10.0, fp32=2.0, fp16=1.0):
      "host-bound: Python outside the model"),
     ({**HOST, "phases": {"forward": 0.05, "other": 0.95}, **gpm(10), "loop_cpu": 20.0}, "host-bound",
      "host-bound: the loop waits elsewhere"),
+    # waiting for a core counts as wanting the CPU: Python outside the model, on a busy machine
+    ({**HOST, "phases": {"forward": 0.05, "other": 0.95}, **gpm(10), "loop_cpu": 55.0, "loop_cpu_wait": 40.0},
+     "host-bound", "host-bound: Python outside the model"),
+    ({**HOST, "phases": {"forward": 0.05, "other": 0.95}, **gpm(10), "loop_cpu": 55.0, "loop_cpu_wait": 30.0},
+     "host-bound", "host-bound: the loop waits elsewhere"),
     # in the model the loop thread's CPU says nothing (on CUDA, backward runs in autograd's own thread)
     ({**HOST, **gpm(10), "loop_cpu": 40.0}, "host-bound", "host-bound: launches and Python in the model"),
     ({**HOST, **gpm(65)}, "mixed", "no single bottleneck"),
@@ -76,6 +81,13 @@ def test_next_steps_come_from_the_evidence():
     assert diagnose(e).next_step.startswith("312 syncs per step at train.py:88 (312/step)")
     e = Evidence(**HOST, **gpm(15), loop_cpu=100.0, kernels_per_step=12000.0, kernel_us=4.0)
     assert diagnose(e).next_step.startswith("12,000 kernels per step averaging 4.0 us (last capture): CUDA graphs")
+    busy_machine = {**HOST, "phases": {"forward": 0.05, "other": 0.95}}
+    v = diagnose(Evidence(**busy_machine, **gpm(10), loop_cpu=55.0, loop_cpu_wait=40.0))
+    assert "loop thread at 55% CPU + 40% waiting for a core" in v.evidence
+    assert v.next_step.endswith("the loop thread waited for a core 40% of the time: other processes compete for "
+                                "this machine's CPUs (DataLoader workers beyond the cores, other jobs): leave the loop a core")
+    v = diagnose(Evidence(**busy_machine, **gpm(10), loop_cpu=95.0, loop_cpu_wait=3.0))  # busy without the wait
+    assert "+ 3% waiting" in v.evidence and "waited for a core" not in v.next_step
     e = Evidence(**HOST, **gpm(97, tensor=0, dram=88))
     assert diagnose(e).next_step.startswith("DRAM 88% while tensor 0% and FP32 2%: the kernels move bytes")
     assert "fuse elementwise ops" in diagnose(e).next_step

@@ -19,6 +19,7 @@ time.sleep(60)
 
 def test_target_and_children_with_cpu_rss_threads_state():
     p = subprocess.Popen([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True)
+    busy = idle = None
     try:
         busy, idle = map(int, p.stdout.readline().split())
         s = ProcessSampler(p.pid, popen=p)
@@ -37,7 +38,8 @@ def test_target_and_children_with_cpu_rss_threads_state():
         gone = wait_for(lambda: (y := s.sample()) and not y.alive and y, what="exit")
         assert gone.exit_code == -9 and gone.exited_at is not None and gone.procs == []
     finally:
-        subprocess.run(["pkill", "-P", str(p.pid)])
+        for pid in filter(None, (busy, idle)):  # (orphans by now: pkill -P would miss them, the busy one spinning on)
+            subprocess.run(["kill", "-9", str(pid)], capture_output=True)
         p.kill()
         p.wait()
 
@@ -72,6 +74,33 @@ def test_pss_is_read_one_process_a_cycle_and_then_kept(monkeypatch):
         s.sample()
         assert len(reads) - before == 1
     finally:
+        subprocess.run(["pkill", "-9", "-P", str(p.pid)])  # before the parent dies: then they are orphans
         p.kill()
         p.wait()
-        subprocess.run(["pkill", "-P", str(p.pid)])
+
+
+SPIN = "import time\nend = time.time() + 30\nwhile time.time() < end: pass"
+
+
+def _on_cpu0():
+    import os
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def test_the_loop_threads_wait_for_a_core_is_read():
+    """Two spinners pinned to one core: each runs about half the time and waits for the core the
+    other half (the kernel's run delay); the loop thread's CPU alone would say 'blocked elsewhere'."""
+    spinners = [subprocess.Popen([sys.executable, "-c", SPIN], preexec_fn=_on_cpu0) for _ in range(2)]
+    try:
+        s = ProcessSampler(spinners[0].pid)
+        s.follow_loop(spinners[0].pid)  # a process's main thread has its PID as its TID
+        s.sample()
+        time.sleep(1.5)
+        x = s.sample()
+        assert x.loop_cpu is not None and x.loop_cpu_wait is not None, x
+        assert 20 < x.loop_cpu < 80 and 20 < x.loop_cpu_wait < 80, x  # the core shared, roughly in halves
+        assert x.loop_cpu + x.loop_cpu_wait > 85, x  # it wanted the core all the time
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()

@@ -49,6 +49,7 @@ class Evidence:
     util_gpu: float | None = None  # %, the coarse kernel-running time (GPUs without GPM)
     gpu_busy_events: float | None = None  # share of step time, a lower bound from CUDA events
     loop_cpu: float | None = None  # % of one core, the loop's thread
+    loop_cpu_wait: float | None = None  # % of the time the loop's thread waited for a core
     workers: int | None = None  # DataLoader num_workers
     workers_cpu: list[float] = field(default_factory=list)  # % per worker process
     kernels_per_step: float | None = None  # from the last capture
@@ -371,25 +372,33 @@ def _input_next_step(e: Evidence) -> str:
 def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     """Which host work the GPU waits for, from the phases: the model's own calls (launches and the
     Python around them), or time outside every phase, where the loop thread's CPU tells Python
-    work from a thread blocked on something tuimon does not see. (The loop thread's CPU cannot
-    judge the model phases: on CUDA, backward runs in autograd's own thread while the loop waits.)"""
+    work from a thread blocked on something tuimon does not see. Time the thread waited for a core
+    counts with its CPU: on a busy machine it would have run then (the same bar for the sum).
+    (The loop thread's CPU cannot judge the model phases: on CUDA, backward runs in autograd's own
+    thread while the loop waits.)"""
     e = c.e
     model = sum(e.phases.get(p, 0.0) for p in ("forward", "backward", "optimizer"))
     other = e.phases.get("other", 0.0)
-    cpu = f"loop thread at {e.loop_cpu:.0f}% CPU" if e.loop_cpu is not None else "loop thread CPU n/a"
+    wait = e.loop_cpu_wait if e.loop_cpu_wait is not None and e.loop_cpu_wait >= 0.5 else 0.0
+    cpu = "loop thread CPU n/a" if e.loop_cpu is None else \
+        f"loop thread at {e.loop_cpu:.0f}% CPU" + (f" + {wait:.0f}% waiting for a core" if wait else "")
     gpu = c.gpu_words()
     confidence = "low" if c.busy is None else _margin(c.busy, T.GPU_IDLE, above=False)
     if other > model:
-        if e.loop_cpu is not None and e.loop_cpu < T.LOOP_CPU_BUSY.value:
+        if e.loop_cpu is not None and e.loop_cpu + wait < T.LOOP_CPU_BUSY.value:
             return Verdict("host-bound", "host-bound: the loop waits elsewhere",
                            f"{gpu} · other {share(other)} of the step · {cpu} (< {T.LOOP_CPU_BUSY.show()})",
                            "outside the model, data and syncs the loop thread is mostly not computing: it is blocked "
                            "on something tuimon does not see (I/O, locks, sleeps, collectives): c captures a window "
                            "to see where", confidence, rules)
+        step = (f"{share(other)} of the step is Python outside the model, data and syncs: move it off the loop "
+                "(logging, metrics, host-side preprocessing), or do it every N steps")
+        if e.loop_cpu is not None and e.loop_cpu < T.LOOP_CPU_BUSY.value:  # the wait for a core made it busy
+            step += (f"; and the loop thread waited for a core {wait:.0f}% of the time: other processes compete for "
+                     "this machine's CPUs (DataLoader workers beyond the cores, other jobs): leave the loop a core")
         return Verdict("host-bound", "host-bound: Python outside the model",
                        f"{gpu} · other {share(other)} of the step (forward+backward+optimizer {share(model)}) · {cpu}",
-                       f"{share(other)} of the step is Python outside the model, data and syncs: move it off the loop "
-                       "(logging, metrics, host-side preprocessing), or do it every N steps", confidence, rules)
+                       step, confidence, rules)
     if e.kernels_per_step:
         step = (f"{e.kernels_per_step:,.0f} kernels per step averaging {e.kernel_us:.1f} us (last capture): CUDA graphs "
                 "(torch.compile(mode='reduce-overhead')) or torch.compile to fuse them, or larger batches")

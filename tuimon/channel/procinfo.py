@@ -48,6 +48,17 @@ def thread_cpu_ticks(pid: int, tid: int) -> int | None:
     return int(fields[11]) + int(fields[12]) if len(fields) > 12 else None  # fields 14 and 15 of stat
 
 
+def thread_run_delay_ns(pid: int, tid: int) -> int | None:
+    """Time one thread of pid has spent runnable but waiting for a CPU, in ns: the second field of
+    /proc/PID/task/TID/schedstat (the kernel's sched-stats docs); None where the kernel lacks it."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+            fields = f.read().split()
+    except OSError:
+        return None
+    return int(fields[1]) if len(fields) > 1 else None
+
+
 def is_zombie(pid: int) -> bool:
     fields = _stat_fields(pid)
     return bool(fields) and fields[0] in ("Z", "X")

@@ -43,3 +43,4 @@ class ProcessSample:
     cpu_percent: float | None = None  # the whole tree
     rss: int | None = None  # the whole tree (RSS overlaps between forked processes)
     loop_cpu: float | None = None  # % of one core used by the loop's thread (the thread that steps)
+    loop_cpu_wait: float | None = None  # % of the time the loop's thread was runnable, waiting for a core

@@ -34,6 +34,7 @@ def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_
         gpm=gpm,
         gpu_busy_events=t.gpu.busy_share if t.gpu else None,
         loop_cpu=process.loop_cpu if process else None,
+        loop_cpu_wait=process.loop_cpu_wait if process else None,
         workers=t.dataloader_workers,
         workers_cpu=[r.cpu_percent for r in loaders if isinstance(r.cpu_percent, float)] if t.dataloader_workers else [],
         kernels_per_step=kernels[0], kernel_us=kernels[1],

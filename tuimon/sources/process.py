@@ -25,7 +25,7 @@ class ProcessSampler:
         self.exited_at: float | None = None  # wall-clock time we first saw it gone
         self.exit_code: int | None = None
         self.loop_tid: int | None = None  # the target's thread that steps, when the channel says
-        self._loop_cpu: tuple | None = None  # (tid, ticks, monotonic s) at the last sample
+        self._loop_cpu: tuple | None = None  # (tid, ticks, run delay ns, monotonic s) at the last sample
         self._pss: dict[int, tuple[float, int | None]] = {}  # pid -> (monotonic s when read, PSS)
         try:
             self._target = self._procs[pid] = psutil.Process(pid)
@@ -59,11 +59,13 @@ class ProcessSampler:
         for gone in set(self._procs) - set(pids):
             del self._procs[gone]
         rows = self._with_pss(rows)
+        loop_cpu, loop_cpu_wait = self._loop_thread_cpu()
         return ProcessSample(
             self.pid, t, procs=rows,
             cpu_percent=round(sum(r.cpu_percent for r in rows if isinstance(r.cpu_percent, float)), 1),
             rss=sum(r.rss for r in rows if isinstance(r.rss, int)),
-            loop_cpu=self._loop_thread_cpu(),
+            loop_cpu=loop_cpu,
+            loop_cpu_wait=loop_cpu_wait,
         )
 
     def _with_pss(self, rows: list[ProcRow]) -> list[ProcRow]:
@@ -83,16 +85,21 @@ class ProcessSampler:
             self.loop_tid = tid
             self._loop_thread_cpu()
 
-    def _loop_thread_cpu(self) -> float | None:
-        """% of one core the loop's thread used since the last sample."""
+    def _loop_thread_cpu(self) -> tuple[float | None, float | None]:
+        """% of one core the loop's thread used since the last sample, and % of the time it was
+        runnable but waiting for a core (a busy machine: it would have used that too)."""
         tid = self.loop_tid
         if tid is None:
-            return None
+            return None, None
         ticks, now = procinfo.thread_cpu_ticks(self.pid, tid), time.monotonic()
-        last, self._loop_cpu = self._loop_cpu, (tid, ticks, now) if ticks is not None else None
-        if ticks is None or last is None or last[0] != tid or now <= last[2]:
-            return None
-        return round(100.0 * (ticks - last[1]) / _CLK_TCK / (now - last[2]), 1)
+        waited = procinfo.thread_run_delay_ns(self.pid, tid)
+        last, self._loop_cpu = self._loop_cpu, (tid, ticks, waited, now) if ticks is not None else None
+        if ticks is None or last is None or last[0] != tid or now <= last[3]:
+            return None, None
+        span = now - last[3]
+        cpu = round(100.0 * (ticks - last[1]) / _CLK_TCK / span, 1)
+        wait = None if waited is None or last[2] is None else round(100.0 * (waited - last[2]) / 1e9 / span, 1)
+        return cpu, wait
 
 
     def _row(self, pid: int, role: str) -> ProcRow | None:

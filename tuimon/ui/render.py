@@ -467,7 +467,9 @@ def process_panel(view: View, stats: View | None = None) -> Text:
             per = "  ".join(f"{r.pid}:{r.cpu_percent:.0f}%" for r in group[:6] if num(r.cpu_percent) is not None)
             out.append(f"  ({per}{' ...' if len(group) > 6 else ''})", "dim")
     if p.loop_cpu is not None:
-        out.append(f"\nloop thread CPU {p.loop_cpu:.0f}%", "dim")
+        wait = p.loop_cpu_wait
+        out.append(f"\nloop thread CPU {p.loop_cpu:.0f}%" + (f", waiting for a core {wait:.0f}%" if wait and wait >= 0.5
+                                                              else ""), "dim")
     mem = memory_line(stats or view)
     if mem:
         out.append("\n" + mem)
