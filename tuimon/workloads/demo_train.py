@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import time
 
 import torch
@@ -45,10 +46,32 @@ def model(width: int) -> nn.Module:
     )
 
 
+class StopAtStepEnd:
+    """SIGINT (`tuimon demo` stops its job so when you quit; Ctrl-C) ends the loop at the end of
+    its step, not wherever it is: a KeyboardInterrupt inside the DataLoader's fetch can cut the
+    handshake in which the loop takes a batch's file descriptors from a worker, and the worker
+    prints the broken connection's traceback (seen once in the quit test). A second one stops at once."""
+
+    requested = False
+
+    @classmethod
+    def install(cls) -> None:
+        signal.signal(signal.SIGINT, cls._on_sigint)
+
+    @classmethod
+    def _on_sigint(cls, signum, frame):
+        if cls.requested:
+            raise KeyboardInterrupt
+        cls.requested = True
+
+
 def main(argv=None):
+    StopAtStepEnd.install()
     try:
         train(argv)
-    except KeyboardInterrupt:  # `tuimon demo` stops its job this way when you quit: a normal end
+    except KeyboardInterrupt:  # a second interrupt
+        pass
+    if StopAtStepEnd.requested:  # a normal end
         print("demo workload stopped", flush=True)
 
 
@@ -97,7 +120,8 @@ def train(argv=None):
         now = time.perf_counter()
         times.append(now - t_last)
         t_last = now
-        if (a.steps and step >= a.steps) or (a.seconds and time.monotonic() - start >= a.seconds):
+        if (a.steps and step >= a.steps) or (a.seconds and time.monotonic() - start >= a.seconds) \
+                or StopAtStepEnd.requested:
             break
     if a.report and len(times) > 20:
         steady = times[10:]  # past warm-up
