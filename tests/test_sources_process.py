@@ -1,5 +1,6 @@
 """The psutil sampler against real processes: a parent with busy and idle children."""
 
+import os
 import subprocess
 import sys
 import time
@@ -82,15 +83,14 @@ def test_pss_is_read_one_process_a_cycle_and_then_kept(monkeypatch):
 SPIN = "import time\nend = time.time() + 30\nwhile time.time() < end: pass"
 
 
-def _on_cpu0():
-    import os
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+def _on_one_core():
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # the lowest core this test may use
 
 
 def test_the_loop_threads_wait_for_a_core_is_read():
     """Two spinners pinned to one core: each runs about half the time and waits for the core the
     other half (the kernel's run delay); the loop thread's CPU alone would say 'blocked elsewhere'."""
-    spinners = [subprocess.Popen([sys.executable, "-c", SPIN], preexec_fn=_on_cpu0) for _ in range(2)]
+    spinners = [subprocess.Popen([sys.executable, "-c", SPIN], preexec_fn=_on_one_core) for _ in range(2)]
     try:
         s = ProcessSampler(spinners[0].pid)
         s.follow_loop(spinners[0].pid)  # a process's main thread has its PID as its TID
