@@ -72,6 +72,26 @@ def test_time_goes_to_the_innermost_phase_and_the_step_adds_up(impl):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+def test_since_is_when_the_innermost_phase_became_the_innermost(impl):
+    """The step in progress is shown from it ("now: backward, 2.3 s"): a sync or a closed step
+    inside a phase does not restart it; leaving an inner phase does."""
+    m, w, p = clock(impl)
+    p.enter(2, 1100)  # forward
+    assert (p.top, p.since) == (2, 1100)
+    p.count_sync(1200, 1300)
+    p.close(1, 1000, 1400, 7)
+    assert (p.top, p.since, p.t) == (2, 1100, 1400)
+    p.enter(3, 1500)  # backward inside forward (checkpointing)
+    assert p.since == 1500
+    p.exit(3, 1600)
+    assert (p.top, p.since) == (2, 1600)
+    p.exit(1, 1650)  # an unbalanced exit of a phase not open: the innermost stays
+    assert (p.top, p.since) == (2, 1600)
+    p.exit(2, 1700)
+    assert (p.top, p.since) == (0, 1700)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_other_threads_unbalanced_exits_and_bad_values_are_ignored(impl):
     m, w, p = clock(impl)
     t = threading.Thread(target=lambda: (p.enter(2, 1100), p.exit(0, 1200), p.move(0, 6, 1200, 1300)))
@@ -161,5 +181,5 @@ def test_c_and_python_write_the_same_records(ops):
                 p.close(step, start, t, 3)
                 assert sum(phases_of(records(m), step).values()) == t - start
                 step, start = step + 1, t
-        images.append((bytes(m), p.open, p.acc, p.syncs, p.period, p.t))
+        images.append((bytes(m), p.open, p.acc, p.syncs, p.period, p.t, p.since))
     assert all(i == images[0] for i in images)

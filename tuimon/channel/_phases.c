@@ -30,6 +30,7 @@ typedef struct {
     int depth;           /* entries in stack; stack[0] is phase 0 ("other") and never leaves */
     int untracked;       /* entries beyond MAX_NEST */
     int64_t t;           /* when the time so far was last given to a phase */
+    int64_t since;       /* when the innermost open phase became the innermost (entered, or an inner one left) */
     int64_t acc[MAX_PHASES];
     long syncs;
     long period;         /* walk the call site of every period-th sync */
@@ -119,7 +120,7 @@ static int Phases_init(Phases *p, PyObject *args, PyObject *kw) {
     p->stack[0] = 0;
     p->depth = 1;
     p->untracked = 0;
-    p->t = now_ns();
+    p->t = p->since = now_ns();
     memset(p->acc, 0, sizeof p->acc);
     p->syncs = 0;
     p->period = p->countdown = 1;
@@ -150,10 +151,12 @@ static PyObject *Phases_enter(Phases *p, PyObject *const *args, Py_ssize_t nargs
     int phase;
     if (!phase_call(p, args, nargs, &phase))
         Py_RETURN_NONE;
-    if (p->depth < MAX_NEST)
+    if (p->depth < MAX_NEST) {
         p->stack[p->depth++] = (uint8_t)phase;
-    else
+        p->since = p->t;
+    } else {
         p->untracked++;
+    }
     Py_RETURN_NONE;
 }
 
@@ -167,6 +170,7 @@ static PyObject *Phases_exit(Phases *p, PyObject *const *args, Py_ssize_t nargs)
         p->untracked--;
     } else if (p->depth > 1 && p->stack[p->depth - 1] == phase) {
         p->depth--;
+        p->since = p->t;
     } else {
         for (int k = p->depth - 1; k > 0; k--) {
             if (p->stack[k] == phase) {
@@ -272,6 +276,8 @@ static PyObject *Phases_restart(Phases *p, PyObject *arg) {
     memset(p->acc, 0, sizeof p->acc);
     p->syncs = 0;
     p->t = t;
+    if (p->depth == 1) /* no phase open: "other" starts with the step */
+        p->since = t;
     Py_RETURN_NONE;
 }
 
@@ -287,6 +293,7 @@ static PyObject *Phases_reset(Phases *p, PyObject *arg) {
     p->loop = loop;
     p->depth = 1;
     p->untracked = 0;
+    p->since = now_ns();
     Py_RETURN_NONE;
 }
 
@@ -314,6 +321,7 @@ static PyObject *Phases_get_open(Phases *p, void *c) {
 static PyObject *Phases_get_acc(Phases *p, void *c) { return int_list(p->acc, p->nphases); }
 static PyObject *Phases_get_loop(Phases *p, void *c) { return PyLong_FromUnsignedLong(p->loop); }
 static PyObject *Phases_get_t(Phases *p, void *c) { return PyLong_FromLongLong(p->t); }
+static PyObject *Phases_get_since(Phases *p, void *c) { return PyLong_FromLongLong(p->since); }
 static PyObject *Phases_get_syncs(Phases *p, void *c) { return PyLong_FromLong(p->syncs); }
 static PyObject *Phases_get_period(Phases *p, void *c) { return PyLong_FromLong(p->period); }
 
@@ -336,6 +344,7 @@ static PyGetSetDef Phases_getset[] = {
     {"acc", (getter)Phases_get_acc, NULL, "ns per phase so far this step", NULL},
     {"loop", (getter)Phases_get_loop, NULL, "the loop thread's ident", NULL},
     {"t", (getter)Phases_get_t, NULL, "when time was last given to a phase", NULL},
+    {"since", (getter)Phases_get_since, NULL, "when the innermost open phase became the innermost", NULL},
     {"syncs", (getter)Phases_get_syncs, NULL, "syncs so far this step", NULL},
     {"period", (getter)Phases_get_period, NULL, "walk every period-th sync's call site", NULL},
     {NULL}};

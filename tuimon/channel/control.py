@@ -1,4 +1,5 @@
-"""The control block: the monitor asks for a capture window, the probe answers with its state.
+"""The control block: the monitor asks for a capture window (or the threads' stacks), the probe
+answers with its state; the probe also says here what the loop is doing now and how the job ended.
 
 The monitor writes the request (parameters first, then the sequence number that publishes it);
 the probe writes its state (message and path first, then the state record). Either side reads
@@ -13,8 +14,7 @@ from dataclasses import dataclass
 
 from . import layout as L
 from .errors import ChannelError
-from .fileview import FileView
-from .reader import open_own_segment
+from .fileview import FileView, open_own_segment
 
 STATE_NAMES = {L.STATE_IDLE: "idle", L.STATE_ARMED: "armed", L.STATE_CAPTURING: "capturing",
                L.STATE_WRITING: "writing", L.STATE_DONE: "done", L.STATE_FAILED: "failed"}
@@ -49,6 +49,33 @@ class State:
     @property
     def busy(self) -> bool:
         return self.state in (L.STATE_ARMED, L.STATE_CAPTURING, L.STATE_WRITING)
+
+
+@dataclass(frozen=True)
+class Now:
+    """The step in progress, as the probe's control thread last wrote it (ns: CLOCK_MONOTONIC)."""
+
+    updated_ns: int  # 0: never written (a probe without it, or just started)
+    step: int
+    source: str  # layout.STEP_SOURCES
+    phase_id: int  # name id of the innermost open phase
+    phase_since_ns: int
+    step_t0_ns: int  # 0: no step boundary yet
+    moved_ns: int  # when the phase clock last moved
+    longest_ns: int  # the longest step so far, the first STALL_WARMUP steps left out (0: none yet)
+    where: str  # "train.py:41 in main", or ""
+    waiting_in: str  # the innermost frame when it is not the job's own code, or ""
+
+
+@dataclass(frozen=True)
+class End:
+    kind: int  # layout.END_NONE, END_EXCEPTION, END_CLEAN
+    at_ns: int
+    text: str  # for an exception: "Type: message" then its innermost frames, a line each
+
+
+def _text(raw: str, capacity: int) -> bytes:
+    return raw.encode("utf-8", "replace")[:capacity]
 
 
 class ControlBlock:
@@ -97,6 +124,79 @@ class ControlBlock:
         self.view.write(L.CTL_PATH_AT, raw_path)
         self.view.write(L.CTL_STATE_AT, L.CTL_STATE.pack(ack_seq, state, first_step, last_step, kind, now_ns,
                                                          len(msg), len(raw_path)))
+
+
+    # -- the step in progress (probe: the control thread; monitor: reads) --------------------------
+
+    def write_now(self, now: Now) -> None:
+        where, waiting = _text(now.where, L.CTL_WHERE_CAPACITY), _text(now.waiting_in, L.CTL_WHERE_CAPACITY)
+        source = L.STEP_SOURCES.index(now.source) if now.source in L.STEP_SOURCES else 0
+        self.view.write(L.CTL_WHERE_AT, where)
+        self.view.write(L.CTL_WAITING_AT, waiting)
+        self.view.write(L.CTL_NOW_AT, L.CTL_NOW.pack(now.updated_ns, now.step, source, now.phase_id, 0,
+                                                     now.phase_since_ns, now.step_t0_ns, now.moved_ns,
+                                                     now.longest_ns, len(where), len(waiting)))
+
+    def read_now(self) -> Now | None:
+        """None until the probe first wrote it."""
+        def read():
+            f = L.CTL_NOW.unpack(self.view.read(L.CTL_NOW_AT, L.CTL_NOW.size))
+            return (f, self.view.read(L.CTL_WHERE_AT, min(f[9], L.CTL_WHERE_CAPACITY)),
+                    self.view.read(L.CTL_WAITING_AT, min(f[10], L.CTL_WHERE_CAPACITY)))
+
+        f, where, waiting = self._stable(read)
+        if f[0] <= 0:
+            return None
+        source = L.STEP_SOURCES[f[2]] if f[2] < len(L.STEP_SOURCES) else "none"
+        return Now(f[0], f[1], source, f[3], f[5], f[6], f[7], f[8], where.decode("utf-8", "replace"),
+                   waiting.decode("utf-8", "replace"))
+
+    # -- how the job ended (probe: once, at its end) ---------------------------------------------
+
+    def write_end(self, kind: int, at_ns: int, text: str) -> None:
+        raw = _text(text, L.CTL_END_CAPACITY)
+        self.view.write(L.CTL_END_TEXT_AT, raw)
+        self.view.write(L.CTL_END_AT, L.CTL_END.pack(at_ns, kind, len(raw)))
+
+    def read_end(self) -> End:
+        def read():
+            at, kind, n = L.CTL_END.unpack(self.view.read(L.CTL_END_AT, L.CTL_END.size))
+            return at, kind, self.view.read(L.CTL_END_TEXT_AT, min(n, L.CTL_END_CAPACITY))
+
+        at, kind, text = self._stable(read)
+        return End(kind if kind in (L.END_EXCEPTION, L.END_CLEAN) else L.END_NONE, at,
+                   text.decode("utf-8", "replace"))
+
+    # -- the threads' stacks on request ------------------------------------------------------------
+
+    def request_stacks(self, seq: int) -> None:
+        self.view.write(L.CTL_STACKS_REQUEST_AT, L.U64.pack(seq))
+
+    def stacks_request(self) -> int:
+        return L.U64.unpack(self.view.read(L.CTL_STACKS_REQUEST_AT, 8))[0]
+
+
+def write_stacks(view, answered: int, at_ns: int, text: str) -> None:
+    """The probe's side, on a view of the stacks region: the request number goes in last, after a
+    zero that tells a reader the text is being replaced."""
+    raw = text.encode("utf-8", "replace")[: L.STACKS_CAPACITY - L.STACKS_HEAD.size]
+    view.write(0, L.STACKS_HEAD.pack(0, at_ns, 0))
+    view.write(L.STACKS_HEAD.size, raw)
+    view.write(0, L.STACKS_HEAD.pack(answered, at_ns, len(raw)))
+
+
+def read_stacks(view) -> tuple[int, int, str] | None:
+    """(request answered, when written, text), or None while there is none or it is being written."""
+    def head():
+        return L.STACKS_HEAD.unpack(view.read(0, L.STACKS_HEAD.size))
+
+    answered, at, n = head()
+    if not answered:
+        return None
+    text = view.read(L.STACKS_HEAD.size, min(n, L.STACKS_CAPACITY - L.STACKS_HEAD.size))
+    if head() != (answered, at, n):
+        return None  # rewritten while we read: the next poll reads the new one
+    return answered, at, text.decode("utf-8", "replace")
 
 
 def open_control(path: str, expected_uid: int | None = None) -> tuple[ControlBlock, FileView]:

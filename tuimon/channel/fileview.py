@@ -9,8 +9,9 @@ Both views have the same two calls, so the control block is one code for both si
 from __future__ import annotations
 
 import os
+import stat
 
-from .errors import CorruptSegment
+from .errors import ChannelError, CorruptSegment, ForeignSegment, NoSegment
 
 
 class FileView:
@@ -49,3 +50,25 @@ class MappedView:
     def write(self, off: int, data: bytes) -> None:
         at = self.base + off
         self.buf[at : at + len(data)] = data
+
+
+def open_own_segment(path: str, writable: bool = False, expected_uid: int | None = None) -> tuple[int, os.stat_result]:
+    """An fd on a segment file that is a regular file owned by expected_uid (default: us);
+    ChannelError otherwise. The caller closes the fd."""
+    expected_uid = os.getuid() if expected_uid is None else expected_uid
+    try:
+        fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError as e:
+        raise NoSegment(f"no channel segment at {path}") from e
+    except OSError as e:
+        raise ChannelError(f"cannot open {path}: {e.strerror}") from e
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != expected_uid:
+        os.close(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CorruptSegment(f"{path} is not a regular file")
+        raise ForeignSegment(
+            f"{path} belongs to uid {st.st_uid}, not to you (uid {expected_uid}): "
+            "tuimon reads only your own processes' channels; run it as that user"
+        )
+    return fd, st

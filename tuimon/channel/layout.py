@@ -5,8 +5,10 @@ any number of monitors. Everything is little-endian. The layout:
 
     [0, 4096)            header page: fixed fields, then dynamic counters on their own cache
                          lines, then the metadata JSON (argv, rank, ...)
-    [4096, 8192)         control block: capture request (monitor) and capture state (probe)
-    [8192, +NAMES)       name table: append-only entries of (u16 length, utf-8 bytes)
+    [4096, 8192)         control block: capture request (monitor) and capture state (probe); the
+                         step in progress and how the job ended (probe); a stacks request (monitor)
+    [8192, +STACKS)      the threads' stacks, written by the probe when a monitor asks
+    [.., +NAMES)         name table: append-only entries of (u16 length, utf-8 bytes)
     [ring_offset, end)   ring: RING_RECORDS fixed-size records, indexed by a free-running u64
                          write counter (ring_head) that the writer publishes after each record
 
@@ -18,13 +20,15 @@ from __future__ import annotations
 import struct
 
 MAGIC = b"TUIMONCH"
-LAYOUT_VERSION = 2  # v2: record kinds PHASE, STEP_VALUE, GAUGE, SITE (the step's anatomy)
+LAYOUT_VERSION = 3  # v3: the step in progress, the job's end, the threads' stacks (v2: the step's anatomy)
 
 PAGE = 4096
 HEADER_SIZE = PAGE
 CONTROL_OFFSET = PAGE
 CONTROL_SIZE = PAGE
-NAMES_OFFSET = 2 * PAGE
+STACKS_OFFSET = 2 * PAGE
+STACKS_CAPACITY = 64 * 1024
+NAMES_OFFSET = STACKS_OFFSET + STACKS_CAPACITY
 NAMES_CAPACITY = 64 * 1024
 RING_OFFSET = NAMES_OFFSET + NAMES_CAPACITY
 DEFAULT_RING_RECORDS = 1 << 16  # 3 MiB of records: 0.3 s at 200k ranges/s, 3x a 10 Hz drain
@@ -108,6 +112,28 @@ CTL_MESSAGE_AT = 128
 CTL_MESSAGE_CAPACITY = 256
 CTL_PATH_AT = 384
 CTL_PATH_CAPACITY = 1024
+
+# The step in progress (control block, written by the probe's control thread every ~0.2 s, never
+# by the loop): when written (0: never), the step in progress, its source (STEP_SOURCES), the
+# innermost open phase (a name id), since when it is the innermost, when the step began (0: no
+# boundary yet), when the phase clock last moved, the longest step so far (its warm-up left out),
+# the two position texts' lengths. A reader reads
+# it twice until two reads agree.
+CTL_NOW = struct.Struct("<qIIIIqqqqII")  # updated, step, source, phase id, (pad), phase since,
+CTL_NOW_AT = 1536                       # step t0, moved, longest step (ns), where length, waiting-in length
+CTL_WHERE_AT = 1600  # the loop thread's innermost frame in the job's own code: "train.py:41 in main"
+CTL_WAITING_AT = 1856  # ...and its innermost frame, when elsewhere: "queue.py:180 in get"
+CTL_WHERE_CAPACITY = 256
+# Stacks: the monitor writes a request number; the probe answers in the stacks region.
+CTL_STACKS_REQUEST_AT = 2112  # u64
+# How the job ended, as the probe saw it (written once: an uncaught exception, or a clean exit).
+CTL_END = struct.Struct("<qII")  # when (0: not ended), kind (END_*), text length
+CTL_END_AT = 2176
+CTL_END_TEXT_AT = 2192
+CTL_END_CAPACITY = 1536  # -> 3728, inside the page
+END_NONE, END_EXCEPTION, END_CLEAN = 0, 1, 2
+STACKS_HEAD = struct.Struct("<QqI4x")  # request answered, when written, text length; text follows
+STEP_SOURCES = ("none", "dataloader", "forward", "backward", "optimizer", "tuimon.step")  # weakest first
 
 CAPTURE_NONE, CAPTURE_STEPS, CAPTURE_SECONDS = 0, 1, 2
 (

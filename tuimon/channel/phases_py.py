@@ -21,7 +21,7 @@ class Phases:
         self._n = len(ids)
         self._stack = [0]
         self._untracked = 0
-        self.t = _now()
+        self.t = self.since = _now()
         self._acc = [0] * self._n
         self.syncs = 0
         self.period = self._countdown = 1
@@ -52,6 +52,7 @@ class Phases:
         self.t = t
         if len(self._stack) < MAX_NEST:
             self._stack.append(phase)
+            self.since = t
         else:
             self._untracked += 1
 
@@ -66,6 +67,7 @@ class Phases:
             self._untracked -= 1
         elif len(st) > 1 and st[-1] == phase:
             st.pop()
+            self.since = t
         else:  # unbalanced (an exception skipped an exit): drop the innermost entry of that phase
             for k in range(len(st) - 1, 0, -1):
                 if st[k] == phase:
@@ -114,8 +116,11 @@ class Phases:
         self._acc = [0] * self._n
         self.syncs = 0
         self.t = t
+        if len(self._stack) == 1:
+            self.since = t
 
     def reset(self, loop: int) -> None:
         self.loop = loop
         self._stack = [0]
         self._untracked = 0
+        self.since = _now()

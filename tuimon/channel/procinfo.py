@@ -59,6 +59,17 @@ def thread_run_delay_ns(pid: int, tid: int) -> int | None:
     return int(fields[1]) if len(fields) > 1 else None
 
 
+def thread_state(pid: int, tid: int) -> str | None:
+    """One thread's state letter (R running, S sleeping, D waiting in I/O, T stopped, ...)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    return fields[0].decode("ascii", "replace") if fields else None
+
+
 def is_zombie(pid: int) -> bool:
     fields = _stat_fields(pid)
     return bool(fields) and fields[0] in ("Z", "X")

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from dataclasses import dataclass, field
 
 from . import layout as L
 from . import procinfo
-from .errors import ChannelError, CorruptSegment, ForeignSegment, IncompatibleSegment, NoSegment
-from .fileview import FileView
+from .control import ControlBlock, End, Now, read_stacks
+from .errors import CorruptSegment, IncompatibleSegment
+from .fileview import FileView, open_own_segment
 from .paths import parse_segment_name
 from .ring import unpack_records
 from .text import bounded_json_value
@@ -40,28 +40,6 @@ class Batch:
     records: list[tuple]
     lost: int = 0  # overwritten before we could copy them (overrun), counted exactly
     corrupt: int = 0  # slots whose contents did not check out (never returned as data)
-
-
-def open_own_segment(path: str, writable: bool = False, expected_uid: int | None = None) -> tuple[int, os.stat_result]:
-    """An fd on a segment file that is a regular file owned by expected_uid (default: us);
-    ChannelError otherwise. The caller closes the fd."""
-    expected_uid = os.getuid() if expected_uid is None else expected_uid
-    try:
-        fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | getattr(os, "O_NOFOLLOW", 0))
-    except FileNotFoundError as e:
-        raise NoSegment(f"no channel segment at {path}") from e
-    except OSError as e:
-        raise ChannelError(f"cannot open {path}: {e.strerror}") from e
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != expected_uid:
-        os.close(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CorruptSegment(f"{path} is not a regular file")
-        raise ForeignSegment(
-            f"{path} belongs to uid {st.st_uid}, not to you (uid {expected_uid}): "
-            "tuimon reads only your own processes' channels; run it as that user"
-        )
-    return fd, st
 
 
 class SegmentReader:
@@ -113,8 +91,8 @@ class SegmentReader:
             raise bad(f"says {total} bytes but the file has {size}")
         if not L.valid_ring_records(ring_n):
             raise bad(f"ring of {ring_n} records")
-        regions = sorted([(0, header_size), (ctl_off, ctl_size), (names_off, names_cap),
-                          (ring_off, ring_n * rec_size)])
+        regions = sorted([(0, header_size), (ctl_off, ctl_size), (L.STACKS_OFFSET, L.STACKS_CAPACITY),
+                          (names_off, names_cap), (ring_off, ring_n * rec_size)])
         end = 0
         for off, length in regions:
             if off < end or off + length > total:
@@ -233,6 +211,21 @@ class SegmentReader:
             self._names.append(raw.decode("utf-8", "replace"))  # (length-limited by the writer)
             at += hdr + n
         self._names_parsed = at
+
+    # -- the present: what the loop does now, how the job ended, its threads' stacks -----------
+
+    def _control(self) -> ControlBlock:
+        return ControlBlock(FileView(self._file.fd, self.path, L.CONTROL_OFFSET))  # (the reader's fd)
+
+    def now(self) -> Now | None:
+        return self._control().read_now()
+
+    def end(self) -> End:
+        return self._control().read_end()
+
+    def stacks(self) -> tuple[int, int, str] | None:
+        """(request answered, when written, text) of the last stacks the probe wrote, if any."""
+        return read_stacks(FileView(self._file.fd, self.path, L.STACKS_OFFSET))
 
     def close(self) -> None:
         self._file.close()
