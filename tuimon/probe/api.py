@@ -18,6 +18,7 @@ from ..channel.writer import SegmentWriter
 from . import hooks
 from .capture import Capturer, control_thread
 from .core import Probe
+from .present import Present
 
 _probe: Probe | None = None
 _disabled_reason: str | None = None
@@ -108,12 +109,13 @@ def instrument(ring_records: int | None = None, nvtx_forward: bool | None = None
 def _start_capture_control(p: Probe) -> None:
     try:
         p.capturer = Capturer(p, p.writer)
+        p.present = Present(p, p.writer)
     except Exception as e:  # noqa: BLE001 - captures off, the rest of the probe on
         print(f"tuimon: capture windows unavailable: {e}", file=sys.stderr)
         return
     stop = threading.Event()
     p._control_stop = stop
-    threading.Thread(target=control_thread, args=(p.capturer, p.writer, stop),
+    threading.Thread(target=control_thread, args=(p.capturer, p.writer, stop, p.present),
                      name="tuimon-control", daemon=True).start()
 
 
@@ -149,6 +151,12 @@ def _at_exit(p: Probe) -> None:
         stop = getattr(p, "_control_stop", None)
         if stop is not None:
             stop.set()
+        for last_word in (p.sample_memory, getattr(p.present, "ended", None)):  # (the allocator's last gauges)
+            try:
+                if last_word is not None:
+                    last_word()
+            except Exception:  # noqa: BLE001 - the job is ending: nothing of tuimon's may stop it
+                pass
         p.writer.mark_closed()
 
 

@@ -184,11 +184,17 @@ def _program() -> str:
 MEMORY_EVERY_S = 0.5
 
 
-def control_thread(capturer: Capturer, writer, stop: threading.Event, period: float = 0.2) -> None:
-    """Polls the control block, keeps the heartbeat and reads the GPU memory gauges, until the
-    process ends."""
+def control_thread(capturer: Capturer, writer, stop: threading.Event, present=None, period: float = 0.2) -> None:
+    """Polls the control block, keeps the heartbeat, says what the loop is doing now (present:
+    probe/present.py) and reads the GPU memory gauges, until the process ends."""
     memory_at = 0.0
     while not stop.wait(period):
+        if present is not None:
+            try:
+                present.publish()
+            except Exception as e:  # noqa: BLE001 - the step in progress goes unsaid, said once
+                print(f"tuimon: the step in progress is not published: {type(e).__name__}: {e}", file=sys.stderr)
+                present = None
         if memory_at is not None and time.monotonic() - memory_at >= MEMORY_EVERY_S:
             memory_at = time.monotonic()
             try:

@@ -18,6 +18,15 @@ from ..channel.writer import SegmentWriter
 from .anatomy import DATA, Anatomy
 
 _tls = threading.local()
+
+# Where step boundaries come from (layout.STEP_SOURCES), weakest first. The strongest source seen
+# counts the steps: an optimizer's step or tuimon.step() where the loop has one; else, with no code
+# change, the loop's own period: its outermost backward(), its outermost module call, its
+# DataLoader's next(). A data loader and a module call mark where an iteration starts; the others
+# where it ends.
+NO_SOURCE, DATALOADER, FORWARD_CALL, BACKWARD_CALL, OPTIMIZER_STEP, EXPLICIT = range(6)
+_STARTS_ITERATION = (DATALOADER, FORWARD_CALL)
+WARMUP_STEPS = 5  # steps not counted in the longest one (analysis/thresholds.py STALL_WARMUP_STEPS says why)
 MEMORY_STATS = (("cuda.allocated", "allocated_bytes.all.current"), ("cuda.reserved", "reserved_bytes.all.current"),
                 ("cuda.peak_allocated", "allocated_bytes.all.peak"), ("cuda.alloc_retries", "num_alloc_retries"),
                 ("cuda.ooms", "num_ooms"))
@@ -42,12 +51,15 @@ class Probe:
         self.names = writer.names  # name -> id, read without the lock on the hot path
         self.step_no = 1
         self.step_t0 = 0  # when the current step began (0: not yet known)
+        self.longest_ns = 0  # the longest step so far, warm-up left out: a monitor's bar for a stall
         self.created_ns = _now()
-        self.mode = None  # None, 'auto' (optimizer hooks) or 'explicit' (tuimon.step())
+        self.source = NO_SOURCE  # what counts the steps (see STEP_SOURCES above)
         self._lead_optimizer = None
+        self._data_seen = self._data_since_boundary = False  # the loop's DataLoader: ever, since the last step
         self._nvtx = nvtx_domain
         self._nvtx_attrs: dict = {}
         self.capturer = None  # capture windows (probe/capture.py), set by instrument()
+        self.present = None  # the step in progress and the job's end (probe/present.py), set by instrument()
         self._bad_count_said = False
         self.thread_id = ring.thread_id
         self.anatomy = Anatomy(writer.ring, self.intern)
@@ -94,31 +106,50 @@ class Probe:
     # -- steps ----------------------------------------------------------------------------------
 
     def step(self, explicit: bool = True, optimizer=None) -> None:
-        """A step boundary. Explicit tuimon.step() calls win over optimizer hooks: the first
-        explicit call after automatic steps only switches modes (that step was counted already),
-        so using both never counts twice. With several optimizers, the first one to step leads."""
-        t1 = _now()
+        """tuimon.step() (explicit), or an optimizer's step. Explicit calls win over optimizer
+        steps; with several optimizers, the first one to step leads."""
         if explicit:
-            if self.mode != "explicit":
-                was_auto = self.mode == "auto"
-                self.mode = "explicit"
-                if was_auto:
-                    return
-        else:
-            if self.mode == "explicit":
+            return self.boundary(EXPLICIT)
+        if self.source == EXPLICIT:
+            return
+        lead = self._lead_optimizer
+        if lead is None:
+            try:
+                self._lead_optimizer = weakref.ref(optimizer)
+            except TypeError:
+                self._lead_optimizer = lambda o=optimizer: o
+        elif lead() is not optimizer:
+            return
+        self.boundary(OPTIMIZER_STEP)
+
+    def boundary(self, source: int, t1: int | None = None) -> None:
+        """A step boundary from `source` at t1 (default now). A stronger source than the one
+        counting takes over here: when it ends iterations and the old one started them, this closes
+        the step the old one started (its first step); otherwise its steps start here (the job's
+        first step runs from its first batch to its first step's end, whatever the source). So a loop
+        counts each iteration once whichever sources it has (gradient accumulation: the optimizer's
+        steps). A weaker source is ignored; a module call or backward that is not the first since
+        the last batch is part of the same iteration (two models, or two backwards, per batch)."""
+        t1 = _now() if t1 is None else t1
+        if source < self.source:
+            return
+        a = self.anatomy
+        if source > self.source:
+            old, self.source = self.source, source
+            self._mark_source(source)
+            if source in _STARTS_ITERATION or old not in (NO_SOURCE, *_STARTS_ITERATION):
+                if self.step_no > 1 or not self.step_t0:  # (the first step runs from the first batch on)
+                    self.step_t0 = t1
+                    a.restart(t1)
+                self._data_since_boundary = False
                 return
-            lead = self._lead_optimizer
-            if lead is None:
-                try:
-                    self._lead_optimizer = weakref.ref(optimizer)
-                except TypeError:
-                    self._lead_optimizer = lambda o=optimizer: o
-            elif lead() is not optimizer:
-                return
-            self.mode = "auto"
+        elif source in (FORWARD_CALL, BACKWARD_CALL) and self._data_seen and not self._data_since_boundary:
+            return
+        self._data_since_boundary = False
         t0 = self.step_t0 or self.created_ns
         step = self.step_no
-        a = self.anatomy
+        if t1 - t0 > self.longest_ns and step > WARMUP_STEPS:
+            self.longest_ns = t1 - t0
         if not a.on_loop():  # this thread steps: it is the loop
             a.reset(threading.get_ident())
         tid = ring.thread_id()
@@ -135,13 +166,20 @@ class Probe:
         if c is not None and (c.pending is not None or c.window is not None):  # (a capture asked for or open)
             c.on_step(step)
 
+    def _mark_source(self, source: int) -> None:
+        """Say which source counts the steps from the step in progress on (the monitor leaves the
+        steps of a weaker one out of its window)."""
+        self.emit(L.GAUGE, 0, self.intern("step.source"), ring.thread_id(), self.step_no, 0, _now(), float(source))
+
     def data_start(self, t0: int, workers: int | None = None) -> None:
         """The loop asks a DataLoader for a batch (workers: the loader's worker count, said once
         per iterator)."""
-        if not self.step_t0:
-            self.step_t0 = t0  # the first step starts at its first batch, not at import time
-            self.anatomy.restart(t0)
-        self.anatomy.enter(DATA, t0)
+        a = self.anatomy
+        if a.on_loop():
+            if self.source <= DATALOADER:
+                self.boundary(DATALOADER, t0)
+            self._data_seen = self._data_since_boundary = True
+        a.enter(DATA, t0)
         if workers is not None:
             self.emit(L.GAUGE, 0, self.intern("dataloader.workers"), ring.thread_id(), self.step_no, 0, t0,
                       float(workers))

@@ -25,6 +25,7 @@ from time import monotonic_ns as _now
 
 from . import comm, hooks
 from .anatomy import BACKWARD, DATA, FORWARD, OPTIMIZER
+from .core import BACKWARD_CALL, FORWARD_CALL
 
 DISCOVER_STEPS = 3
 _compiling = None  # torch.compiler.is_compiling, bound by patch()
@@ -161,6 +162,8 @@ def _phase(orig, phase: int):
                 anatomy.exit(phase, t)
                 if p.gpu is not None and p.gpu.measuring:
                     p.gpu.mark()  # the backward ended: its kernels are queued
+                if p.source <= BACKWARD_CALL and phase == BACKWARD:
+                    p.boundary(BACKWARD_CALL, t)  # a loop with no optimizer step: its backward ends the step
 
     wrapper._tuimon = True
     return wrapper
@@ -259,7 +262,7 @@ class ModuleRoots:
         if opened:
             if self.discovering:
                 self.roots.add(module)
-            a.enter(FORWARD)
+            self._enter()
         self.depth += 1
         self.entered.append(opened)
 
@@ -275,6 +278,14 @@ class ModuleRoots:
             gpu = self.probe.gpu
             if gpu is not None and gpu.measuring:
                 gpu.mark()  # the outermost forward ended: its kernels are queued
+
+    def _enter(self) -> None:
+        """The outermost module call starts: the forward phase (and the step, in a loop whose only
+        boundary is its model call)."""
+        p, t = self.probe, _now()
+        if p.source <= FORWARD_CALL:
+            p.boundary(FORWARD_CALL, t)
+        p.anatomy.enter(FORWARD, t)
 
     def on_step(self, completed: int) -> None:
         """After DISCOVER_STEPS steps, keep hooks on the outermost modules only."""
@@ -307,7 +318,7 @@ class ModuleRoots:
             return forward(module, *args, **kwargs)
         opened = self.depth == 0 and a.top not in (DATA, BACKWARD)
         if opened:
-            a.enter(FORWARD)
+            self._enter()
         self.depth += 1
         try:
             return forward(module, *args, **kwargs)

@@ -1,0 +1,142 @@
+"""The present moment, written by the probe's control thread (every ~0.2 s, never on the loop's
+thread): the step in progress, its innermost open phase and since when, and where the loop thread
+is; every thread's stack when a monitor asks (a stall); and how the job ended.
+
+Nothing here runs on the training loop's thread except at its very end (atexit), and nothing here
+changes the job: the stacks are read with sys._current_frames() (the GIL taken once, as the
+heartbeat already does), and the uncaught exception is read from sys.last_value, which the
+interpreter sets itself before it runs the atexit handlers, so no excepthook is replaced."""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import threading
+import traceback
+from time import monotonic_ns as _now
+
+from ..channel import layout as L
+from ..channel import procinfo
+from ..channel.control import ControlBlock, Now, write_stacks
+from ..channel.fileview import MappedView
+from .anatomy import PHASES, short_path
+
+MAX_FRAMES = 48  # per thread in a stacks dump (the innermost ones)
+END_FRAMES = 4  # of an uncaught exception's traceback, innermost first
+MESSAGE_CHARS = 600  # of its message, its lines joined
+_TUIMON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Code that is not the job's own: the standard library, torch, tuimon (frames in these are
+    where the loop waits, not where it is in its own code)."""
+    paths = sysconfig.get_paths()
+    dirs = {paths.get("stdlib"), paths.get("platstdlib"), _TUIMON}
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch, "__file__", None):
+        dirs.add(os.path.dirname(torch.__file__))
+    return tuple(os.path.join(d, "") for d in dirs if d)
+
+
+def _frame_text(f) -> str:
+    return f"{short_path(f.f_code.co_filename)}:{f.f_lineno} in {f.f_code.co_name}"
+
+
+def loop_position(frame, library: tuple[str, ...]) -> tuple[str, str]:
+    """(the innermost frame in the job's own code, the innermost frame when it is elsewhere)."""
+    if frame is None:
+        return "", ""
+    own = frame
+    while own is not None and (own.f_code.co_filename.startswith(library) or own.f_code.co_filename.startswith("<")):
+        own = own.f_back
+    where = _frame_text(own) if own is not None else ""
+    return where, (_frame_text(frame) if frame is not own else "")
+
+
+def _thread_state(native_id: int | None) -> str:
+    """The kernel's word for the thread, as py-spy dump says it: active (running), idle
+    (sleeping), or waiting in I/O (disk sleep)."""
+    state = procinfo.thread_state(os.getpid(), native_id) if native_id else None
+    return {"R": "active", "S": "idle", "D": "waiting in I/O (disk sleep)", "T": "stopped",
+            "t": "stopped by a tracer"}.get(state or "", state or "?")
+
+
+def stack_dump(loop_ident: int | None) -> str:
+    """Every Python thread's stack, innermost frame first (py-spy dump's layout); the loop's first."""
+    frames = sys._current_frames()
+    threads = {t.ident: t for t in threading.enumerate()}
+    argv = procinfo.cmdline(os.getpid()) or sys.argv
+    lines = [f"Process {os.getpid()}: {' '.join(argv)}", f"Python v{sys.version.split()[0]}", ""]
+    for ident in sorted(frames, key=lambda i: (i != loop_ident, i)):
+        t = threads.get(ident)
+        native = getattr(t, "native_id", None)
+        name = t.name if t is not None else "(a thread not started by threading)"
+        loop = " [the training loop]" if ident == loop_ident else ""
+        lines.append(f'Thread {native or ident} ({_thread_state(native)}): "{name}"{loop}')
+        stack = traceback.extract_stack(frames[ident])[-MAX_FRAMES:]
+        for fs in reversed(stack):
+            lines.append(f"    {fs.name} ({short_path(fs.filename)}:{fs.lineno})")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def exception_text(exc: BaseException, library: tuple[str, ...] = ()) -> str:
+    """'Type: message', then where it came from: the innermost frame in the job's own code first,
+    then the innermost frames of its traceback, a line each."""
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    words = [w.strip() for w in str(exc).splitlines()]
+    message = " · ".join(w for w in words if w.strip("=-_*#~ ")) [:MESSAGE_CHARS]  # (banners out: torchrun's)
+    lines = [f"{name}: {message}" if message else name]
+    frames = list(reversed(traceback.extract_tb(exc.__traceback__)))
+    own = next((fs for fs in frames if not fs.filename.startswith(library) and not fs.filename.startswith("<")), None)
+    for fs in ([own] if own is not None else []) + [fs for fs in frames[:END_FRAMES] if fs is not own]:
+        lines.append(f"  at {short_path(fs.filename)}:{fs.lineno} in {fs.name}")
+    return "\n".join(lines)
+
+
+class Present:
+    """Owned by the control thread. publish() writes the step in progress and answers a stacks
+    request; ended() records how the job ended (at interpreter exit)."""
+
+    def __init__(self, probe, writer):
+        self.probe = probe
+        self.ctl = ControlBlock(MappedView(writer._mm, L.CONTROL_OFFSET))
+        self.stacks = MappedView(writer._mm, L.STACKS_OFFSET)
+        self.phase_ids = [probe.intern(name) for name in PHASES]
+        self._library: tuple[str, ...] | None = None
+        self._torch_seen = False
+        self.answered = 0
+
+    def _library_dirs(self) -> tuple[str, ...]:
+        torch_now = "torch" in sys.modules
+        if self._library is None or torch_now != self._torch_seen:
+            self._library, self._torch_seen = _library_dirs(), torch_now
+        return self._library
+
+    def publish(self) -> None:
+        p = self.probe
+        a = p.anatomy
+        top = a.top
+        where, waiting = loop_position(sys._current_frames().get(a.loop), self._library_dirs())
+        self.ctl.write_now(Now(updated_ns=_now(), step=p.step_no, source=L.STEP_SOURCES[p.source],
+                               phase_id=self.phase_ids[top] if 0 <= top < len(self.phase_ids) else 0,
+                               phase_since_ns=a.since, step_t0_ns=p.step_t0, moved_ns=a.t,
+                               longest_ns=p.longest_ns, where=where,
+                               waiting_in=waiting))
+        asked = self.ctl.stacks_request()
+        if asked and asked != self.answered:
+            self.answered = asked
+            write_stacks(self.stacks, asked, _now(), stack_dump(a.loop))
+
+    def ended(self) -> None:
+        """At interpreter exit: an uncaught exception (the interpreter keeps it in sys.last_value
+        before the atexit handlers run), else a clean end (the script returned or sys.exit())."""
+        if self.ctl.read_end().kind != L.END_NONE:
+            return
+        exc = getattr(sys, "last_value", None)
+        if isinstance(exc, BaseException):
+            self.ctl.write_end(L.END_EXCEPTION, _now(), exception_text(exc, self._library_dirs()))
+        else:
+            self.ctl.write_end(L.END_CLEAN, _now(), "")
