@@ -3,6 +3,8 @@ it is, and one next step from those numbers. Pure: Evidence in, Verdict out.
 
 One rule per class, each listing its checks (value, threshold, where the threshold comes from:
 thresholds.py), so a screen can show why every rule fired or did not. Precedence, first match:
+  exited                    the process has ended: how and why, as far as tuimon can know
+  stalled                   no step far beyond the loop's own history (analysis/stall.py): where it waits
   not enough data
   straggler                 (2+ ranks) one rank's own work (its step less its waits in collectives)
                             is >= 1.43x the others': they wait for it, whatever their own anatomy says
@@ -23,8 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model import Straggler
+from ..model import JobEnd, Memory, StepInProgress, Straggler
 from . import thresholds as T
+from .present import exited_words, stalled_words
+from .stall import Stall
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,19 @@ class Evidence:
     comm_share: float | None = None  # share of step time in collectives (the job's, with ranks)
     comm_mb: float | None = None  # handed to collectives per step (this process)
     comm_gpu: bool = False  # comm time from CUDA events (else the loop thread's)
+    # the present moment
+    job_end: JobEnd | None = None  # the process has exited: how
+    stall: Stall | None = None  # the shown process's progress
+    now: StepInProgress | None = None
+    step_source: str | None = None
+    process_state: str | None = None  # the training process's state (psutil: 'stopped', 'disk-sleep', ...)
+    workers_alive: int | None = None  # DataLoader worker processes alive now
+    worker_states: list[tuple[int, str, float | None]] = field(default_factory=list)  # (pid, state, CPU %)
+    stalled_ranks: list[tuple[int | None, str | None, float | None, str | None]] = field(default_factory=list)
+    # ^ (rank, phase, its time there, where) of every stalled rank
+    holding_ranks: list[int | None] = field(default_factory=list)  # ranks the others wait for in a collective
+    power_share: float | None = None  # the target GPUs' power over their limit, 0..1
+    memory: Memory | None = None
 
 
 @dataclass(frozen=True)
@@ -81,7 +98,8 @@ class Rule:
 
 @dataclass(frozen=True)
 class Verdict:
-    code: str  # waiting | input-bound | memory-bound | compute-bound | healthy | sync-bound | host-bound | mixed
+    code: str  # exited | stalled | waiting | straggler | input-bound | comm-bound | memory-bound | compute-bound |
+    # healthy | sync-bound | host-bound | mixed
     headline: str
     evidence: str  # the numbers that decided it
     next_step: str
@@ -139,6 +157,34 @@ class _Context:
 
 
 # -- the rules ------------------------------------------------------------------------------------
+
+
+def rule_exited(c: _Context) -> Rule:
+    e = c.e
+    end = e.job_end
+    check = Check("the process", "exited" if end else "alive", "exited", end is not None)
+    return Rule("exited", "Exited", end is not None, [check], end.headline if end else "the process is alive")
+
+
+def rule_stalled(c: _Context) -> Rule:
+    e, s = c.e, c.e.stall
+    what = "time in its open phase, no step yet" if s and s.first_step else "time since the last step"
+    check = Check(what, "n/a" if s is None else f"{s.quiet_s:,.1f} s",
+                  "n/a" if s is None else f"> {s.limit_s:,.1f} s (the larger of {T.STALL_FACTOR.show()} the longest "
+                  f"step so far and {T.STALL_FLOOR.show()})", None if s is None else s.stalled,
+                  f"{T.STALL_FACTOR.source}; floor: {T.STALL_FLOOR.source}")
+    checks = [check]
+    ranks = Check("ranks stalled", str(len(e.stalled_ranks)), ">= 1", bool(e.stalled_ranks)) if e.ranks >= 2 else None
+    if ranks is not None:
+        checks.append(ranks)
+    fired = bool(s and s.stalled) or bool(e.stalled_ranks)
+    if s is None:
+        why = "the loop has not said what it is doing yet"
+    elif s.first_step:
+        why = f"no step yet; {s.phase or 'its phase'} for {s.quiet_s:,.1f} s"
+    else:
+        why = f"{s.quiet_s:,.1f} s since the last step; the bar is {s.limit_s:,.1f} s"
+    return Rule("stalled", "Stalled (no progress far beyond the loop's own steps)", fired, checks, why)
 
 
 def rule_waiting(c: _Context) -> Rule:
@@ -246,6 +292,8 @@ def rule_host(c: _Context) -> Rule:
 def diagnose(e: Evidence) -> Verdict:
     c = _Context(e)
     rules = {
+        "exited": rule_exited(c),
+        "stalled": rule_stalled(c),
         "waiting": rule_waiting(c),
         "straggler": rule_straggler(c),
         "input-high": rule_input(c, high=True),
@@ -270,6 +318,10 @@ def _verdict(key: str, c: _Context, rules: list[Rule]) -> Verdict:
     e = c.e
     gpu = c.gpu_words()
     low_gpu = c.busy is None or c.busy_note  # no GPM: the GPU side is guessed
+    if key == "exited":
+        return _exited_verdict(c, rules)
+    if key == "stalled":
+        return _stalled_verdict(c, rules)
     if key == "waiting":
         if not e.has_channel:
             return Verdict("waiting", "no loop timings", "this process has no tuimon channel",
@@ -277,7 +329,8 @@ def _verdict(key: str, c: _Context, rules: list[Rule]) -> Verdict:
                            "low", rules)
         return Verdict("waiting", "not enough data yet",
                        f"{e.steps} step{'s' if e.steps != 1 else ''} seen; a verdict needs {T.MIN_STEPS.value:g}",
-                       "wait for a few steps (steps come from optimizer.step() or tuimon.step())", "low", rules)
+                       "wait for a few steps (a step is the loop's optimizer.step(), else its backward(), its model "
+                       "call or its DataLoader's next(); tuimon.step() marks one by hand)", "low", rules)
     if key == "straggler":
         return _straggler_verdict(c, rules)
     if key == "comm-bound":
@@ -408,3 +461,15 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     return Verdict("host-bound", "host-bound: launches and Python in the model",
                    f"{gpu} · forward+backward+optimizer {share(model)} of the step on the host · {cpu}", step,
                    confidence, rules)
+
+
+def _exited_verdict(c: _Context, rules: list[Rule]) -> Verdict:
+    headline, evidence, step = exited_words(c.e.job_end, c.e.memory)
+    return Verdict("exited", headline, evidence, step, "high" if c.e.job_end.how != "unknown" else "medium", rules)
+
+
+def _stalled_verdict(c: _Context, rules: list[Rule]) -> Verdict:
+    headline, evidence, step = stalled_words(c.e, c.gpu_words())
+    s = c.e.stall
+    confidence = "high" if s is not None and s.quiet_s >= 2 * s.limit_s else "medium"
+    return Verdict("stalled", headline, evidence, step, confidence, rules)

@@ -46,6 +46,7 @@ class StepAccumulator:
         self._by_index: dict[int, StepRecord] = {}
         self.open: dict[int, StepRecord] = {}
         self.gauges: dict[int, float] = {}  # name id -> latest value (GAUGE records)
+        self.gauge_steps: dict[int, int] = {}  # name id -> the step its latest value came in
 
     def _step(self, index: int) -> StepRecord:
         s = self._by_index.get(index) or self.open.get(index)
@@ -60,6 +61,7 @@ class StepAccumulator:
             kind = r[F_KIND]
             if kind == GAUGE:
                 self.gauges[r[F_NAME]] = r[F_VALUE]
+                self.gauge_steps[r[F_NAME]] = r[F_STEP]
                 continue
             s = self._step(r[F_STEP])
             if kind == RANGE:
@@ -101,10 +103,11 @@ class StepAccumulator:
                 del self.open[idx]
         return done
 
-    def window(self, steps: int) -> list[StepRecord]:
-        """The last `steps` completed steps, leaving out the first step of the job (warm-up:
-        imports, compilation, allocator growth) while there are others."""
-        recent = list(self.completed)[-steps:]
+    def window(self, steps: int, first: int = 0) -> list[StepRecord]:
+        """The last `steps` completed steps from step `first` on (the first counted by the source
+        that counts steps now), leaving out the first step of the job (warm-up: imports,
+        compilation, allocator growth) while there are others."""
+        recent = [s for s in list(self.completed)[-steps:] if s.index >= first]
         if len(recent) > 2 and recent[0].index == 1:
             recent = recent[1:]
         return recent

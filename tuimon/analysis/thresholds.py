@@ -50,6 +50,20 @@ STRAGGLER = Threshold(1 / 0.7, "x", "NVIDIA Resiliency Extension's straggler det
 COMM_HIGH = Threshold(0.10, "", "PyTorch Profiler's TensorBoard plugin (distributed view): more than 10% of the step "
                                 "in communication is 'high time cost on communication'")
 
+# Stalls (tuimon/analysis/stall.py).
+STALL_FACTOR = Threshold(5, "x", "NVIDIA Resiliency Extension's fault tolerance: a hang timeout is the longest "
+                                 "interval observed between a rank's heartbeats times its safety_factor, 5.0 by "
+                                 "default; here the heartbeat is the step")
+STALL_FLOOR = Threshold(20, "s", "tuimon: longer than the pauses a healthy job makes before its own history shows "
+                                 "them (a first checkpoint write of ~10 s, an epoch's DataLoader workers starting), "
+                                 "short enough to name a hang within 30 s; after one long pause a job's own bar rises "
+                                 "(the factor above)")
+STALL_WARMUP_STEPS = Threshold(5, "steps", "NVIDIA Resiliency Extension's fault tolerance: num_warmup_iterations = 5, "
+                                           "the first iterations are not used to set the hang timeouts (they run "
+                                           "slower: compilation, autotuning, workers starting)")
+STALL_IDLE_CPU = Threshold(10, "%", "tuimon: a thread below a tenth of a core is waiting, not computing (a blocked "
+                                    "read, a lock, a sleep); a thread computing reads near 100%")
+
 # Regressions against a baseline (tuimon/analysis/regression.py).
 REGRESSION_FACTOR = Threshold(1.10, "x", "airspeed velocity (asv compare / continuous): a result 1.1x slower than "
                                          "its reference is a regression (its default --factor)")

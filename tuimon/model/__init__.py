@@ -15,10 +15,12 @@ from .process import HostSample, ProcessSample, ProcRow
 from .training import (
     CommTimes,
     GpuTimes,
+    JobEnd,
     Memory,
     PhaseRow,
     RangeRow,
     RankRow,
+    StepInProgress,
     StepTimes,
     Straggler,
     Syncs,
@@ -28,7 +30,7 @@ from .training import (
 from .values import NA, is_na, num, reason
 
 __all__ = [
-    "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "CommTimes", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "Memory",
-    "PhaseRow", "ProcRow", "ProcessSample", "RangeRow", "RankRow", "StepTimes", "Straggler", "SyncSite", "Syncs", "TrainingSnapshot",
+    "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "CommTimes", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "JobEnd", "Memory",
+    "PhaseRow", "ProcRow", "ProcessSample", "RangeRow", "RankRow", "StepInProgress", "StepTimes", "Straggler", "SyncSite", "Syncs", "TrainingSnapshot",
     "from_json", "is_na", "num", "reason", "to_json",
 ]

@@ -82,6 +82,13 @@ class RankRow:
     comm_ms: float | None = None  # per step (CommTimes.per_step_ms)
     comm_share: float | None = None
     ddp_backward_ms: float | None = None  # DDP's own timing of its backward's compute
+    since_step_s: float | None = None  # since its last step ended (None: none yet)
+    longest_step_ms: float | None = None  # its longest step so far, warm-up left out
+    now_phase: str | None = None  # the phase it is in now (None: not said yet, or exited)
+    now_phase_s: float | None = None  # ...for this long
+    where: str | None = None  # the rank's loop thread: its innermost frame in the job's own code
+    waiting_in: str | None = None  # ...and its innermost frame, when elsewhere
+    stalled: bool = False  # no progress far beyond its own history (analysis/stall.py)
 
     @property
     def own_ms(self) -> float | None:
@@ -132,6 +139,33 @@ class Memory:
     ooms: int | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class StepInProgress:
+    """What the loop is doing now, as the probe's control thread said it (every ~0.2 s)."""
+
+    step: int  # the step in progress (the number it will have)
+    phase: str  # the innermost open phase: data, forward, backward, optimizer, sync, comm or other
+    phase_s: float  # how long it has been the innermost open phase
+    step_s: float | None  # how long the step in progress has run (None: no step boundary yet)
+    still_s: float  # since the phase clock last moved (no phase entered or left, no sync)
+    where: str | None = None  # the loop thread's innermost frame in the job's own code
+    waiting_in: str | None = None  # ...and its innermost frame, when elsewhere (a library call)
+    age_s: float = 0.0  # how old this reading was when sampled
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobEnd:
+    """How the job ended, as far as tuimon can know it (analysis/ending.py)."""
+
+    how: str  # 'exception' | 'exit code' | 'signal' | 'clean' | 'unknown'
+    headline: str  # one line: "exited with code 1: torch.OutOfMemoryError: CUDA out of memory. ..."
+    exit_code: int | None = None  # where tuimon started the job; negative: the signal that ended it
+    exception: str | None = None  # "Type: message", from the probe or the job's output
+    frames: list[str] = field(default_factory=list)  # the exception's innermost frames, as the probe saw them
+    log: str | None = None  # the job's output, where tuimon started it
+    log_tail: list[str] = field(default_factory=list)  # its last lines
+
+
 @dataclass(frozen=True)
 class TrainingSnapshot:
     pid: int
@@ -164,3 +198,11 @@ class TrainingSnapshot:
     dataloader_workers: int | None = None
     ddp_backward_ms: float | None = None  # DDP's own timing of its backward's compute (a sampled iteration)
     loop_tid: int | None = None  # the OS thread that steps
+    step_source: str | None = None  # what counts the steps: optimizer, tuimon.step, backward, forward, dataloader
+    since_step_s: float | None = None  # since the last step ended (None: none yet)
+    longest_step_ms: float | None = None  # the longest step of the job so far, its warm-up left out
+    now: StepInProgress | None = None
+    end: str | None = None  # how the probe saw the job end: 'exception' or 'clean' (None: not ended, or killed)
+    end_text: str = ""  # for an exception: 'Type: message' and its innermost frames, a line each
+    stacks: str | None = None  # every thread's stack, asked for while the loop seemed stuck
+    stacks_age_s: float | None = None

@@ -4,23 +4,31 @@ and the last capture's kernel count."""
 
 from __future__ import annotations
 
+from ..analysis import stall
 from ..analysis.diagnosis import Evidence
-from ..model import CaptureStatus, ProcessSample, Straggler, TrainingSnapshot
+from ..model import CaptureStatus, JobEnd, ProcessSample, RankRow, Straggler, TrainingSnapshot
 
 MIN_SPAN_S, MAX_SPAN_S = 3.0, 60.0  # GPU samples averaged: the step window's span, within these
 
 
 def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_means: dict[str, float | None],
           gpm: bool, captures: list[CaptureStatus], has_channel: bool, ranks: int = 0,
-          straggler: Straggler | None = None, job_comm_share: float | None = None) -> Evidence:
-    """ranks, straggler, job_comm_share: the job's (analysis/ranks.py), for 2+ ranks on this node."""
+          straggler: Straggler | None = None, job_comm_share: float | None = None, *,
+          rows: list[RankRow] | None = None, job_end: JobEnd | None = None,
+          power_share: float | None = None) -> Evidence:
+    """ranks, straggler, job_comm_share, rows: the job's (analysis/ranks.py), for 2+ ranks on this
+    node; job_end: how the process ended, once it has; power_share: the target GPUs' power of their
+    limit (a hang's signature: busy SMs at idle power)."""
     t = training
     if t is None:
-        return Evidence(has_channel=has_channel, **gpu_means, gpm=gpm)
+        return Evidence(has_channel=has_channel, **gpu_means, gpm=gpm, job_end=job_end, power_share=power_share)
     phases = {p.name: p.share for p in t.phases}
     workers = [r for r in (process.procs if process else []) if r.role == "child"]
     loaders = [r for r in workers if r.name == "pt_data_worker"] or workers
     kernels = _kernels(captures)
+    target = next((r for r in (process.procs if process else []) if r.loop or r.role == "target"), None)
+    stalled = [r for r in rows or [] if r.stalled]
+    holding, _ = stall.culprits(rows or []) if stalled else ([], [])
     return Evidence(
         has_channel=True,
         steps=t.window_steps,
@@ -43,6 +51,19 @@ def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_
         comm_share=job_comm_share if ranks else (t.comm.share if t.comm else None),
         comm_mb=t.comm.mb_per_step if t.comm else None,
         comm_gpu=bool(t.comm and t.comm.gpu_ms is not None),
+        job_end=job_end,
+        stall=stall.check(t),
+        now=t.now,
+        step_source=t.step_source,
+        process_state=target.state if target is not None and isinstance(target.state, str) else None,
+        workers_alive=sum(r.state not in ("zombie", "dead") for r in loaders) if t.dataloader_workers else None,
+        worker_states=[(r.pid, r.state if isinstance(r.state, str) else "?",
+                        r.cpu_percent if isinstance(r.cpu_percent, float) else None) for r in loaders]
+        if t.dataloader_workers else [],
+        stalled_ranks=[(r.rank, r.now_phase, r.now_phase_s, r.where) for r in stalled],
+        holding_ranks=[r.rank for r in holding],
+        power_share=power_share,
+        memory=t.memory,
         **gpu_means,
     )
 

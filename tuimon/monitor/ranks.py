@@ -6,7 +6,9 @@ whose process ended is marked exited until its rank comes back or EXITED_KEEP_S 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
+from ..analysis import stall
 from ..channel import ChannelError, SegmentReader, find_segments, procinfo
 from ..model import GpuSample, RankRow, TrainingSnapshot, num
 from ..sources.channel import ChannelSource
@@ -116,13 +118,16 @@ def rows(snaps: dict[int, TrainingSnapshot], gpus: list[GpuSample] | None, exite
         g = on_gpu.get(pid)
         sm, coarse = (None, False) if g is None else (
             (num(g.sm_active), False) if num(g.sm_active) is not None else (num(g.util_gpu), num(g.util_gpu) is not None))
-        st = s.step_time_ms
-        out.append(RankRow(
+        st, now = s.step_time_ms, s.now
+        row = RankRow(
             rank=s.rank, pid=pid, state="exited" if pid in exited else "alive",
             local_rank=s.local_rank, gpu=g.index if g is not None else None, sm_active=sm, sm_coarse=coarse,
             steps=s.steps, window_steps=s.window_steps,
             step_p50_ms=st.p50 if st else None, step_p95_ms=st.p95 if st else None, step_mean_ms=st.mean if st else None,
             data_wait_share=s.data_wait_share, phases={p.name: p.mean_ms for p in s.phases},
             comm_ms=s.comm.per_step_ms if s.comm else None, comm_share=s.comm.share if s.comm else None,
-            ddp_backward_ms=s.ddp_backward_ms))
+            ddp_backward_ms=s.ddp_backward_ms, since_step_s=s.since_step_s, longest_step_ms=s.longest_step_ms,
+            now_phase=now.phase if now else None, now_phase_s=now.phase_s if now else None,
+            where=now.where if now else None, waiting_in=now.waiting_in if now else None)
+        out.append(replace(row, stalled=stall.rank_check(row)))
     return sorted(out, key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.pid))

@@ -37,6 +37,8 @@ def view_json(view: View, asked_pid: int | None = None) -> dict:
                          "others_measured_ms": view.straggler.others_measured_ms, "slower_ms": view.straggler.slower}
                         if view.straggler is not None and view.verdict.code == "straggler" else None)
     doc["comm_share"] = view.comm_share if view.ranks else (t.comm.share if t is not None and t.comm else None)
+    doc["stall"] = to_json(view.stall)
+    doc["job_end"] = to_json(view.job_end)
     return doc
 
 
@@ -46,5 +48,8 @@ def _rank_json(r) -> dict:
             "steps": r.steps, "step_time_ms": {"p50": r.step_p50_ms, "p95": r.step_p95_ms, "mean": r.step_mean_ms},
             "data_wait_share": r.data_wait_share, "own_ms": None if r.own_ms is None else round(r.own_ms, 3),
             "comm_ms": r.comm_ms, "comm_share": r.comm_share, "ddp_backward_ms": r.ddp_backward_ms,
+            "since_step_s": r.since_step_s, "stalled": r.stalled,
+            "now": {"phase": r.now_phase, "phase_s": r.now_phase_s, "where": r.where, "waiting_in": r.waiting_in}
+            if r.now_phase is not None else None,
             "phases": {name: {"mean_ms": ms, "share": round(ms / total, 4) if total > 0 else None}
                        for name, ms in r.phases.items()}}

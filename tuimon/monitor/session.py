@@ -8,6 +8,7 @@ import threading
 import time
 from dataclasses import replace
 
+from ..analysis import stall as loop_stall
 from ..capture import nsys_session
 from ..capture.client import CaptureClient, CaptureRefused
 from ..channel import ChannelError, NoSegment
@@ -23,6 +24,8 @@ from .target import describe, open_channel
 from .training import TrainingView
 
 REDISCOVER_S = 1.0  # how often to look for a channel that is not there (a /proc scan)
+STACKS_EVERY_S = 10.0  # while the loop is stalled, its threads' stacks are asked for this often
+TAIL_BYTES, TAIL_LINES = 64 * 1024, 40  # of the output of a job tuimon started, read once it exited
 
 
 class LiveSession:
@@ -50,6 +53,7 @@ class LiveSession:
         self._poller: Poller | None = None
         self.ranks: job_ranks.RankSet | None = None  # every rank of a multi-process job
         self._want_rank: int | None = None  # the rank the UI asked to see in detail
+        self._stacks_at = 0.0  # when the stalled loop's stacks were last asked for
 
     @property
     def gpus(self) -> DeviceSampler:
@@ -90,6 +94,7 @@ class LiveSession:
             try:
                 view.poll()
                 training = view.snapshot()
+                self._ask_stacks_if_stalled(view, training)
             except ChannelError as e:  # truncated, overwritten: say so, keep what was read, reopen
                 problems["channel"] = f"{e} (showing the last numbers read; reopening)"
                 self._drop_channel()
@@ -108,6 +113,18 @@ class LiveSession:
         return Cycle(t, process, gpus, training, capture, self.channel,
                      view.source.reader.info.pid if view is not None and self.shown_why else None,
                      self.shown_why, problems, note, host, self.job_log, self._tail(process), rows)
+
+    def _ask_stacks_if_stalled(self, view: TrainingView, training) -> None:
+        """A stalled loop: ask its probe for every thread's stack (answered by the next cycle), again
+        every STACKS_EVERY_S while it stays stalled."""
+        check = loop_stall.check(training)
+        if check is None or not check.stalled or time.monotonic() - self._stacks_at < STACKS_EVERY_S:
+            return
+        self._stacks_at = time.monotonic()
+        try:
+            view.request_stacks()
+        except (ChannelError, OSError):
+            pass  # (its segment went away: the next poll says so)
 
     # -- the ranks of a multi-process job -------------------------------------------------------------
 
@@ -153,9 +170,9 @@ class LiveSession:
             try:
                 with open(self.job_log, "rb") as f:
                     f.seek(0, 2)
-                    f.seek(max(0, f.tell() - 16384))
+                    f.seek(max(0, f.tell() - TAIL_BYTES))
                     lines = f.read().decode("utf-8", "replace").splitlines()
-                self._job_tail = lines[-8:]
+                self._job_tail = lines[-TAIL_LINES:]
             except OSError as e:
                 self._job_tail = [f"(cannot read {self.job_log}: {e.strerror})"]
         return self._job_tail
@@ -217,6 +234,13 @@ class LiveSession:
         return status
 
     # -- from the UI thread ---------------------------------------------------------------------
+
+    def request_stacks(self) -> None:
+        """Ask the shown process's probe for every thread's stack (shown from the next cycle)."""
+        view = self.training
+        if view is None:
+            raise CaptureRefused(self.channel.reason if isinstance(self.channel, NA) else "no channel to the process yet")
+        view.request_stacks()
 
     def request_capture(self, steps: int | None, seconds: float | None) -> str:
         """A few bytes into the control block. Returns what to tell the user."""

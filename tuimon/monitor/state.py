@@ -8,7 +8,9 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 
 from ..analysis import ranks as job_ranks
+from ..analysis import stall as loop_stall
 from ..analysis.diagnosis import Verdict, diagnose
+from ..analysis.ending import job_end
 from ..analysis.regression import Reference, compare
 from ..model import (
     NA,
@@ -18,6 +20,7 @@ from ..model import (
     Cycle,
     GpuSample,
     HostSample,
+    JobEnd,
     ProcessSample,
     RankRow,
     Straggler,
@@ -87,6 +90,8 @@ class View:
     ranks: list[RankRow] = field(default_factory=list)  # every rank of a multi-process job (else empty)
     straggler: Straggler | None = None  # the slowest rank's own work against the others' (2+ ranks)
     comm_share: float | None = None  # the job's share of step time in collectives (the ranks' mean)
+    job_end: JobEnd | None = None  # how the process ended, once it has
+    stall: loop_stall.Stall | None = None  # the shown loop's progress
 
 
 def new_step_times(seen: int, snap: TrainingSnapshot) -> list[float]:
@@ -208,13 +213,23 @@ class MonitorState:
         gpus = [GpuView(self.gpus[i], {f: list(v) for f, v in self._gpu_hist[i].items()}, self._gpu_columns(i))
                 for i in sorted(self.gpus)]
         straggler, comm_share = job_ranks.straggler(self.ranks), job_ranks.comm_share(self.ranks)
-        return View(self.training, self.process, gpus, list(self._step_ms), self._verdict(straggler, comm_share),
-                    self.target_gpus(), self.gpu_note, paused, self.capture,
-                    [self.captures[k] for k in sorted(self.captures)], dict(self.problems), self.channel,
+        ended = self._job_end()
+        return View(self.training, self.process, gpus, list(self._step_ms),
+                    self._verdict(straggler, comm_share, ended), self.target_gpus(), self.gpu_note, paused,
+                    self.capture, [self.captures[k] for k in sorted(self.captures)], dict(self.problems), self.channel,
                     self.shown_why, [_median(c.step_ms) for c in self._columns],
                     [_median(c.gpu_step_ms) for c in self._columns], self._nvml_memory(), self.host,
                     self.job_log, list(self.job_tail), self._comparison, list(self.ranks),
-                    straggler, comm_share)
+                    straggler, comm_share, ended, loop_stall.check(self.training))
+
+    def _job_end(self) -> JobEnd | None:
+        """How the process ended, once its sampler saw it gone (or its channel says it exited)."""
+        p, t = self.process, self.training
+        gone = (p is not None and not p.alive) or (p is None and t is not None and t.state != "alive")
+        if not gone:
+            return None
+        return job_end(exit_code=p.exit_code if p is not None else None, probe_end=t.end if t else None,
+                       probe_text=t.end_text if t else "", log=self.job_log, log_tail=self.job_tail)
 
     def _nvml_memory(self) -> tuple:
         """What NVML counts for the target's processes on its GPUs, and those GPUs' total."""
@@ -235,8 +250,8 @@ class MonitorState:
     def _gpu_columns(self, i: int) -> dict[str, list]:
         return {f: [_mean(c.gpu[i][f]) if i in c.gpu else None for c in self._columns] for f in GPU_SERIES}
 
-    def _verdict(self, straggler: Straggler | None, comm_share: float | None) -> Verdict:
-        """straggler, comm_share: the job's, from its ranks (None: one process)."""
+    def _verdict(self, straggler: Straggler | None, comm_share: float | None, ended: JobEnd | None = None) -> Verdict:
+        """straggler, comm_share: the job's, from its ranks (None: one process); ended: how it ended."""
         used = self.target_gpus() or sorted(self.gpus)
         span_ns = evidence.window_span_s(self.training) * 1e9
         means: dict[str, float | None] = {}
@@ -247,7 +262,14 @@ class MonitorState:
         has_channel = self.training is not None or not isinstance(self.channel, NA)
         return diagnose(evidence.build(self.training, self.process, means, gpm,
                                        [self.captures[k] for k in sorted(self.captures)], has_channel,
-                                       len(self.ranks), straggler, comm_share))
+                                       len(self.ranks), straggler, comm_share, rows=self.ranks, job_end=ended,
+                                       power_share=self._power_share(used)))
+
+    def _power_share(self, used: list[int]) -> float | None:
+        """The GPUs' latest power over their limit: a hung collective spins its SMs at near idle power."""
+        shares = [w / lim for i in used if (w := num(self.gpus[i].power_w)) is not None
+                  and (lim := num(self.gpus[i].power_limit_w))]
+        return round(sum(shares) / len(shares), 3) if shares else None
 
     def _window_mean(self, i: int, f: str, span_ns: float) -> float | None:
         hist = self._gpu_hist.get(i)

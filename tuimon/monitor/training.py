@@ -1,35 +1,75 @@
-"""What a training process says about itself through its channel, as steps and summaries."""
+"""What a training process says about itself through its channel, as steps and summaries, and
+what it is doing now."""
 
 from __future__ import annotations
 
 import time
 
 from ..analysis import anatomy, summary
+from ..analysis import thresholds as T
 from ..analysis.steps import StepAccumulator
-from ..model import TrainingSnapshot
+from ..channel import layout as L
+from ..channel.control import open_control
+from ..model import StepInProgress, TrainingSnapshot
 from ..sources.channel import ChannelSource
+
+STACKS_KEEP_BYTES = 16 * 1024  # of a stacks dump, in a snapshot (and so in a recording)
 
 
 class TrainingView:
     def __init__(self, source: ChannelSource, history_steps: int = 256):  # >= the windows below
         self.source = source
         self.steps = StepAccumulator(history_steps)
+        self.longest_ns = 0  # the longest step so far, the job's warm-up left out
+        self._source_id: int | None = None  # the name id of the "step.source" gauge, once seen
+        self._stacks_asked = 0  # the last stacks request this view made
 
     def poll(self) -> int:
         """Drain what is new; returns the number of records read. Raises ChannelError when the
         segment became unreadable."""
         batch = self.source.poll()
-        self.steps.add(batch.records)
+        done = self.steps.add(batch.records)
+        if done:
+            for s in list(self.steps.completed)[-done:]:
+                if s.index > T.STALL_WARMUP_STEPS.value and s.duration_ns > self.longest_ns:
+                    self.longest_ns = s.duration_ns
         return len(batch.records)
+
+    def _step_source(self, name) -> tuple[str | None, int]:
+        """What counts the steps now, and the first step it counted (0: from the start)."""
+        if self._source_id is None:
+            self._source_id = next((k for k in self.steps.gauges if name(k) == "step.source"), None)
+        if self._source_id is None:
+            return None, 0
+        code = int(self.steps.gauges[self._source_id])
+        source = L.STEP_SOURCES[code] if 0 <= code < len(L.STEP_SOURCES) else None
+        return source, self.steps.gauge_steps.get(self._source_id, 0)
+
+    def request_stacks(self) -> None:
+        """Ask the probe for every thread's stack (it answers within ~0.2 s, on its own thread)."""
+        ctl, view = open_control(self.source.reader.path)
+        try:
+            self._stacks_asked = max(self._stacks_asked, ctl.stacks_request()) + 1
+            ctl.request_stacks(self._stacks_asked)
+        finally:
+            view.close()
 
     def snapshot(self, window_steps: int = 100) -> TrainingSnapshot:
         r = self.source.reader
         info = r.info
-        steps = self.steps.window(window_steps)
         name = r.name
+        step_source, first = self._step_source(name)
+        steps = self.steps.window(window_steps, first)
         meta = info.meta
         share = summary.data_wait_share(steps)
         state = r.process_state()
+        end_ns = _end_ns(r, state)
+        last = self.steps.completed[-1] if self.steps.completed else None
+        end = r.end()
+        stacks = r.stacks() if self._stacks_asked else None
+        now = r.now() if state == "alive" else None
+        if now is not None and now.longest_ns > self.longest_ns:  # (the probe saw every step; the ring keeps the last)
+            self.longest_ns = now.longest_ns
         return TrainingSnapshot(
             pid=info.pid,
             state=state,
@@ -40,7 +80,7 @@ class TrainingView:
             local_rank=_int(meta.get("local_rank")),
             capture_kind=_str(meta.get("capture_kind")),
             probe_hot_path=_str(meta.get("hot_path")),
-            uptime_s=round((_end_ns(r, state) - info.created_ns) / 1e9, 3),
+            uptime_s=round((end_ns - info.created_ns) / 1e9, 3),
             steps=r.steps,
             window_steps=len(steps),
             step_time_ms=summary.step_time_ms(steps),
@@ -61,7 +101,29 @@ class TrainingView:
             dataloader_workers=anatomy.dataloader_workers(self.steps.gauges, name),
             ddp_backward_ms=anatomy.ddp_backward_ms(self.steps.gauges, name),
             loop_tid=steps[-1].tid if steps else None,
+            step_source=step_source,
+            since_step_s=round(max(0, end_ns - last.t1) / 1e9, 3) if last is not None else None,
+            longest_step_ms=round(self.longest_ns / 1e6, 3) if self.longest_ns else None,
+            now=_in_progress(now, name),
+            end={L.END_EXCEPTION: "exception", L.END_CLEAN: "clean"}.get(end.kind),
+            end_text=end.text,
+            stacks=stacks[2][:STACKS_KEEP_BYTES] if stacks is not None else None,
+            stacks_age_s=round((time.monotonic_ns() - stacks[1]) / 1e9, 1) if stacks is not None else None,
         )
+
+
+def _in_progress(n, name) -> StepInProgress | None:
+    """The step in progress, from the probe's last word on it (None: it has said nothing yet)."""
+    if n is None:
+        return None
+    t = time.monotonic_ns()
+
+    def ago(ns: int) -> float:
+        return round(max(0, t - ns) / 1e9, 3)
+
+    return StepInProgress(step=n.step, phase=name(n.phase_id) if n.phase_id else "other", phase_s=ago(n.phase_since_ns),
+                          step_s=ago(n.step_t0_ns) if n.step_t0_ns else None, still_s=ago(n.moved_ns),
+                          where=n.where or None, waiting_in=n.waiting_in or None, age_s=ago(n.updated_ns))
 
 
 def _end_ns(reader, state: str) -> int:
@@ -80,5 +142,3 @@ def _int(v):
 
 def _str(v):
     return v if isinstance(v, str) else None
-
-

@@ -1,0 +1,139 @@
+"""The words of the two verdicts about the present moment: a job that ended (why, and what to do),
+and a loop that stalled (where it waits, what it waits for, and what to look at). Pure: the
+diagnosis's evidence in, (headline, evidence, next step) out."""
+
+from __future__ import annotations
+
+from ..model import JobEnd
+
+
+def _gib(b: int | None) -> str:
+    return "n/a" if b is None else f"{b / 2**30:.1f} GiB"
+
+
+def exited_words(end: JobEnd, memory) -> tuple[str, str, str]:
+    ex = end.exception or ""
+    code = f" (code {end.exit_code})" if end.exit_code is not None and end.exit_code > 0 else ""
+    headline = {"signal": f"exited: {end.headline}", "clean": "exited: finished"}.get(
+        end.how, f"exited{code}: {ex.split(':', 1)[0]}" if ex else f"exited{code}")
+    evidence = end.headline + (f" · at {end.frames[0].removeprefix('at ')}" if end.frames else "")
+    if memory is not None and memory.allocated is not None:
+        evidence += (f" · GPU memory last read: allocated {_gib(memory.allocated)}, reserved {_gib(memory.reserved)}, "
+                     f"peak {_gib(memory.peak_allocated)}")
+    if "OutOfMemoryError" in ex or "out of memory" in ex.lower():
+        step = ("the GPU ran out of memory: a smaller batch, activation checkpointing, bf16; when reserved is far "
+                "above allocated (fragmentation), PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    elif "NCCL" in ex or "ProcessGroup" in ex or "DistBackendError" in ex:
+        step = "a collective failed: the rank that failed first is the cause (its own end, in its output)"
+    elif "DataLoader worker" in ex:
+        step = ("a DataLoader worker died: killed by the host's OOM killer (dmesg -T | grep -i oom) or a crash in "
+                "the dataset's code (its traceback is in the output above it)")
+    elif end.how == "signal" and end.exit_code in (-9,):
+        step = ("SIGKILL leaves no trace in the job: the kernel's OOM killer (dmesg -T | grep -i oom, "
+                "journalctl -k), or a scheduler (a time limit, a preemption)")
+    elif end.how == "signal":
+        step = "stopped from outside (a scheduler's SIGTERM, Ctrl-C, kill)"
+    elif end.how == "clean":
+        step = "nothing to fix: the job ran to its end"
+    elif ex:
+        step = "the exception above ended it" + (f": its output is in {end.log}" if end.log else "")
+    elif end.how == "unknown":
+        step = "run it under `tuimon run` to keep its exit code and output"
+    else:
+        step = f"its output: {end.log}" if end.log else "its exit code says what the job meant by it"
+    return headline, evidence, step
+
+
+def stalled_words(e, gpu_words: str) -> tuple[str, str, str]:
+    """e: the diagnosis's Evidence (a stalled loop, or stalled ranks)."""
+    s, now = e.stall, e.now
+    phase = (s.phase if s else None) or (now.phase if now else None) or "?"
+    if s is not None and s.first_step:
+        quiet = f"no step yet, {phase} for {s.quiet_s:,.0f} s"
+    elif s is not None:
+        quiet = f"no step for {s.quiet_s:,.0f} s (bar {s.limit_s:,.0f} s)" + \
+                (f", {phase} for {s.phase_s:,.0f} s" if s.phase_s is not None else "")
+    else:
+        quiet = "ranks stalled"
+    where = f" at {now.where}" if now and now.where else ""
+    waiting = f" (in {now.waiting_in})" if now and now.waiting_in else ""
+    evidence = f"{quiet}{where}{waiting}"
+    if e.loop_cpu is not None:
+        evidence += f" · loop thread {e.loop_cpu:.0f}% CPU"
+    if e.process_state == "stopped":
+        return ("stalled: the process is stopped", evidence + " · process state: stopped",
+                "it was stopped (SIGSTOP, Ctrl-Z, a debugger): kill -CONT <PID> resumes it")
+    if e.stalled_ranks and e.ranks >= 2:
+        return _ranks_words(e, evidence, gpu_words)
+    if phase == "data":
+        return ("stalled: waiting for data", evidence + _workers_words(e), _data_step(e))
+    if phase == "sync":
+        return ("stalled: waiting for the GPU", f"{evidence} · {gpu_words}" + _power(e),
+                "the host waits for a GPU kernel that does not finish: a kernel that spins or deadlocks, or a "
+                "collective (NCCL) waiting for a peer that never comes; py-spy dump --native --pid <PID> shows "
+                "the native side")
+    if phase == "comm":
+        return ("stalled: in a collective", f"{evidence} · {gpu_words}" + _power(e),
+                "a collective waits for a rank that never reached it (a rank that died, diverged, or is on "
+                "another node): look at every rank's open phase (tuimon attach <torchrun PID>)")
+    idle = e.loop_cpu is not None and e.loop_cpu < 10
+    if idle:
+        step = (f"the loop thread is blocked{where} ({now.waiting_in if now and now.waiting_in else 'a call'}): "
+                "a lock, a sleep, a read that never returns; the stacks below say which")
+    else:
+        step = (f"the loop thread is busy{where} and has made no step: a long computation (a checkpoint, an "
+                "evaluation) or a loop that never ends; the stacks below say which")
+    return f"stalled: in {phase}", evidence, step
+
+
+def _power(e) -> str:
+    return f", power {e.power_share:.0%} of its limit" if e.power_share is not None else ""
+
+
+def _workers_words(e) -> str:
+    if e.workers == 0:
+        return " · num_workers=0 (the loop makes its own batches)"
+    if e.workers is None:
+        return ""
+    states = ", ".join(f"{pid} {state} {cpu:.0f}%" if cpu is not None else f"{pid} {state}"
+                       for pid, state, cpu in e.worker_states[:6])
+    alive = e.workers_alive if e.workers_alive is not None else len(e.worker_states)
+    return f" · workers {alive} of {e.workers} alive" + (f": {states}" if states else "")
+
+
+def _data_step(e) -> str:
+    alive = e.workers_alive if e.workers_alive is not None else len(e.worker_states)
+    if e.workers and alive < e.workers:
+        return (f"{e.workers - alive} of {e.workers} DataLoader workers died: the loader waits for a batch that will "
+                "not come (the host's OOM killer? dmesg -T | grep -i oom)")
+    io = [w for w in e.worker_states if w[1] == "disk-sleep"]
+    if io:
+        return (f"{len(io)} DataLoader worker(s) blocked in I/O (disk sleep): a read that does not return (storage, "
+                "a network filesystem); py-spy dump --pid <worker> shows where")
+    if e.workers and e.worker_states and all((w[2] or 0) < 10 for w in e.worker_states):
+        return ("the DataLoader's workers are alive and idle: each waits on something that never comes (a lock, a "
+                "socket, a read); py-spy dump --pid <worker> shows where")
+    if e.workers == 0:
+        return "the loop's own data code is stuck (num_workers=0): the stacks below say where"
+    return "the loader waits for its workers: py-spy dump --pid <worker> shows where each one is"
+
+
+def _ranks_words(e, evidence: str, gpu_words: str) -> tuple[str, str, str]:
+    stalled = e.stalled_ranks
+    listed = "; ".join(f"rank {r}: {ph or '?'}" + (f" {t:,.0f} s" if t is not None else "")
+                       + (f" at {w}" if w else "") for r, ph, t, w in stalled[:4])
+    if e.holding_ranks:
+        held = ", ".join(str(r) for r in e.holding_ranks)
+        waiting = [r for r, ph, _, _ in stalled if ph == "comm"]
+        phase_of = {r: (ph, t) for r, ph, t, _ in stalled}
+        first = e.holding_ranks[0]
+        ph, t = phase_of.get(first, (None, None))
+        inside = f"it is in {ph}" + (f" for {t:,.0f} s" if t is not None else "") if ph else "it is gone"
+        return (f"stalled: rank{'s' if len(e.holding_ranks) > 1 else ''} {held} hold"
+                f"{'' if len(e.holding_ranks) > 1 else 's'} the others",
+                f"{listed} · {gpu_words}",
+                f"rank {first} never entered the collective rank{'s' if len(waiting) > 1 else ''} "
+                f"{', '.join(map(str, waiting))} wait{'' if len(waiting) > 1 else 's'} in: {inside}")
+    return ("stalled: every rank waits", f"{listed} · {gpu_words}",
+            "every rank here waits in a collective: the rank they wait for is on another node, or the collective "
+            "itself hangs (NCCL: TORCH_NCCL_TRACE_BUFFER_SIZE and the flight recorder name the missing rank)")
