@@ -20,7 +20,9 @@ def summary_line(view: View) -> str:
         st = t.step_time_ms
         if st:
             parts.append(f"step {st.p50:.1f} ms p50 / {st.p95:.1f} p95 / {st.p99:.1f} p99")
-        if t.steps_per_s:
+        if view.stall is not None and view.stall.stalled:  # (its rates are those of the steps before)
+            parts.append(f"no step for {view.stall.quiet_s:,.0f} s")
+        elif t.steps_per_s:
             parts.append(f"{t.steps_per_s:.2f} steps/s")
         for name, per_s in list(t.throughput_per_s.items())[:2]:
             parts.append(f"{per_s:,.0f} {safe_text(name, 24)}/s")
@@ -42,6 +44,13 @@ def summary_line(view: View) -> str:
         parts.append("SM " + "/".join(f"{b:.0f}%" for b in busy if b is not None))
     if view.verdict.code != "waiting":
         parts.append(f"verdict: {view.verdict.headline}")
+    if view.verdict.code in ("stalled", "exited"):
+        parts.append(safe_text(view.verdict.evidence, 400))
+    from ..ui.render import now_line  # (formatting only: textual is not started)
+
+    now = now_line(view).plain
+    if now:
+        parts.append(now)
     if view.baseline is not None:
         parts.append(baseline_words(view.baseline))
     if len(view.ranks) > 1:
@@ -89,10 +98,16 @@ def follow(session: LiveSession, interval: float, until=None, out=sys.stdout, ba
     state, problems = MonitorState(baseline=baseline), ProblemLines()
     said_channel = [False]
 
+    stacks_said = [None]
+
     def on_cycle(c) -> None:
         state.apply(c)
         view = state.view()
         problems.update(view)
+        stacks = view.training.stacks if view.training is not None and view.stall and view.stall.stalled else None
+        if stacks and stacks != stacks_said[0]:  # a stall: where every thread is, once per dump that changed
+            stacks_said[0] = stacks
+            print("\n".join(safe_text(line, 300) for line in stacks.splitlines()), file=out, flush=True)
         if isinstance(view.channel, NA) and not said_channel[0]:
             print(f"tuimon: no channel: {safe_text(view.channel.reason, 300)}", file=sys.stderr, flush=True)
             said_channel[0] = True

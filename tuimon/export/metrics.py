@@ -11,8 +11,8 @@ from ..analysis import thresholds as T
 from ..model import NA
 from ..monitor.state import View
 
-VERDICTS = ("waiting", "straggler", "input-bound", "comm-bound", "memory-bound", "compute-bound", "healthy", "sync-bound",
-            "host-bound", "mixed")
+VERDICTS = ("exited", "stalled", "waiting", "straggler", "input-bound", "comm-bound", "memory-bound", "compute-bound",
+            "healthy", "sync-bound", "host-bound", "mixed")
 
 
 def _num(v) -> float | None:
@@ -87,6 +87,12 @@ def _job(f: _Families, view: View) -> None:
     labels = {"pid": str(t.pid), "rank": "" if t.rank is None else str(t.rank)}
     f.add("tuimon_steps_total", "Steps the job has finished", labels, t.steps, counter=True)
     f.add("tuimon_steps_per_second", "Steps per second over the window", labels, t.steps_per_s)
+    if t.state == "alive":
+        f.add("tuimon_seconds_since_last_step", "Time since the loop's last step ended (a stall grows it)", labels,
+              t.since_step_s)
+        if view.stall is not None:
+            f.add("tuimon_stall_limit_seconds", "A stall is named past this: 5x the longest step so far, at least 20 s",
+                  labels, view.stall.limit_s)
     if t.step_time_ms is not None:
         for q, v in (("0.5", t.step_time_ms.p50), ("0.95", t.step_time_ms.p95), ("0.99", t.step_time_ms.p99)):
             f.add("tuimon_step_time_seconds", "Step time over the window (the last steps), by quantile",

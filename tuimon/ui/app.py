@@ -15,7 +15,16 @@ from ..channel.control import MAX_STEPS
 from ..monitor.session import ReplaySession
 from ..monitor.state import MonitorState
 from . import partial_updates
-from .screens import CapturesScreen, ExplainScreen, GpuScreen, HelpScreen, MainScreen, RangesScreen, TopScreen
+from .screens import (
+    CapturesScreen,
+    ExplainScreen,
+    GpuScreen,
+    HelpScreen,
+    MainScreen,
+    RangesScreen,
+    StacksScreen,
+    TopScreen,
+)
 
 
 class TuimonApp(App):
@@ -34,6 +43,7 @@ class TuimonApp(App):
         Binding("minus", "fewer_steps", "-steps", show=False),
         Binding("l", "captures", "captures"),
         Binding("n", "next_rank", "next rank"),
+        Binding("t", "stacks", "threads"),
         Binding("question_mark", "help", "help"),
     ]
 
@@ -111,7 +121,7 @@ class TuimonApp(App):
         except NoMatches:
             return  # the screen is still composing; the next update draws it
 
-    TRAINING_ACTIONS = {"ranges", "explain", "capture", "more_steps", "fewer_steps", "captures", "next_rank"}
+    TRAINING_ACTIONS = {"ranges", "explain", "capture", "more_steps", "fewer_steps", "captures", "next_rank", "stacks"}
 
     def check_action(self, action: str, parameters) -> bool | None:
         """In `top` there is no training process: its keys are off (and out of the footer); `n`
@@ -126,6 +136,18 @@ class TuimonApp(App):
         except (CaptureRefused, AttributeError) as e:  # (a replay has no ranks to switch)
             self.notify(str(e) if isinstance(e, CaptureRefused) else "a replay shows the rank it recorded",
                         title="ranks", severity="warning", timeout=3)
+
+    def action_stacks(self) -> None:
+        """Every thread's stack: asked of the probe now (answered within a second), shown on their screen."""
+        ask = getattr(self.session, "request_stacks", None)
+        if ask is not None:
+            try:
+                ask()
+            except (CaptureRefused, ChannelError, OSError) as e:
+                self.notify(str(e), title="threads", severity="warning", timeout=4)
+        if not isinstance(self.screen, StacksScreen):
+            self.push_screen(StacksScreen())
+        self.call_after_refresh(self.redraw)
 
     def action_pause(self) -> None:
         self.paused = not self.paused

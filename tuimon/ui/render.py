@@ -17,7 +17,8 @@ from ..model import NA, Comparison, num
 from ..monitor.state import GpuView, View
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
-VERDICT_STYLE = {"input-bound": "bold yellow", "sync-bound": "bold red", "host-bound": "bold red",
+VERDICT_STYLE = {"exited": "bold red", "stalled": "bold red",
+                 "input-bound": "bold yellow", "sync-bound": "bold red", "host-bound": "bold red",
                  "memory-bound": "bold magenta", "compute-bound": "bold green", "healthy": "bold green",
                  "mixed": "bold", "waiting": "dim"}
 
@@ -68,6 +69,51 @@ def duration(s: float) -> str:
     return f"{s // 3600:d}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
+def seconds(s: float) -> str:
+    """A span as people say it: 0.4 s, 12 s, 4 min 12 s, 1:02:03."""
+    if s < 10:
+        return f"{s:.1f} s"
+    if s < 60:
+        return f"{s:.0f} s"
+    if s < 3600:
+        return f"{int(s) // 60} min {int(s) % 60:02d} s"
+    return duration(s)
+
+
+STEP_SOURCE_WORDS = {"optimizer": "optimizer.step()", "tuimon.step": "tuimon.step()",
+                     "backward": "each backward() (no optimizer step seen)",
+                     "forward": "each model call (no backward seen)", "dataloader": "each DataLoader batch (no model "
+                     "call seen)"}
+
+
+def now_line(view: View, width: int = 0) -> Text:
+    """What the loop is doing now: the step in progress, its open phase and for how long, and
+    where the loop thread is. Empty without a live channel."""
+    t = view.training
+    n = t.now if t is not None and t.state == "alive" else None
+    if n is None:
+        return Text()
+    out = Text("now ", "bold")
+    long = (n.step_s or 0) >= 1 or n.phase_s >= 1
+    if not long:  # a fast loop: phases come and go within a sample; its steps say it moves
+        out.append(f"step {max(n.step, t.steps + 1):,} in progress", "dim")
+        if t.step_time_ms:
+            out.append(f" · a step ends every {t.step_time_ms.mean:,.1f} ms", "dim")
+        return out
+    out.append(f"step {n.step:,}: ")
+    out.append(f"{n.phase} for {seconds(n.phase_s)}", "bold")
+    if n.step_s is not None and n.step_s - n.phase_s >= 0.05:
+        out.append(f" (the step began {seconds(n.step_s)} ago)")
+    elif n.step_s is None:
+        out.append(" (no step has ended yet)")
+    where = f" at {n.where}" if n.where else ""
+    if n.waiting_in:
+        where += f", in {n.waiting_in}"
+    if where:
+        out.append(fit(where, max(10, (width or 10**6) - len(out.plain))), "dim")
+    return out
+
+
 def short_command(argv: list) -> str:
     """The command line with paths cut to their last part: `python train.py --lr 3e-4`."""
     def short(k, a):
@@ -106,6 +152,8 @@ def header(view: View, source_label: str, rates: View | None = None, width: int 
         rest.append(f" · up {duration(t.uptime_s)} · step {t.steps:,}")
         rates = [f" · {r.steps_per_s:.3g} steps/s"] if r.steps_per_s else []
         rates += [f" · {per_s:,.0f} {safe_text(str(name), 24)}/s" for name, per_s in list(r.throughput_per_s.items())[:2]]
+        if view.stall is not None and view.stall.stalled:  # (the rates are the steps before it stopped)
+            rates = [f" · no step for {seconds(view.stall.quiet_s)}"]
         for rate in rates:  # a narrow terminal keeps what fits, steps/s first
             if not width or 7 + 12 + len(f"PID {pid} ") + len(rest.plain) + len(flags.plain) + len(rate) <= width:
                 rest.append(rate)
@@ -125,6 +173,18 @@ def header(view: View, source_label: str, rates: View | None = None, width: int 
     out.append(what)
     out.append_text(rest)
     out.append(label, "dim")
+    return out
+
+
+def ended_panel(view: View, lines: int = 8) -> Text:
+    """A job tuimon started, once it ended: where its output went, and its last lines."""
+    end = view.job_end
+    if end is None or not (end.log or end.log_tail):
+        return Text()
+    out = Text("its output: ", "bold")
+    out.append(safe_text(end.log or "(not kept)", 300))
+    for line in end.log_tail[-lines:]:
+        out.append("\n  " + safe_text(line, 300), "dim")
     return out
 
 
@@ -303,9 +363,11 @@ def steps_panel(view: View, width: int, stats: View | None = None) -> Text:
     t = (stats or view).training or view.training
     st = t.step_time_ms
     if not st:
-        return Text("no steps yet (steps come from optimizer.step() or tuimon.step())", "dim")
+        return Text("no steps yet (a step ends at the loop's optimizer.step(), else at its backward(), its model "
+                    "call or its DataLoader's next())", "dim")
     out = Text()
-    stats = f" p50 {st.p50:.1f}  p95 {st.p95:.1f}  p99 {st.p99:.1f} ms  (last {t.window_steps} steps)"
+    source = "" if t.step_source in (None, "optimizer") else f"; a step: {STEP_SOURCE_WORDS.get(t.step_source, t.step_source)}"
+    stats = f" p50 {st.p50:.1f}  p95 {st.p95:.1f}  p99 {st.p99:.1f} ms  (last {t.window_steps} steps{source})"
     g = t.gpu
     gpu_stats = ""
     if g is not None:
@@ -426,12 +488,15 @@ def ranks_panel(view: View, width: int = 0, shown: int | None = None) -> Text:
         flag = ""
         if r.state != "alive":
             line += "  exited"
+        elif r.stalled:
+            quiet = r.since_step_s if r.since_step_s is not None else r.now_phase_s
+            flag = f"  STALLED in {r.now_phase or '?'}" + (f", no step for {seconds(quiet)}" if quiet else "")
         elif slow is not None and r.pid == slow.pid:
             flag = f"  STRAGGLER {slow.ratio:.1f}x"
         line = fit(line + flag, width or 200)
         out.append("\n" + line[:len(line) - len(flag)] if flag else "\n" + line, "dim" if r.state != "alive" else "")
         if flag:
-            out.append(line[len(line) - len(flag):], "bold yellow")
+            out.append(line[len(line) - len(flag):], "bold red" if r.stalled else "bold yellow")
     return out
 
 
@@ -526,15 +591,6 @@ def status_line(view: View) -> Text:
         if out:
             out.append("\n")
         out.append(safe_text(view.shown_why, 300), "dim")
-    p = view.process
-    if view.job_log and p is not None and not p.alive:  # a job tuimon launched: where its output went
-        if out:
-            out.append("\n")
-        how = how_it_ended(p.exit_code) if p.exit_code is not None else "ended"
-        out.append(f"the job {how}; its output: ", "bold")
-        out.append(safe_text(view.job_log, 300))
-        for line in view.job_tail[-4:]:
-            out.append("\n  " + safe_text(line, 300), "dim")
     return out
 
 

@@ -24,6 +24,8 @@ class MainScreen(Screen):
         yield Panel(id="header")
         yield Panel(id="status")
         yield Panel(id="verdict")
+        yield Panel(id="now")
+        yield Panel(id="ended")
         yield Panel(id="baseline")
         # Section titles are their own widgets and panels have no border: a panel that changes
         # is redrawn whole, and borders would be resent with it every second.
@@ -61,6 +63,15 @@ class MainScreen(Screen):
             line.display = bool(status)  # (a change of display lays the screen out again)
         line.show(status)
         q("#verdict", Panel).show(render.verdict_line(slow.verdict))
+        now = q("#now", Panel)
+        line = render.now_line(view, now.text_width)
+        if now.display != bool(line):
+            now.display = bool(line)
+        now.show(line)
+        ended, words = q("#ended", Panel), render.ended_panel(view)
+        if ended.display != bool(words):
+            ended.display = bool(words)
+        ended.show(words)
         base = q("#baseline", Panel)
         if base.display != (slow.baseline is not None):
             base.display = slow.baseline is not None
@@ -233,6 +244,35 @@ class CapturesScreen(Screen):
         self.query_one("#capture-summary", Panel).show(Text("\n".join(safe_text(str(x), 120) for x in lines)))
 
 
+class StacksScreen(Screen):
+    """Every thread's stack in the training process, as py-spy dump prints them: asked for when
+    the loop stalls, or now with t."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", "back"), Binding("t", "again", "ask again")]
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(" Threads of the training process (t: read them again, esc: back)", "bold"))
+        with VerticalScroll():
+            yield Panel(id="stacks", classes="box")
+        yield Footer()
+
+    def action_again(self) -> None:
+        self.app.action_stacks()
+
+    def show_view(self, view: View, label: str) -> None:
+        t = view.training
+        panel = self.query_one("#stacks", Panel)
+        if t is None:
+            panel.show(Text("no channel: the threads' stacks need the probe (tuimon run)", "dim"))
+        elif t.stacks is None:
+            panel.show(Text("no stacks read yet: tuimon asks for them when the loop stalls (t: now); the probe "
+                            "answers within a second", "dim"))
+        else:
+            out = Text(f"read {render.seconds(t.stacks_age_s or 0)} ago\n\n", "dim")
+            out.append("\n".join(safe_text(line, 300) for line in t.stacks.splitlines()))
+            panel.show(out)
+
+
 class ExplainScreen(Screen):
     """Why the verdict says what it says: every rule, its numbers and thresholds."""
 
@@ -281,12 +321,15 @@ class HelpScreen(ModalScreen):
   c    capture window: N steps (+/- change N) or 10 s without steps,
        with nsys under `tuimon run --nsys`, torch.profiler otherwise
   l    captures of this session and what the last one found
+  t    threads: every thread's stack in the training process (asked
+       for by itself when the loop stalls)
   ?    this help
   q    {quit}  (also Ctrl-C)
 
-The verdict (e explains it): input-bound, GPU memory- or compute-bound,
-healthy, sync-bound, host-bound, or no single bottleneck; each with the
-numbers that decided it and a next step. "coarse" marks GPUs without GPM,
+The verdict (e explains it): exited, stalled, straggler, input-bound,
+comm-bound, GPU memory- or compute-bound, healthy, sync-bound,
+host-bound, or no single bottleneck; each with the numbers that decided
+it and a next step. "now" under it: the step in progress. "coarse" marks GPUs without GPM,
 where only kernel-busy time is known."""
 
     TOP = """tuimon top keys

@@ -66,6 +66,7 @@ class Panel(Widget):
             return  # unchanged: no repaint, no bytes to the terminal
         self._last = text
         if width <= 0:  # not laid out yet (or hidden): drawn once the width is known
+            self._width = 0  # (so the next layout lays this text out, even at the width it had before)
             if self.display:
                 self.refresh(layout=True)
             return
