@@ -1,0 +1,121 @@
+"""The present moment without processes: the stall rule, why a job ended, the verdicts and the
+words they show (the real loops are in test_present_live.py)."""
+
+import pytest
+
+from tuimon.analysis import thresholds as T
+from tuimon.analysis.diagnosis import Evidence, diagnose
+from tuimon.analysis.ending import exception_in, job_end
+from tuimon.analysis.stall import Stall, check, culprits, limit_s, rank_check
+from tuimon.model import RankRow, StepInProgress, TrainingSnapshot
+
+
+def snap(**kw):
+    now = kw.pop("now", None)
+    return TrainingSnapshot(pid=1, steps=kw.pop("steps", 50), now=now, **kw)
+
+
+def now(phase="data", phase_s=1.0, step_s=1.0, where="train.py:41 in main", waiting_in=None):
+    return StepInProgress(step=51, phase=phase, phase_s=phase_s, step_s=step_s, still_s=phase_s, where=where,
+                          waiting_in=waiting_in)
+
+
+def test_the_bar_is_five_times_the_longest_step_and_never_under_the_floor():
+    assert limit_s(None) == T.STALL_FLOOR.value == 20
+    assert limit_s(100.0) == 20  # 5 x 0.1 s is under the floor
+    assert limit_s(10_000.0) == 50  # a job with 10 s steps: 50 s
+    assert T.STALL_FACTOR.value == 5 and "safety_factor" in T.STALL_FACTOR.source
+
+
+@pytest.mark.parametrize("since, longest, stalled", [(19.9, 50.0, False), (20.1, 50.0, True),
+                                                     (45.0, 10_000.0, False), (50.5, 10_000.0, True)])
+def test_a_loop_is_stalled_past_its_bar(since, longest, stalled):
+    s = check(snap(since_step_s=since, longest_step_ms=longest, now=now(phase_s=since, step_s=since)))
+    assert s.stalled is stalled and s.quiet_s == since and not s.first_step
+
+
+def test_before_its_first_step_only_a_wait_is_a_stall():
+    """Loading a dataset or compiling for minutes is work; waiting that long for data, the GPU or a
+    collective before any step is a hang."""
+    for phase, stalled in (("data", True), ("comm", True), ("sync", True), ("other", False), ("forward", False)):
+        s = check(snap(steps=0, since_step_s=None, now=now(phase=phase, phase_s=25.0, step_s=None)))
+        assert s.stalled is stalled and s.first_step, phase
+    assert check(snap(steps=0, now=None)) is None
+    assert check(snap(state="exited", since_step_s=100.0)) is None
+
+
+def test_ranks_that_hold_the_others_are_the_ones_outside_the_collective():
+    r0 = RankRow(rank=0, pid=10, steps=20, since_step_s=40.0, longest_step_ms=30.0, now_phase="comm", now_phase_s=40.0)
+    r1 = RankRow(rank=1, pid=11, steps=20, since_step_s=40.0, longest_step_ms=30.0, now_phase="other", now_phase_s=40.0)
+    assert rank_check(r0) and rank_check(r1)
+    holding, waiting = culprits([r0, r1])
+    assert [r.rank for r in holding] == [1] and [r.rank for r in waiting] == [0]
+    assert culprits([r1]) == ([], [])  # nobody waits in a collective: nobody holds anybody
+
+
+def test_an_exception_is_found_at_the_end_of_a_traceback():
+    log = ["step 9", "Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
+           "    raise RuntimeError('boom')", "RuntimeError: boom at step 10", "[rank0]: done"]
+    assert exception_in(log) == "RuntimeError: boom at step 10"
+    oom = ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity"]
+    assert exception_in(oom).startswith("torch.OutOfMemoryError: CUDA out of memory")
+    assert exception_in(["all good", "UserWarning: careful"]) is None
+    assert exception_in(["NCCL WARN Connection closed by remote peer"]).startswith("NCCL WARN")
+
+
+def test_why_a_job_ended_from_what_tuimon_has():
+    e = job_end(exit_code=1, probe_end="exception", probe_text="RuntimeError: boom\n  at train.py:3 in main",
+                log="/tmp/job.log", log_tail=["x"])
+    assert (e.how, e.exception, e.frames) == ("exception", "RuntimeError: boom", ["at train.py:3 in main"])
+    assert e.headline == "exited with code 1: RuntimeError: boom"
+    assert job_end(exit_code=-9, probe_end=None, probe_text="", log=None, log_tail=[]).headline == "killed by SIGKILL"
+    clean = job_end(exit_code=None, probe_end="clean", probe_text="", log=None, log_tail=[])
+    assert clean.how == "clean" and "known to its parent" in clean.headline
+    unknown = job_end(exit_code=None, probe_end=None, probe_text="", log=None, log_tail=[])
+    assert unknown.how == "unknown" and "OOM killer" in unknown.headline
+    from_log = job_end(exit_code=1, probe_end=None, probe_text="", log="/l", log_tail=["ValueError: bad batch"])
+    assert from_log.exception == "ValueError: bad batch" and from_log.how == "exception"
+
+
+def test_the_exited_verdict_comes_first_and_says_why():
+    end = job_end(exit_code=1, probe_end="exception", log=None, log_tail=[],
+                  probe_text="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    v = diagnose(Evidence(steps=0, job_end=end))  # (no steps at all: still EXITED, never "wait for a few steps")
+    assert v.code == "exited" and v.headline == "exited (code 1): torch.OutOfMemoryError"
+    assert "CUDA out of memory" in v.evidence and v.next_step.startswith("the GPU ran out of memory")
+    killed = diagnose(Evidence(steps=80, job_end=job_end(exit_code=-9, probe_end=None, probe_text="", log=None,
+                                                         log_tail=[])))
+    assert killed.headline == "exited: killed by SIGKILL" and "OOM killer" in killed.next_step
+
+
+def test_the_stalled_verdict_names_the_phase_and_what_it_waits_for():
+    stall = Stall(stalled=True, quiet_s=38.0, limit_s=20.0, phase="data", phase_s=38.0)
+    base = dict(steps=6, data_share=0.14, stall=stall, now=now(phase_s=38.0, step_s=38.0), loop_cpu=0.0)
+    dead = diagnose(Evidence(**base, workers=2, workers_alive=1, worker_states=[(7, "sleeping", 0.0)]))
+    assert dead.code == "stalled" and dead.headline == "stalled: waiting for data"
+    assert "no step for 38 s" in dead.evidence and "at train.py:41 in main" in dead.evidence
+    assert dead.next_step.startswith("1 of 2 DataLoader workers died")
+    io = diagnose(Evidence(**base, workers=2, workers_alive=2, worker_states=[(7, "disk-sleep", 0.0),
+                                                                           (8, "sleeping", 0.0)]))
+    assert "blocked in I/O" in io.next_step
+    sync = diagnose(Evidence(**{**base, "stall": Stall(stalled=True, quiet_s=60.0, limit_s=20.0, phase="sync",
+                                                       phase_s=60.0)}, gpm=True, sm_active=100.0, power_share=0.2))
+    assert sync.headline == "stalled: waiting for the GPU" and "power 20% of its limit" in sync.evidence
+    assert sync.confidence == "high"  # (3x its bar)
+    stopped = diagnose(Evidence(**base, process_state="stopped"))
+    assert stopped.headline == "stalled: the process is stopped" and "kill -CONT" in stopped.next_step
+
+
+def test_a_stalled_job_of_ranks_names_the_rank_the_others_wait_for():
+    stall = Stall(stalled=True, quiet_s=95.0, limit_s=20.0, phase="comm", phase_s=95.0)
+    v = diagnose(Evidence(steps=20, data_share=0.0, stall=stall, ranks=2,
+                          stalled_ranks=[(0, "comm", 95.0, "train.py:60 in step"), (1, "other", 95.0, "train.py:58")],
+                          holding_ranks=[1]))
+    assert v.code == "stalled" and v.headline == "stalled: rank 1 holds the others"
+    assert v.next_step == "rank 1 never entered the collective rank 0 waits in: it is in other for 95 s"
+
+
+def test_the_probe_leaves_out_the_same_warm_up_as_the_stall_rule():
+    from tuimon.probe import core
+
+    assert core.WARMUP_STEPS == T.STALL_WARMUP_STEPS.value

@@ -1,0 +1,228 @@
+"""The present moment on real loops (tests/workloads/present.py, each writing its own truth): a
+DataLoader blocked for good, a worker killed, a rank sleeping before its all_reduce, 3 s steps, a
+hand-written SGD loop, gradient accumulation, a job raising after 10 steps, a checkpoint pause.
+
+The loops that wait a long time are started together once (module fixture) and mostly sleep, so the
+waits overlap."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT, tuimon_cmd, wait_for
+from tuimon.analysis import thresholds as T
+from tuimon.monitor.session import LiveSession
+
+PRESENT = str(ROOT / "tests" / "workloads" / "present.py")
+
+
+class Job:
+    """A workload under `tuimon run --headless` (it keeps the PID), with its own segment folder."""
+
+    def __init__(self, folder, kind, *args, launcher=()):
+        self.folder, self.kind = folder, kind
+        os.makedirs(folder, exist_ok=True)
+        self.env = {**os.environ, "TUIMON_SHM_DIR": str(folder)}
+        self.truth_path = os.path.join(folder, "truth.json")
+        self.out = open(os.path.join(folder, "job.out"), "w")
+        cmd = [*launcher, PRESENT] if launcher else [sys.executable, PRESENT]
+        self.proc = subprocess.Popen(tuimon_cmd("run", "--headless", "--", *cmd, kind, "--truth", self.truth_path,
+                                                *map(str, args)), env=self.env, stdout=self.out,
+                                     stderr=subprocess.STDOUT)
+        self.pid = self.proc.pid
+
+    def truth(self, rank=None):
+        path = self.truth_path if rank is None else f"{self.truth_path}.{rank}"
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def once(self, window=0.5):
+        """`tuimon attach PID --once --json`, as a script reads it."""
+        r = subprocess.run(tuimon_cmd("attach", self.pid, "--once", "--json", "--window", window), env=self.env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    def output(self):
+        with open(os.path.join(self.folder, "job.out")) as f:
+            return f.read()
+
+    def stop(self):
+        for p in [*psutil.Process(self.pid).children(recursive=True), psutil.Process(self.pid)] \
+                if psutil.pid_exists(self.pid) else []:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        self.proc.wait(timeout=30)
+        self.out.close()
+
+
+@pytest.fixture(scope="module")
+def waiting_jobs(tmp_path_factory):
+    """The loops whose test waits for a long quiet: started together, stopped together."""
+    base = tmp_path_factory.mktemp("present")
+    jobs = {"data-stuck": Job(base / "data", "data-stuck", "--steps", 8),
+            "ddp-hang": Job(base / "ddp", "ddp-hang", "--steps", 15,
+                            launcher=(sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                      "--nproc-per-node", "2"))}
+    yield jobs
+    for job in jobs.values():
+        job.stop()
+
+
+def test_a_dataloader_blocked_for_good_is_stalled_within_30_s_in_data(waiting_jobs):
+    job = waiting_jobs["data-stuck"]
+    wait_for(lambda: (t := job.truth()) and t["steps"] >= 8 and t["phase"] == "data", timeout=60,
+             what="the loop's 8 steps, then its blocked read")
+    blocked_at = job.truth()["phase_t0"]  # (time.monotonic(): the clock tuimon uses too)
+    healthy = job.once()
+    assert healthy["verdict"]["code"] != "stalled" or time.monotonic() - blocked_at > T.STALL_FLOOR.value
+    doc = wait_for(lambda: (d := job.once())["verdict"]["code"] == "stalled" and d, timeout=60,
+                   what="STALLED")
+    named_after = time.monotonic() - blocked_at
+    print(f"STALLED {named_after:.1f} s after the read blocked: {doc['verdict']['evidence']}")
+    assert named_after <= 30
+    assert doc["verdict"]["headline"] == "stalled: waiting for data"
+    assert doc["now"]["phase"] == "data" and doc["now"]["step"] == job.truth()["steps"] + 1
+    assert doc["steps"] == 8 and doc["since_step_s"] > T.STALL_FLOOR.value
+    assert "present.py" in doc["now"]["where"] and "in train_with_optimizer" in doc["now"]["where"]
+    assert "workers 2 of 2 alive" in doc["verdict"]["evidence"]
+    assert "idle" in doc["verdict"]["next_step"]
+    # every thread's stack, as py-spy dump prints them, the loop's first
+    doc = wait_for(lambda: (d := job.once()).get("stacks") and d, timeout=30, what="the threads' stacks")
+    first = doc["stacks"].split("\n\n")[1]
+    assert '"MainThread" [the training loop]' in first and "torch/utils/data/dataloader.py:" in first
+
+
+def test_a_rank_sleeping_before_its_all_reduce_is_named_and_the_other_waits_in_it(waiting_jobs):
+    job = waiting_jobs["ddp-hang"]
+    wait_for(lambda: (t := job.truth(1)) and t["stuck"], timeout=90, what="rank 1 to stop before its all_reduce")
+    stuck_at = job.truth(1)["stuck"]["at"]
+    doc = wait_for(lambda: (d := job.once(1.0))["verdict"]["code"] == "stalled" and d, timeout=90, what="STALLED")
+    print(f"STALLED {time.monotonic() - stuck_at:.1f} s after rank 1 stopped: {doc['verdict']['headline']}; "
+          f"{doc['verdict']['next_step']}")
+    assert time.monotonic() - stuck_at <= 30 + 5  # (+ the last attach's own time)
+    assert doc["verdict"]["headline"] == "stalled: rank 1 holds the others"
+    assert doc["verdict"]["next_step"].startswith("rank 1 never entered the collective rank 0 waits in: it is in other")
+    ranks = {r["rank"]: r for r in doc["ranks"]}
+    assert ranks[0]["stalled"] and ranks[0]["now"]["phase"] == "comm" and "all_reduce" in ranks[0]["now"]["waiting_in"]
+    assert ranks[1]["now"]["phase"] == "other" and "present.py" in ranks[1]["now"]["where"]
+
+
+def test_the_step_in_progress_of_a_loop_of_3_s_steps(shm_dir):
+    """Read (in this process, to compare at one moment) beside the loop's own truth: the same step
+    number and phase, its time in the phase within 0.5 s of the loop's own (the probe says it every
+    0.2 s)."""
+    job = Job(shm_dir, "slow")
+    session = LiveSession(job.pid, 0.5)
+    try:
+        wait_for(lambda: (t := job.truth()) and t["steps"] >= 2, timeout=60, what="two 3 s steps")
+        seen = []
+        end = time.monotonic() + 9
+        while time.monotonic() < end:
+            before = job.truth()
+            time.sleep(0.3)  # (the probe's word is up to 0.2 s old: the loop must not have moved in that time)
+            t = session.poll().training
+            after = job.truth()
+            if t is None or t.now is None or before != after:
+                continue  # the loop moved on while tuimon looked: not comparable
+            own_s = time.monotonic() - after["phase_t0"]
+            seen.append((t.now.step, t.now.phase, round(t.now.phase_s, 2), after["steps"] + 1, after["phase"],
+                         round(own_s, 2)))
+            assert (t.now.step, t.now.phase) == (after["steps"] + 1, after["phase"]), seen[-1]
+            assert abs(t.now.phase_s - own_s) <= 0.5, seen[-1]
+            assert t.now.step_s >= t.now.phase_s
+        print("step in progress (tuimon: step, phase, s; the loop's own: step, phase, s):", seen)
+        assert len(seen) >= 8 and {p for _, p, *_ in seen} >= {"data", "forward", "backward"}, seen
+        assert t.step_time_ms.p50 == pytest.approx(3000, rel=0.1)
+    finally:
+        session.stop()
+        job.stop()
+
+
+@pytest.mark.parametrize("kind, source", [("manual", "backward"), ("accumulate", "optimizer")])
+def test_steps_of_a_loop_with_no_optimizer_and_of_gradient_accumulation(tmp_path, kind, source):
+    """A hand-written SGD loop gets its steps from backward(); one that accumulates 4 backwards per
+    optimizer step still counts the optimizer's steps."""
+    job = Job(tmp_path, kind, "--steps", 300)
+    try:
+        wait_for(lambda: (t := job.truth()) and t["steps"] >= 150, timeout=120, what="150 steps")
+        doc = job.once(0.2)
+        truth = job.truth()["steps"]
+        print(f"{kind}: tuimon {doc['steps']} steps, the loop's own {truth} ({doc['step_source']})")
+        assert doc["step_source"] == source
+        assert doc["steps"] == pytest.approx(truth, rel=0.02, abs=2)
+        assert doc["phases"] and {p["name"] for p in doc["phases"]} >= {"data", "forward", "backward"}
+        assert doc["verdict"]["code"] not in ("waiting", "stalled")
+        job.proc.wait(timeout=120)
+        doc = job.once(0.2)
+        assert doc["steps"] == pytest.approx(job.truth()["steps"], rel=0.02, abs=2) and doc["verdict"]["code"] == "exited"
+    finally:
+        job.stop()
+
+
+def test_a_job_raising_after_10_steps_is_exited_with_its_message(tmp_path):
+    """Attached (the probe's last word) and under `tuimon run --plain` (its exit code and output)."""
+    job = Job(tmp_path / "attached", "raise", "--steps", 10)
+    job.proc.wait(timeout=120)
+    doc = job.once(0.2)
+    end = doc["job_end"]
+    assert doc["verdict"]["code"] == "exited" and doc["steps"] == 10
+    assert end["exception"] == "RuntimeError: planted failure after 10 steps"
+    assert end["frames"][0].startswith("at tests/workloads/present.py:") or "present.py" in end["frames"][0]
+    assert doc["verdict"]["headline"] == "exited: RuntimeError"
+    env = {**os.environ, "TUIMON_SHM_DIR": str(tmp_path)}
+    r = subprocess.run(tuimon_cmd("run", "--plain", "--interval", "0.5", "--", sys.executable, PRESENT, "raise",
+                                  "--steps", 10), env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    last = [line for line in r.stdout.splitlines() if line.startswith("pid ")][-1]
+    assert "verdict: exited (code 1): RuntimeError" in last
+    assert "exited with code 1: RuntimeError: planted failure after 10 steps" in last
+
+
+def test_a_killed_dataloader_worker(tmp_path):
+    """What torch does when a worker dies (the loader raises in the loop) is what tuimon says."""
+    job = Job(tmp_path, "workers")
+    try:
+        wait_for(lambda: (t := job.truth()) and t["steps"] >= 20, timeout=60, what="20 steps")
+        worker = next(p for p in psutil.Process(job.pid).children() if p.name() == "pt_data_worker")
+        worker.send_signal(signal.SIGKILL)
+        job.proc.wait(timeout=60)
+        doc = job.once(0.2)
+        assert doc["verdict"]["code"] == "exited", doc["verdict"]
+        assert f"DataLoader worker (pid(s) {worker.pid}) exited unexpectedly" in doc["job_end"]["exception"]
+        assert "DataLoader worker died" in doc["verdict"]["next_step"]
+        assert "present.py" in doc["job_end"]["frames"][0]  # (the job's own line first, then torch's)
+    finally:
+        job.stop()
+
+
+def test_a_checkpoint_pause_is_the_step_in_progress_not_a_stall(tmp_path):
+    """10 s checkpoint writes every 8 s: during the first, "now: other" for seconds, never STALLED
+    (under the 20 s floor); after it the loop's own bar rises to 5x its longest step."""
+    job = Job(tmp_path, "checkpoint", "--every", 8)
+    try:
+        during, verdicts = [], set()
+        end = time.monotonic() + 40
+        while time.monotonic() < end:
+            doc = job.once(0.2)
+            verdicts.add(doc["verdict"]["code"])
+            truth = job.truth() or {}
+            if truth.get("phase") == "checkpoint" and doc.get("now"):
+                during.append((doc["now"]["phase"], doc["now"]["phase_s"], doc["stall"]["limit_s"]))
+        print("during the checkpoints (phase, s, bar):", during)
+        assert "stalled" not in verdicts, verdicts
+        assert any(p == "other" and s >= 3 for p, s, _ in during), during
+        assert max(bar for _, _, bar in during) >= 49  # the loop's own history: 5 x its ~10 s step
+    finally:
+        job.stop()
