@@ -7,6 +7,8 @@ waits overlap."""
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -102,6 +104,32 @@ def test_a_dataloader_blocked_for_good_is_stalled_within_30_s_in_data(waiting_jo
     doc = wait_for(lambda: (d := job.once()).get("stacks") and d, timeout=30, what="the threads' stacks")
     first = doc["stacks"].split("\n\n")[1]
     assert '"MainThread" [the training loop]' in first and "torch/utils/data/dataloader.py:" in first
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_a_stalled_loop_in_a_real_terminal(waiting_jobs):
+    """The screen says it, with what the loop does now; t shows every thread's stack."""
+    from tests.test_tmux import Tmux
+
+    job = waiting_jobs["data-stuck"]
+    wait_for(lambda: (t := job.truth()) and t["phase"] == "data" and t["steps"] >= 8, timeout=60, what="the stall")
+    t = Tmux(f"env TUIMON_SHM_DIR={job.folder} " + " ".join(tuimon_cmd("attach", job.pid, "--interval", "0.5")))
+    try:
+        screen = wait_for(lambda: (s := t.screen()) and "STALLED: WAITING FOR DATA" in s and s, timeout=60,
+                          what="STALLED on screen")
+        assert re.search(r"now step 9: data for [\d.]+ (s|min)", screen), screen
+        assert "no step for" in screen.splitlines()[0]  # (the header: not the steps/s of the 8 steps before)
+        t.keys("t")
+        screen = wait_for(lambda: (s := t.screen()) and "[the training loop]" in s and s, timeout=30,
+                          what="the threads' stacks")
+        assert "dataloader.py" in screen
+        t.keys("Escape")
+        wait_for(lambda: "STALLED" in t.screen(), timeout=10, what="the main screen again")
+        t.keys("q")
+        wait_for(lambda: not t.alive(), timeout=15, what="quit")
+        assert psutil.pid_exists(job.pid)  # (quitting the monitor never touches an attached job)
+    finally:
+        t.kill()
 
 
 def test_a_rank_sleeping_before_its_all_reduce_is_named_and_the_other_waits_in_it(waiting_jobs):
@@ -226,3 +254,41 @@ def test_a_checkpoint_pause_is_the_step_in_progress_not_a_stall(tmp_path):
         assert max(bar for _, _, bar in during) >= 49  # the loop's own history: 5 x its ~10 s step
     finally:
         job.stop()
+
+
+def test_a_stopped_process_and_a_zombie(tmp_path):
+    """SIGSTOP: stalled at once, said in words, and it clears on SIGCONT; an exited job its parent has
+    not reaped (a zombie) is exited, never alive."""
+    job = Job(tmp_path, "manual", "--steps", 100000)
+    try:
+        wait_for(lambda: (t := job.truth()) and t["steps"] >= 20, timeout=60, what="20 steps")
+        os.kill(job.pid, signal.SIGSTOP)
+        wait_for(lambda: psutil.Process(job.pid).status() == psutil.STATUS_STOPPED, timeout=10, what="stopped")
+        doc = job.once(0.2)
+        assert doc["verdict"]["headline"] == "stalled: the process is stopped", doc["verdict"]
+        assert "kill -CONT" in doc["verdict"]["next_step"]
+        os.kill(job.pid, signal.SIGCONT)
+        doc = wait_for(lambda: (d := job.once(0.5))["verdict"]["code"] != "stalled" and d, timeout=30,
+                       what="the stall to clear")
+        os.kill(job.pid, signal.SIGTERM)  # (not reaped: it stays a zombie until job.stop())
+        wait_for(lambda: psutil.Process(job.pid).status() == psutil.STATUS_ZOMBIE, timeout=30, what="a zombie")
+        doc = job.once(0.2)
+        assert doc["state"] == "exited" and doc["verdict"]["code"] == "exited", doc["verdict"]
+    finally:
+        job.stop()
+
+
+def test_a_process_in_another_pid_namespace_is_said_in_words(tmp_path):
+    """A job in a container: its PID here is not its PID there, where its probe named its channel."""
+    p = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                          "import time; time.sleep(60)"], stderr=subprocess.PIPE)
+    try:
+        inner = wait_for(lambda: [c for c in psutil.Process(p.pid).children() if "python" in c.name()] or
+                         (p.poll() is not None and ["gone"]), timeout=10, what="the namespaced process")
+        if inner == ["gone"]:
+            pytest.skip(f"unshare --pid is not allowed here: {p.stderr.read().decode()[:200]}")
+        r = subprocess.run(tuimon_cmd("attach", inner[0].pid, "--once"), capture_output=True, text=True, timeout=60)
+        assert "runs in another PID namespace (a container), where it is PID 1" in r.stdout + r.stderr, r
+    finally:
+        p.kill()
+        p.wait()

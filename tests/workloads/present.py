@@ -125,9 +125,10 @@ def train_with_optimizer(truth, batches, model, steps=None):
         truth.step()
 
 
-def manual(truth, steps):
-    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+def manual(truth, steps, device="cpu"):
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)).to(device)
     for x, y in loader(5, workers=2):
+        x, y = x.to(device), y.to(device)
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()
         with torch.no_grad():
@@ -214,7 +215,7 @@ def main():
     elif a.kind == "slow":
         train_with_optimizer(truth, loader(500, workers=0), Sleepy(1.0, 1.5))
     elif a.kind == "manual":
-        manual(truth, a.steps)
+        manual(truth, a.steps, a.device)
     elif a.kind == "accumulate":
         accumulate(truth, a.steps)
     elif a.kind == "raise":

@@ -177,8 +177,13 @@ def rule_stalled(c: _Context) -> Rule:
     ranks = Check("ranks stalled", str(len(e.stalled_ranks)), ">= 1", bool(e.stalled_ranks)) if e.ranks >= 2 else None
     if ranks is not None:
         checks.append(ranks)
-    fired = bool(s and s.stalled) or bool(e.stalled_ranks)
-    if s is None:
+    stopped = e.process_state == "stopped"
+    if stopped:
+        checks.append(Check("process state", "stopped", "stopped", True))
+    fired = bool(s and s.stalled) or bool(e.stalled_ranks) or stopped
+    if stopped:
+        why = "the process is stopped (SIGSTOP): it makes no progress until it is continued"
+    elif s is None:
         why = "the loop has not said what it is doing yet"
     elif s.first_step:
         why = f"no step yet; {s.phase or 'its phase'} for {s.quiet_s:,.1f} s"

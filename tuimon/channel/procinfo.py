@@ -70,6 +70,20 @@ def thread_state(pid: int, tid: int) -> str | None:
     return fields[0].decode("ascii", "replace") if fields else None
 
 
+def namespace_pid(pid: int) -> int | None:
+    """The PID the process has in its own PID namespace (a container), when that differs from
+    ours: the last NSpid of /proc/PID/status; None when it is the same (or unknown)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"NSpid:"):
+                    ids = line.split()[1:]
+                    return int(ids[-1]) if len(ids) > 1 else None
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def is_zombie(pid: int) -> bool:
     fields = _stat_fields(pid)
     return bool(fields) and fields[0] in ("Z", "X")

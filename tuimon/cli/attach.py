@@ -11,7 +11,7 @@ from ..channel import ChannelError, list_segments, procinfo
 from ..channel.discovery import segment_state
 from ..channel.reader import SegmentReader
 from ..channel.text import safe_text
-from ..model import to_json
+from ..model import NA, to_json
 from ..monitor.report import view_json
 from ..monitor.session import LiveSession, ReplaySession
 from ..monitor.state import MonitorState, View
@@ -39,6 +39,8 @@ def cmd_attach(args) -> int:
             print(json.dumps(view_json(view, args.pid), indent=2))
         else:
             print(textview.summary_line(view))
+            if isinstance(view.channel, NA):
+                print(f"tuimon: no channel: {safe_text(view.channel.reason, 500)}", file=sys.stderr)
             for source, why in view.problems.items():
                 print(f"tuimon: {source}: {safe_text(why, 500)}", file=sys.stderr)
         if view.baseline is not None and view.baseline.state == "too few steps":

@@ -60,6 +60,13 @@ def open_channel(pid: int) -> tuple[SegmentReader, str | None]:
         raise NoSegment(f"no process with PID {pid} (and no channel left by one)")
     if not os.access(f"/proc/{pid}/stat", os.R_OK):
         raise NoSegment(f"cannot see PID {pid}")
+    inside = procinfo.namespace_pid(pid)
+    if inside is not None:
+        raise NoSegment(
+            f"{describe(pid)} runs in another PID namespace (a container), where it is PID {inside}; its probe "
+            f"names its channel for PID {inside} in the container's /dev/shm: run `tuimon attach {inside}` inside "
+            "the container"
+        )
     raise NoSegment(
         f"{describe(pid)} has no tuimon channel: start it with `tuimon run -- <command>` "
         "(or `tuimon run --headless -- ...` to attach later), or call tuimon.instrument() in it"
