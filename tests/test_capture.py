@@ -4,6 +4,7 @@ protocol and its refusals, and the nsys command line."""
 import gzip
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -76,6 +77,26 @@ def test_a_window_of_steps_through_the_cli(shm_dir, capture_dir):
         assert any(op in "".join(rows) for op in ("aten::linear", "aten::addmm", "aten::mse_loss"))
         assert not any(x.strip().startswith("armed: steps") for x in lines)  # an armed window has no steps yet
         assert job.poll() is None  # the job goes on
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_ctrl_c_while_waiting_says_the_window_goes_on_in_the_job(shm_dir, capture_dir):
+    """As --timeout says it, with Ctrl-C's exit status and no traceback; and the window does go on."""
+    job = start_job(PLANTED, 3000, 0.02, 0.004)
+    try:
+        p = subprocess.Popen(tuimon_cmd("capture", job.pid, "--steps", 60, "--wait"), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        assert p.stdout.readline().startswith(f"asked PID {job.pid} for a torch.profiler capture of 60 steps")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 130 and "Traceback" not in err, err
+        assert err.strip().endswith(f"capture 1 goes on in the job (follow it in `tuimon attach {job.pid}`, "
+                                    "l lists the captures)"), err
+        client = client_for(shm_dir, job.pid)
+        st = wait_for(lambda: (s := client.status()).state == "done" and s, 120, "the window to end in the job")
+        assert st.seq == 1 and st.path.endswith(".pt.trace.json.gz") and os.path.exists(st.path)
     finally:
         job.kill()
         job.wait()
