@@ -133,3 +133,32 @@ def test_the_file_says_the_time_actually_measured(tmp_path, loop):
     assert p.returncode == 0, p.stderr
     said = source(out)
     assert said.endswith(" s (until it exited)") and float(said.split(" for ")[1].split(" s")[0]) < 10, said
+
+
+def test_text_outputs_say_the_baseline_is_of_another_program(tmp_path, loop):
+    """`--once` and `--plain` carry the notes the TUI and JSON show, the ranks among them."""
+    from tuimon.model import BASELINE_VERSION, Baseline, StepTimes
+    from tuimon.monitor.baseline import save
+
+    base = str(tmp_path / "ddp.json")
+    save(Baseline(BASELINE_VERSION, "2026-01-01T00:00:00+0000", "PID 1 for 30 s", [80.0 + i % 3 for i in range(200)],
+                  command=["python", "train_ddp.py"], rank=0, world_size=2, steps=200,
+                  step_time_ms=StepTimes(81.0, 82.0, 82.0, 81.0, 80.0)), base)
+    job = loop()
+    notes = "(baseline of another program: train_ddp.py) (baseline: 2 ranks; this job: 1 process)"
+    p = tm("attach", job.pid, "--once", "--window", 3, "--baseline", base)
+    assert p.returncode == 0 and "faster than baseline" in p.stdout and p.stdout.rstrip().endswith(notes), p.stdout
+    plain = subprocess.Popen(tuimon_cmd("attach", job.pid, "--plain", "--interval", 0.5, "--baseline", base),
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        for line in plain.stdout:
+            assert notes in line, line
+            if "faster than baseline" in line:
+                break
+        else:
+            raise AssertionError("--plain never compared")
+    finally:
+        plain.kill()
+        plain.wait()
+    doc = json.loads(tm("attach", job.pid, "--once", "--json", "--window", 3, "--baseline", base).stdout)
+    assert doc["baseline"]["notes"] == ["baseline of another program: train_ddp.py", "baseline: 2 ranks; this job: 1 process"]
