@@ -139,3 +139,5 @@ def test_a_gpu_not_measured_is_not_said_to_be_under_a_threshold():
         assert "under" not in rules[code].why and "not measured" in rules[code].why, rules[code].why
     rules = {r.code: r for r in diagnose(Evidence(**HOST, **gpm(30), loop_cpu=99.0)).rules}
     assert rules["healthy"].why == "SM activity 30% is under 80%: the GPU is not the bottleneck"
+    rules = {r.code: r for r in diagnose(Evidence(steps=2)).rules}  # nothing measured yet
+    assert rules["input-high"].why == "data wait not measured" and rules["sync-bound"].why == "syncs not measured"

@@ -159,6 +159,7 @@ def rule_input(c: _Context, high: bool) -> Rule:
     return Rule("input-high" if high else "input-moderate", f"Input-bound ({'high' if high else 'moderate'})", fired,
                 [check],
                 f"the loop waits {share(e.data_share)} of the step for batches" if fired
+                else "data wait not measured" if e.data_share is None
                 else f"data wait {share(e.data_share)} is under {t.show()}")
 
 
@@ -230,7 +231,7 @@ def rule_sync(c: _Context) -> Rule:
     n = f"{e.sync_per_step:.0f} per step" if e.sync_per_step is not None else "none seen"
     return Rule("sync-bound", "Sync-bound (host and GPU take turns)", fired, checks,
                 f"blocked {share(e.sync_share)} of the step in syncs ({n}) with {c.gpu_words()}" if fired
-                else f"syncs take {share(e.sync_share)} of the step ({n})")
+                else "syncs not measured" if e.sync_share is None else f"syncs take {share(e.sync_share)} of the step ({n})")
 
 
 def rule_host(c: _Context) -> Rule:
