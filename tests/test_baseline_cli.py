@@ -1,6 +1,12 @@
 """`tuimon baseline save/show` and `--baseline` on the command line: what each refuses, in words."""
 
+import json
+import signal
 import subprocess
+import sys
+import time
+
+import pytest
 
 from tests.conftest import ROOT, tuimon_cmd
 
@@ -27,8 +33,8 @@ def test_what_is_refused(tmp_path, sleeper):
     out = str(tmp_path / "b.json")
     p = tm("baseline", "save", 2**22 + 7, "-o", out)
     assert p.returncode == 2 and "no process with PID" in p.stderr
-    p = tm("baseline", "save", sleeper.pid, "-o", out, "--seconds", 1)  # a process with no channel
-    assert p.returncode == 1 and "no baseline saved: only 0 steps seen" in p.stderr
+    p = tm("baseline", "save", sleeper.pid, "-o", out, "--seconds", 600)  # no channel: refused before measuring
+    assert p.returncode == 2 and "has no tuimon channel" in p.stderr and "measuring" not in p.stderr, p.stderr
     p = tm("baseline", "save", "--recording", str(tmp_path / "none.jsonl"), "-o", out)
     assert p.returncode == 2 and "cannot read" in p.stderr and "No such file" in p.stderr
     (tmp_path / "junk.json").write_text("{}")
@@ -44,3 +50,115 @@ def test_what_is_refused(tmp_path, sleeper):
     assert p.returncode == 2 and "--headless runs no monitor" in p.stderr
     p = tm("attach", sleeper.pid, "--once", "--json", "--baseline", out)  # no channel: nothing to compare, rc 0
     assert p.returncode == 0 and '"state": "too few steps"' in p.stdout
+
+
+LOOP = """
+import sys, time, tuimon
+tuimon.instrument()
+print("up", flush=True)
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    time.sleep(0.01)
+    tuimon.step()
+"""
+
+
+@pytest.fixture
+def loop():
+    """A real job with a channel and steps, for as long as a test wants (it exits after 120 s)."""
+    jobs = []
+
+    def start(seconds=120):
+        p = subprocess.Popen([sys.executable, "-c", LOOP, str(seconds)], stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline() == "up\n"
+        jobs.append(p)
+        return p
+
+    yield start
+    for p in jobs:
+        p.kill()
+        p.wait()
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_measuring(tmp_path, loop):
+    """Each of these used to measure the full --seconds, then fail."""
+    job = loop()
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for output, force, says in (("/nonexistent/dir/x.json", False, "cannot write /nonexistent/dir/x.json: No such file"),
+                                ("", False, "-o is empty"),
+                                (str(folder), True, f"{folder} is a folder: -o names the baseline file"),
+                                (str(folder), False, f"{folder} is a folder")):
+        p = tm("baseline", "save", job.pid, "-o", output, "--seconds", 600, *(["--force"] if force else []))
+        assert p.returncode == 2 and says in p.stderr and "measuring" not in p.stderr, (output, p.stderr)
+    assert list(folder.iterdir()) == [] and job.poll() is None
+
+
+def test_dash_is_standard_output(tmp_path, loop):
+    job = loop()
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    p = subprocess.run(tuimon_cmd("baseline", "save", job.pid, "-o", "-", "--seconds", 3, "--interval", 0.5),
+                       capture_output=True, text=True, timeout=60, cwd=cwd)
+    assert p.returncode == 0, p.stderr
+    assert list(cwd.iterdir()) == []  # (no file named -)
+    doc = json.loads(p.stdout)
+    assert doc["format"] == "tuimon-baseline" and doc["steps"] >= 20
+    assert "written to standard output" in p.stderr and "baseline of" in p.stderr
+
+
+def source(path) -> str:
+    return json.loads(path.read_text())["source"]
+
+
+def test_the_file_says_the_time_actually_measured(tmp_path, loop):
+    """Ctrl-C a few seconds in, or a job that exits before --seconds: the time measured, not asked."""
+    out = tmp_path / "ctrl-c.json"
+    job = loop()
+    p = subprocess.Popen(tuimon_cmd("baseline", "save", job.pid, "-o", out, "--seconds", 60, "--interval", 0.5),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stderr.readline().startswith(f"tuimon: measuring PID {job.pid} for 60 s")
+    time.sleep(4)
+    p.send_signal(signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=60)
+    assert p.returncode == 0, stderr
+    said = source(out)
+    assert said.startswith(f"PID {job.pid} for ") and said.endswith(" s (of 60 s: Ctrl-C)"), said
+    assert 3 < float(said.split(" for ")[1].split(" s")[0]) < 30, said
+    assert "Traceback" not in stderr
+
+    out = tmp_path / "exited.json"
+    job = loop(seconds=5)
+    p = tm("baseline", "save", job.pid, "-o", out, "--seconds", 60, "--interval", 0.5, timeout=90)
+    assert p.returncode == 0, p.stderr
+    said = source(out)
+    assert said.endswith(" s (until it exited)") and float(said.split(" for ")[1].split(" s")[0]) < 10, said
+
+
+def test_text_outputs_say_the_baseline_is_of_another_program(tmp_path, loop):
+    """`--once` and `--plain` carry the notes the TUI and JSON show, the ranks among them."""
+    from tuimon.model import BASELINE_VERSION, Baseline, StepTimes
+    from tuimon.monitor.baseline import save
+
+    base = str(tmp_path / "ddp.json")
+    save(Baseline(BASELINE_VERSION, "2026-01-01T00:00:00+0000", "PID 1 for 30 s", [80.0 + i % 3 for i in range(200)],
+                  command=["python", "train_ddp.py"], rank=0, world_size=2, steps=200,
+                  step_time_ms=StepTimes(81.0, 82.0, 82.0, 81.0, 80.0)), base)
+    job = loop()
+    notes = "(baseline of another program: train_ddp.py) (baseline: 2 ranks; this job: 1 process)"
+    p = tm("attach", job.pid, "--once", "--window", 3, "--baseline", base)
+    assert p.returncode == 0 and "faster than baseline" in p.stdout and p.stdout.rstrip().endswith(notes), p.stdout
+    plain = subprocess.Popen(tuimon_cmd("attach", job.pid, "--plain", "--interval", 0.5, "--baseline", base),
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        for line in plain.stdout:
+            assert notes in line, line
+            if "faster than baseline" in line:
+                break
+        else:
+            raise AssertionError("--plain never compared")
+    finally:
+        plain.kill()
+        plain.wait()
+    doc = json.loads(tm("attach", job.pid, "--once", "--json", "--window", 3, "--baseline", base).stdout)
+    assert doc["baseline"]["notes"] == ["baseline of another program: train_ddp.py", "baseline: 2 ranks; this job: 1 process"]

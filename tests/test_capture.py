@@ -4,6 +4,7 @@ protocol and its refusals, and the nsys command line."""
 import gzip
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -79,6 +80,71 @@ def test_a_window_of_steps_through_the_cli(shm_dir, capture_dir):
     finally:
         job.kill()
         job.wait()
+
+
+def test_ctrl_c_while_waiting_says_the_window_goes_on_in_the_job(shm_dir, capture_dir):
+    """As --timeout says it, with Ctrl-C's exit status and no traceback; and the window does go on."""
+    job = start_job(PLANTED, 3000, 0.02, 0.004)
+    try:
+        p = subprocess.Popen(tuimon_cmd("capture", job.pid, "--steps", 60, "--wait"), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        assert p.stdout.readline().startswith(f"asked PID {job.pid} for a torch.profiler capture of 60 steps")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 130 and "Traceback" not in err, err
+        assert err.strip().endswith(f"capture 1 goes on in the job (follow it in `tuimon attach {job.pid}`, "
+                                    "l lists the captures)"), err
+        client = client_for(shm_dir, job.pid)
+        st = wait_for(lambda: (s := client.status()).state == "done" and s, 120, "the window to end in the job")
+        assert st.seq == 1 and st.path.endswith(".pt.trace.json.gz") and os.path.exists(st.path)
+    finally:
+        job.kill()
+        job.wait()
+
+
+CHDIR_JOB = """
+import os, runpy, sys
+os.chdir(sys.argv[1])
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_a_relative_captures_dir_is_where_the_job_started_though_it_changes_directory(tmp_path, monkeypatch):
+    """The trace lands under the folder the job started in, at an absolute path that a monitor
+    anywhere reads (it went under the job's new cwd, and the monitor said 'not there')."""
+    start, elsewhere, other = tmp_path / "start", tmp_path / "elsewhere", tmp_path / "other"
+    for d in (start, elsewhere, other):
+        d.mkdir()
+    monkeypatch.setenv("TUIMON_CAPTURE_DIR", "caps")
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, "-c", CHDIR_JOB, elsewhere, PLANTED,
+                                      3000, 0.02, 0.004), stdout=subprocess.PIPE, text=True, cwd=start)
+    try:
+        assert job.stdout.readline().strip() == "training"
+        for n, cwd in enumerate((start, other), 1):  # a monitor where the job started, and one elsewhere
+            p = subprocess.run(tuimon_cmd("capture", job.pid, "--steps", 5, "--wait"), capture_output=True,
+                               text=True, timeout=120, cwd=cwd)
+            assert p.returncode == 0, p.stderr
+            trace = next(x for x in p.stdout.splitlines() if x.endswith(".pt.trace.json.gz"))
+            assert os.path.dirname(trace) == str(start / "caps") and os.path.exists(trace), trace
+            assert "top operators by self time on the host:" in p.stdout, p.stdout
+            assert len(os.listdir(start / "caps")) == n
+        assert not (elsewhere / "caps").exists()
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_captures_dir_is_absolute_and_fixed_at_its_first_use(tmp_path, monkeypatch):
+    from tuimon.channel.paths import captures_dir
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TUIMON_CAPTURE_DIR", f"caps-{os.getpid()}-{id(tmp_path)}")
+    first = captures_dir(create=False)
+    assert os.path.isabs(first) and os.path.dirname(first) == str(tmp_path)
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    assert captures_dir() == first and os.path.isdir(first) and not os.listdir(tmp_path / "sub")
 
 
 def test_protocol_states_and_refusals(shm_dir, capture_dir, monkeypatch):

@@ -108,3 +108,36 @@ def test_the_verdict_goes_to_json_with_every_rule():
     fired = [r for r in doc["rules"] if r["fired"]]
     assert fired[0]["code"] == "memory-bound"
     assert {c["what"] for c in fired[0]["checks"]} == {"SM activity", "DRAM bandwidth", "DRAM over tensor"}
+
+
+def test_no_sub_verdict_while_the_loop_threads_cpu_is_unknown():
+    """Time outside the model is Python or a blocked thread: only the loop thread's CPU tells them
+    apart, so before it is read the verdict names the class, not a guess."""
+    outside = {**HOST, "phases": {"forward": 0.05, "other": 0.95}, **gpm(10)}
+    v = diagnose(Evidence(**outside))
+    assert v.headline == "host-bound: outside the model" and v.confidence == "low"
+    assert "loop thread CPU not read yet" in v.evidence
+    assert "Python" not in v.headline and "elsewhere" not in v.headline
+    assert diagnose(Evidence(**outside, loop_cpu=3.0)).headline == "host-bound: the loop waits elsewhere"
+    assert diagnose(Evidence(**outside, loop_cpu=99.0)).headline == "host-bound: Python outside the model"
+
+
+def test_a_job_with_no_gpu_in_sight_is_told_cpu_words():
+    """No NVML and no CUDA events: the model's work is on the CPU, not launches a GPU waits for."""
+    v = diagnose(Evidence(**HOST, loop_cpu=99.0))
+    assert v.code == "host-bound" and v.headline == "host-bound: the model's work on the CPU"
+    assert "launches" not in v.next_step and "GPU runs it" not in v.next_step
+    assert "on the CPU" in v.evidence and "torch.set_num_threads" in v.next_step
+    gpu = diagnose(Evidence(**HOST, **gpm(20), loop_cpu=99.0))
+    assert gpu.headline == "host-bound: launches and Python in the model"
+    assert gpu.next_step.startswith("the host launches work slower than the GPU runs it")
+
+
+def test_a_gpu_not_measured_is_not_said_to_be_under_a_threshold():
+    rules = {r.code: r for r in diagnose(Evidence(**HOST, loop_cpu=99.0)).rules}
+    for code in ("memory-bound", "compute-bound", "healthy"):
+        assert "under" not in rules[code].why and "not measured" in rules[code].why, rules[code].why
+    rules = {r.code: r for r in diagnose(Evidence(**HOST, **gpm(30), loop_cpu=99.0)).rules}
+    assert rules["healthy"].why == "SM activity 30% is under 80%: the GPU is not the bottleneck"
+    rules = {r.code: r for r in diagnose(Evidence(steps=2)).rules}  # nothing measured yet
+    assert rules["input-high"].why == "data wait not measured" and rules["sync-bound"].why == "syncs not measured"

@@ -161,3 +161,19 @@ def test_the_grafana_dashboard_asks_only_for_series_the_exporter_serves():
     assert len(wanted) >= 12 and wanted <= served, wanted - served
     assert {"tuimon_regression", "tuimon_baseline_step_time_ratio", "tuimon_phase_delta_seconds"} <= wanted
     assert {"tuimon_rank_own_work_seconds", "tuimon_rank_comm_ratio", "tuimon_straggler_ratio"} <= wanted
+
+
+def test_an_ipv6_address_is_printed_as_a_url_writes_it():
+    """--addr ::1 printed http://::1:P/metrics, which no client parses: the address goes in brackets."""
+    p = subprocess.Popen(tuimon_cmd("export", "--port", 0, "--addr", "::1"), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stderr.readline()
+        assert line.startswith("tuimon: serving the GPUs on http://[::1]:"), line
+        url = line.split(" on ", 1)[1].split()[0]
+        assert urllib.parse.urlsplit(url).hostname == "::1" and url.endswith("/metrics")
+        urllib.request.urlopen(url, timeout=10).read()  # the printed URL is the one served
+    finally:
+        p.kill()
+        p.wait()
+        p.stderr.close()

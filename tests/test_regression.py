@@ -230,3 +230,16 @@ def test_bad_baselines_are_refused_in_words(tmp_path):
         load(str(tmp_path / "missing.json"))
     with pytest.raises(BaselineError, match="cannot write .*No such file"):
         save(h100_baseline(), str(tmp_path / "no-such-folder" / "b.json"))
+
+
+@pytest.mark.parametrize("then, now, note", [
+    (2, None, "baseline: 2 ranks; this job: 1 process"),
+    (None, 4, "baseline: 1 process; this job: 4 ranks"),
+    (8, 4, "baseline: 8 ranks; this job: 4 ranks"),
+    (None, None, None), (1, None, None), (4, 4, None),
+])
+def test_a_baseline_of_another_world_size_is_noted(then, now, note):
+    """No WORLD_SIZE is one process: a single-process job against a DDP baseline is noted too."""
+    c = compare(baseline(noisy(200, 20, 1), world_size=then), "b.json", snap(noisy(200, 20, 2), world_size=now))
+    ranks = [n for n in c.notes if "rank" in n or "process" in n]
+    assert ranks == ([note] if note else []), c.notes

@@ -210,6 +210,7 @@ def rule_input(c: _Context, high: bool) -> Rule:
     return Rule("input-high" if high else "input-moderate", f"Input-bound ({'high' if high else 'moderate'})", fired,
                 [check],
                 f"the loop waits {share(e.data_share)} of the step for batches" if fired
+                else "data wait not measured" if e.data_share is None
                 else f"data wait {share(e.data_share)} is under {t.show()}")
 
 
@@ -261,8 +262,12 @@ def rule_gpu_unit(c: _Context, code: str) -> Rule:
     fired = all(ch.passed for ch in checks)
     if code == "healthy":
         fired = bool(busy.passed)  # (after memory- and compute-bound, in precedence)
-    why = (f"{c.gpu_words()}; DRAM {pct(e.dram_bw)}, {c.compute_name} {pct(c.compute)}" if busy.passed
-           else f"{c.gpu_words()} is under {T.GPU_BUSY.show()}: the GPU is not the bottleneck")
+    if busy.passed is None:
+        why = "GPU activity not measured (no GPU metrics): the GPU's side cannot be judged"
+    elif busy.passed:
+        why = f"{c.gpu_words()}; DRAM {pct(e.dram_bw)}, {c.compute_name} {pct(c.compute)}"
+    else:
+        why = f"{c.gpu_words()} is under {T.GPU_BUSY.show()}: the GPU is not the bottleneck"
     return Rule(code, title, fired, checks, why)
 
 
@@ -277,7 +282,7 @@ def rule_sync(c: _Context) -> Rule:
     n = f"{e.sync_per_step:.0f} per step" if e.sync_per_step is not None else "none seen"
     return Rule("sync-bound", "Sync-bound (host and GPU take turns)", fired, checks,
                 f"blocked {share(e.sync_share)} of the step in syncs ({n}) with {c.gpu_words()}" if fired
-                else f"syncs take {share(e.sync_share)} of the step ({n})")
+                else "syncs not measured" if e.sync_share is None else f"syncs take {share(e.sync_share)} of the step ({n})")
 
 
 def rule_host(c: _Context) -> Rule:
@@ -432,18 +437,25 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     Python around them), or time outside every phase, where the loop thread's CPU tells Python
     work from a thread blocked on something tuimon does not see. Time the thread waited for a core
     counts with its CPU: on a busy machine it would have run then (the same bar for the sum).
+    Until that CPU is read (None), the verdict names the time outside the model, not its kind.
     (The loop thread's CPU cannot judge the model phases: on CUDA, backward runs in autograd's own
     thread while the loop waits.)"""
     e = c.e
     model = sum(e.phases.get(p, 0.0) for p in ("forward", "backward", "optimizer"))
     other = e.phases.get("other", 0.0)
     wait = e.loop_cpu_wait if e.loop_cpu_wait is not None and e.loop_cpu_wait >= 0.5 else 0.0
-    cpu = "loop thread CPU n/a" if e.loop_cpu is None else \
+    cpu = "loop thread CPU not read yet" if e.loop_cpu is None else \
         f"loop thread at {e.loop_cpu:.0f}% CPU" + (f" + {wait:.0f}% waiting for a core" if wait else "")
     gpu = c.gpu_words()
     confidence = "low" if c.busy is None else _margin(c.busy, T.GPU_IDLE, above=False)
+    if other > model and e.loop_cpu is None:  # Python or a blocked thread: only its CPU can tell
+        return Verdict("host-bound", "host-bound: outside the model",
+                       f"{gpu} · other {share(other)} of the step (forward+backward+optimizer {share(model)}) · {cpu}",
+                       f"{share(other)} of the step is outside the model, data and syncs; the loop thread's CPU, once "
+                       "read, tells Python work from a thread blocked on something tuimon does not see",
+                       "low", rules)
     if other > model:
-        if e.loop_cpu is not None and e.loop_cpu + wait < T.LOOP_CPU_BUSY.value:
+        if e.loop_cpu + wait < T.LOOP_CPU_BUSY.value:
             return Verdict("host-bound", "host-bound: the loop waits elsewhere",
                            f"{gpu} · other {share(other)} of the step · {cpu} (< {T.LOOP_CPU_BUSY.show()})",
                            "outside the model, data and syncs the loop thread is mostly not computing: it is blocked "
@@ -451,12 +463,18 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
                            "to see where", confidence, rules)
         step = (f"{share(other)} of the step is Python outside the model, data and syncs: move it off the loop "
                 "(logging, metrics, host-side preprocessing), or do it every N steps")
-        if e.loop_cpu is not None and e.loop_cpu < T.LOOP_CPU_BUSY.value:  # the wait for a core made it busy
+        if e.loop_cpu < T.LOOP_CPU_BUSY.value:  # the wait for a core made it busy
             step += (f"; and the loop thread waited for a core {wait:.0f}% of the time: other processes compete for "
                      "this machine's CPUs (DataLoader workers beyond the cores, other jobs): leave the loop a core")
         return Verdict("host-bound", "host-bound: Python outside the model",
                        f"{gpu} · other {share(other)} of the step (forward+backward+optimizer {share(model)}) · {cpu}",
                        step, confidence, rules)
+    if c.busy is None:  # no GPU in sight (neither NVML nor the job's CUDA events): the model's work is on the CPU
+        return Verdict("host-bound", "host-bound: the model's work on the CPU",
+                       f"{gpu} · forward+backward+optimizer {share(model)} of the step on the CPU · {cpu}",
+                       "no GPU seen (neither NVML nor CUDA events): the model computes on the CPU: a GPU "
+                       "(model.to('cuda')) if there is one, else cheaper CPU work: torch.compile, larger batches (fewer, "
+                       "larger ops), torch.set_num_threads(the cores it has)", confidence, rules)
     if e.kernels_per_step:
         step = (f"{e.kernels_per_step:,.0f} kernels per step averaging {e.kernel_us:.1f} us (last capture): CUDA graphs "
                 "(torch.compile(mode='reduce-overhead')) or torch.compile to fuse them, or larger batches")

@@ -151,7 +151,11 @@ def _notes(baseline: Baseline, t: TrainingSnapshot | None, gpu_models: Sequence[
                      f"{', '.join(sorted(set(gpu_models)))}")
     if t is not None and t.argv and baseline.command and _program(t.argv) != _program(baseline.command):
         notes.append(f"baseline of another program: {_program(baseline.command)}")
-    if t is not None and baseline.world_size is not None and t.world_size is not None \
-            and t.world_size != baseline.world_size:
-        notes.append(f"baseline with {baseline.world_size} ranks; this job has {t.world_size}")
+    if t is not None and (baseline.world_size or 1) != (t.world_size or 1):
+        notes.append(f"baseline: {_ranks(baseline.world_size)}; this job: {_ranks(t.world_size)}")
     return notes
+
+
+def _ranks(world_size: int | None) -> str:
+    """No WORLD_SIZE: one process."""
+    return f"{world_size} ranks" if (world_size or 1) > 1 else "1 process"

@@ -28,9 +28,19 @@ CAPTURE_FLOOR_BYTES = 1 << 30  # a capture is refused below 1 GiB free (TUIMON_C
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+_absolute: dict[str, str] = {}  # the folder as configured -> its absolute path, fixed at its first use
+
+
 def captures_dir(create: bool = True) -> str:
-    """Where capture files go: TUIMON_CAPTURE_DIR, else ~/.cache/tuimon/captures; private (0700)."""
-    d = os.environ.get("TUIMON_CAPTURE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tuimon", "captures")
+    """Where capture files go: TUIMON_CAPTURE_DIR, else ~/.cache/tuimon/captures; private (0700).
+    Always absolute: a relative folder is resolved once, against the working directory of the
+    first call (the probe makes it at start), so a job that changes directory still writes where
+    it started and the path it reports means the same to the monitor."""
+    given = os.environ.get("TUIMON_CAPTURE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tuimon",
+                                                                 "captures")
+    d = _absolute.get(given)
+    if d is None:
+        d = _absolute[given] = os.path.abspath(given)
     if create:
         os.makedirs(d, mode=0o700, exist_ok=True)
         os.chmod(d, 0o700)

@@ -13,12 +13,16 @@ from ..channel import ChannelError
 from ..channel.text import safe_text
 from ..monitor.target import open_channel
 
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+
 
 def cmd_capture(args) -> int:
-    reader = client = None
+    reader = client = seq = st = None
+    pid = args.pid
     try:
         reader, why = open_channel(args.pid)
         info, steps_seen = reader.info, reader.steps
+        pid = info.pid
         if why:
             print(f"tuimon: {why}", file=sys.stderr)
         client = nsys_session.for_job(info, lambda: reader.steps) or CaptureClient(info.path, info.pid,
@@ -44,7 +48,7 @@ def cmd_capture(args) -> int:
             return 1
         if st.busy:
             print(f"tuimon: capture {seq} is still {st.state} after {args.timeout:g} s; it goes on in the job "
-                  f"(follow it in `tuimon attach {info.pid}`, l lists the captures)", file=sys.stderr)
+                  f"(follow it in `tuimon attach {pid}`, l lists the captures)", file=sys.stderr)
             return 1
         if st.state != "done":
             print(f"tuimon: capture {seq} failed: {safe_text(st.message, 300)}", file=sys.stderr)
@@ -63,6 +67,18 @@ def cmd_capture(args) -> int:
     except (ChannelError, CaptureRefused) as e:
         print(f"tuimon: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # what --timeout says: the window is the job's, not this command's
+        if seq is None:
+            print("tuimon: interrupted before a capture was asked for", file=sys.stderr)
+        elif st is not None and not st.busy:
+            print(f"tuimon: interrupted; capture {seq} ended ({st.state}): {safe_text(st.path or st.message, 1000)}",
+                  file=sys.stderr)
+        elif isinstance(client, nsys_session.SessionWindows):
+            print(f"tuimon: interrupted: stopping nsys window {seq} (nsys still writes its report)", file=sys.stderr)
+        else:
+            print(f"tuimon: interrupted; capture {seq} goes on in the job (follow it in `tuimon attach {pid}`, "
+                  "l lists the captures)", file=sys.stderr)
+        return INTERRUPTED
     finally:
         if isinstance(client, nsys_session.SessionWindows):
             client.close()  # (a window cut short by --timeout or Ctrl-C: nsys still writes its report)

@@ -10,6 +10,11 @@ from ..monitor.session import LiveSession
 from ..monitor.state import MonitorState
 
 
+def host_port(addr: str, port: int) -> str:
+    """addr:port, an IPv6 address in brackets ([::1]:9400), as a URL writes it."""
+    return f"[{addr}]:{port}" if ":" in addr and not addr.startswith("[") else f"{addr}:{port}"
+
+
 def start_exporter(port: int, addr: str):
     """An Exporter on addr:port, or None after saying why (port taken, no prometheus-client)."""
     try:
@@ -20,7 +25,7 @@ def start_exporter(port: int, addr: str):
     try:
         return Exporter(port, addr)
     except OSError as e:
-        print(f"tuimon: cannot serve metrics on {addr}:{port}: {e.strerror or e}", file=sys.stderr)
+        print(f"tuimon: cannot serve metrics on {host_port(addr, port)}: {e.strerror or e}", file=sys.stderr)
         return None
 
 
@@ -32,7 +37,7 @@ def cmd_export(args) -> int:
     if exporter is None:
         return 2
     what = f"PID {args.pid} and " if args.pid is not None else ""
-    print(f"tuimon: serving {what}the GPUs on http://{args.addr}:{exporter.port}/metrics every {args.interval:g} s "
+    print(f"tuimon: serving {what}the GPUs on http://{host_port(args.addr, exporter.port)}/metrics every {args.interval:g} s "
           "(Ctrl-C stops)", file=sys.stderr)
     session, state = LiveSession(args.pid, args.interval, gpus=args.gpus), MonitorState(baseline=args.baseline)
     try:

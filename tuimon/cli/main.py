@@ -125,7 +125,7 @@ def parser() -> argparse.ArgumentParser:
     src = save.add_mutually_exclusive_group(required=True)
     src.add_argument("pid", type=int, nargs="?", help="the running job to measure (it needs the probe: tuimon run)")
     src.add_argument("--recording", metavar="FILE", help="a recording (tuimon record) instead of a running job")
-    save.add_argument("-o", "--output", required=True, help="the baseline file (JSON)")
+    save.add_argument("-o", "--output", required=True, help="the baseline file (JSON); - for standard output")
     save.add_argument("--seconds", type=opt.BASELINE_SECONDS, default=30,
                       help="with PID: measure this long (1 to 86400; default 30; Ctrl-C ends it early)")
     save.add_argument("--force", action="store_true", help="overwrite an existing file")

@@ -66,7 +66,7 @@ def summary_line(view: View) -> str:
 def baseline_words(c: Comparison) -> str:
     """The comparison with a baseline in a few words: 'REGRESSION: step p50 +31% ...'."""
     if c.state == "too few steps":
-        return f"baseline: {c.window_steps} recent steps, too few to compare"
+        return f"baseline: {c.window_steps} recent steps, too few to compare" + notes(c)
     pct = f"{c.ratio - 1:+.0%}" if c.ratio is not None else "?"
     head = {"regression": "REGRESSION", "faster": "faster than baseline", "same": "as baseline"}[c.state]
     words = f"{head}: step p50 {c.p50_ms:.1f} ms vs {c.baseline_p50_ms:.1f} ({pct})"
@@ -74,7 +74,12 @@ def baseline_words(c: Comparison) -> str:
         words += f", the GPU's work grew {c.gpu_grown.baseline_ms:.1f} -> {c.gpu_grown.now_ms:.1f} ms"
     if c.grown is not None:
         words += f", {safe_text(c.grown.name, 24)} grew {c.grown.baseline_ms:.1f} -> {c.grown.now_ms:.1f} ms"
-    return words
+    return words + notes(c)
+
+
+def notes(c: Comparison) -> str:
+    """Why the comparison may not be like for like, as the TUI and JSON say it."""
+    return "".join(f" ({safe_text(n, 200)})" for n in c.notes)
 
 
 class ProblemLines:

@@ -120,6 +120,11 @@ def _round(v: float | None, digits: int) -> float | None:
     return None if v is None else round(v, digits)
 
 
+def dumps(baseline: Baseline) -> str:
+    """The file's text: one line of JSON."""
+    return json.dumps({"format": FORMAT, **to_json(baseline)}, separators=(",", ":")) + "\n"
+
+
 def save(baseline: Baseline, path: str, force: bool = False) -> None:
     """Written whole or not at all (a temporary file renamed into place): a full disk or a crash
     never leaves half a baseline where a good one was."""
@@ -128,8 +133,7 @@ def save(baseline: Baseline, path: str, force: bool = False) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"format": FORMAT, **to_json(baseline)}, f, separators=(",", ":"))
-            f.write("\n")
+            f.write(dumps(baseline))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -113,6 +113,7 @@ class MonitorState:
         self.history = history
         self.training: TrainingSnapshot | None = None
         self.process: ProcessSample | None = None
+        self._live_process: ProcessSample | None = None
         self.gpus: dict[int, GpuSample] = {}
         self._gpu_hist: dict[int, dict[str, deque]] = {}
         self._step_ms: deque = deque(maxlen=history)
@@ -160,6 +161,8 @@ class MonitorState:
                         values[f].append(v)
         if c.process is not None:
             self.process = c.process
+            if c.process.alive:  # the verdict's: a job that exited keeps its last live reading
+                self._live_process = c.process
         if c.training is not None:
             if self.training is not None and c.training.pid != self.training.pid:
                 self._last_step = 0  # another process shown (another rank): its own step count
@@ -260,7 +263,7 @@ class MonitorState:
             means[f] = sum(per_gpu) / len(per_gpu) if per_gpu else None
         gpm = any(self.gpus[i].gpm for i in used)
         has_channel = self.training is not None or not isinstance(self.channel, NA)
-        return diagnose(evidence.build(self.training, self.process, means, gpm,
+        return diagnose(evidence.build(self.training, self._live_process, means, gpm,
                                        [self.captures[k] for k in sorted(self.captures)], has_channel,
                                        len(self.ranks), straggler, comm_share, rows=self.ranks, job_end=ended,
                                        power_share=self._power_share(used)))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..channel import layout as L
 from ..channel import procinfo, ring
 from ..channel.errors import ChannelError
+from ..channel.paths import captures_dir
 from ..channel.writer import SegmentWriter
 from . import hooks
 from .capture import Capturer, control_thread
@@ -108,6 +109,7 @@ def instrument(ring_records: int | None = None, nvtx_forward: bool | None = None
 
 def _start_capture_control(p: Probe) -> None:
     try:
+        captures_dir(create=False)  # a relative folder: where the job starts, whatever its cwd later
         p.capturer = Capturer(p, p.writer)
         p.present = Present(p, p.writer)
     except Exception as e:  # noqa: BLE001 - captures off, the rest of the probe on

@@ -3,9 +3,11 @@ command lines, process names) are appended as plain text and never parsed as mar
 
 from __future__ import annotations
 
+import io
 import os
 import time
 
+from rich.console import Console
 from rich.text import Text
 
 from ..analysis import thresholds as T
@@ -125,8 +127,9 @@ def short_command(argv: list) -> str:
 
 def header(view: View, source_label: str, rates: View | None = None, width: int = 0) -> Text:
     """Who, how long, how fast. rates: the view the window's steps/s and throughput come from
-    (default: view). width: fit it there, so it does not wrap (0: no limit): rates the width
-    cannot hold are left out, the command is cut, then the label."""
+    (default: view). width: fit it there, so it never wraps (0: no limit): rates the width cannot
+    hold are left out, the command is cut, then the label and "last numbers kept" left out; what
+    still does not fit is cut with "…"."""
     t, p = view.training, view.process
     r = (rates or view).training or t
     pid = t.pid if t else p.pid if p else None
@@ -137,14 +140,13 @@ def header(view: View, source_label: str, rates: View | None = None, width: int 
         target = next((x for x in p.procs if x.role == "target"), None)
         if target is not None and isinstance(target.name, str):
             what = safe_text(target.name, 40)
-    flags = Text()
+    exited = at = kept = ""
     if p and not p.alive:
+        exited = "  PROCESS EXITED"
         at = time.strftime(" at %H:%M:%S", time.localtime(p.exited_at)) if p.exited_at else ""
         how = f" ({how_it_ended(p.exit_code)})" if p.exit_code is not None else ""
-        flags.append(f"  PROCESS EXITED{at}{how}", "bold red")
-        flags.append(" · last numbers kept", "dim")
-    if view.paused:
-        flags.append("  PAUSED", "bold reverse")
+        kept = " · last numbers kept"
+    paused = "  PAUSED" if view.paused else ""
     rest = Text()
     if t and t.world_size:
         rest.append(f" · rank {t.rank}/{t.world_size}", "dim")
@@ -154,25 +156,34 @@ def header(view: View, source_label: str, rates: View | None = None, width: int 
         rates += [f" · {per_s:,.0f} {safe_text(str(name), 24)}/s" for name, per_s in list(r.throughput_per_s.items())[:2]]
         if view.stall is not None and view.stall.stalled:  # (the rates are the steps before it stopped)
             rates = [f" · no step for {seconds(view.stall.quiet_s)}"]
+        fixed = len(exited) + (len(how) if exited else 0) + len(paused)
         for rate in rates:  # a narrow terminal keeps what fits, steps/s first
-            if not width or 7 + 12 + len(f"PID {pid} ") + len(rest.plain) + len(flags.plain) + len(rate) <= width:
+            if not width or 7 + 12 + len(f"PID {pid} ") + len(rest.plain) + fixed + len(rate) <= width:
                 rest.append(rate)
-    rest.append_text(flags)
-    label = f"  [{source_label}]"
-    head = 7 + (len(f"PID {pid} ") if pid else 0)
-    if width:  # the command is cut first (to 24 characters), then the label left out
-        room = width - head - len(rest.plain)
-        if room - min(len(what), 24) < len(label):
-            label = ""
-        if len(what) > room - len(label):
-            what = what[: max(12, room - len(label) - 1)] + "…"
+    optional = {"label": f"  [{source_label}]", "kept": kept, "at": at}
+    if width:  # the command is cut first (to 24 characters, then 12), left out in turn: the label, "kept", the time
+        room = width - 7 - (len(f"PID {pid} ") if pid else 0) - len(rest.plain) - len(exited) - len(paused)
+        room -= len(how) if exited else 0
+        for name, keep in (("label", 24), ("kept", 12), ("at", 12)):
+            if room - min(len(what), keep) < sum(map(len, optional.values())):
+                optional[name] = ""
+        left = room - sum(map(len, optional.values()))
+        if len(what) > left:
+            what = what[:left - 1] + "…" if left > 4 else ""
     out = Text()
     out.append("tuimon ", "bold")
     if pid:
-        out.append(f"PID {pid} ", "bold cyan")
+        out.append(f"PID {pid} " if what else f"PID {pid}", "bold cyan")
     out.append(what)
     out.append_text(rest)
-    out.append(label, "dim")
+    if exited:
+        out.append(f"{exited}{optional['at']}{how}", "bold red")
+    out.append(optional["kept"], "dim")
+    out.append(paused, "bold reverse")
+    out.append(optional["label"], "dim")
+    if width and out.cell_len > width:  # (a terminal too narrow for even the essentials)
+        out.truncate(width - 1)
+        out.append("…")
     return out
 
 
@@ -188,17 +199,51 @@ def ended_panel(view: View, lines: int = 8) -> Text:
     return out
 
 
-def verdict_line(v: Verdict) -> Text:
-    """The verdict, its numbers, and on a second line the next step (e: every rule, explained)."""
-    out = Text()
-    out.append(f" {v.headline.upper()} ", VERDICT_STYLE.get(v.code, "bold") + " reverse")
-    out.append("  ")
-    out.append(safe_text(v.evidence, 300))
-    out.append("\n→ ", "bold")
-    out.append(safe_text(v.next_step, 400))
-    if v.code != "waiting":
-        out.append(f"  ({v.confidence} confidence; e: why)", "dim")
-    return out
+VERDICT_LINES = 4  # the verdict panel's height (tuimon.tcss): the numbers take at most 2 of them
+
+
+def verdict_line(v: Verdict, width: int = 0) -> Text:
+    """The verdict, its numbers, and on the next line the next step (e: every rule, explained).
+    width: fit the panel's VERDICT_LINES there (0: no limit): the numbers and the next step are
+    each cut short with "…" rather than mid-sentence by the panel's edge."""
+    numbers = Text()
+    numbers.append(f" {v.headline.upper()} ", VERDICT_STYLE.get(v.code, "bold") + " reverse")
+    numbers.append("  ")
+    numbers.append(safe_text(v.evidence, 300))
+    numbers = clamp(numbers, Text(), width, 2)
+    step = Text()
+    step.append("→ ", "bold")
+    step.append(safe_text(v.next_step, 400))
+    tail = Text(f"  ({v.confidence} confidence; e: why)", "dim") if v.code != "waiting" else Text()
+    step = clamp(step, tail, width, VERDICT_LINES - wrapped_lines(numbers, width))
+    return Text("\n").join([numbers, step])
+
+
+_CONSOLE = Console(file=io.StringIO(), width=1000, color_system=None)  # wraps text as the panels do; draws nothing
+
+
+def wrapped_lines(text: Text, width: int) -> int:
+    """How many lines text takes in a panel width cells wide (0: one per line of it)."""
+    return len(text.wrap(_CONSOLE, width)) if width else len(text.plain.split("\n"))
+
+
+def clamp(head: Text, tail: Text, width: int, lines: int) -> Text:
+    """head then tail in at most `lines` lines of width (0: no limit): where they take more, head
+    is cut short at a word, with "…"; tail stays whole."""
+    if not width or wrapped_lines(head + tail, width) <= lines:
+        return head + tail
+
+    def cut(n: int) -> Text:
+        short = head[:n]
+        short.rstrip()
+        return short + Text("…") + tail
+
+    lo, hi = 0, len(head.plain)  # the longest head[:n] that fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if wrapped_lines(cut(mid), width) <= lines else (lo, mid - 1)
+    space = head.plain.rfind(" ", 0, lo + 1)
+    return cut(space if space > lo - 20 and space > 0 else lo)
 
 
 BASELINE_STYLE = {"regression": "bold red", "faster": "bold green", "same": "bold green", "too few steps": "dim"}

@@ -41,6 +41,7 @@ class MainScreen(Screen):
 
     _slow: View | None = None
     _slow_at = 0.0
+    _verdict_for: tuple | None = None  # (verdict, width) the verdict panel shows
 
     def _window_view(self, view: View) -> View:
         """The view the window statistics are drawn from: renewed every SLOW_S, or at once when
@@ -62,7 +63,11 @@ class MainScreen(Screen):
         if line.display != bool(status):
             line.display = bool(status)  # (a change of display lays the screen out again)
         line.show(status)
-        q("#verdict", Panel).show(render.verdict_line(slow.verdict))
+        verdict = q("#verdict", Panel)
+        shown = self._verdict_for
+        if shown is None or shown[0] is not slow.verdict or shown[1] != verdict.text_width:  # (fitted to the width)
+            self._verdict_for = (slow.verdict, verdict.text_width)
+            verdict.show(render.verdict_line(slow.verdict, verdict.text_width))
         now = q("#now", Panel)
         line = render.now_line(view, now.text_width)
         if now.display != bool(line):
@@ -99,6 +104,8 @@ def _baseline_state(view: View) -> str | None:
 SLOW_S = COLUMN_S  # window statistics are redrawn this often (or at once when the verdict changes)
 
 
+NO_RANGES = Text("None yet: the job's own ranges appear here (with tuimon.range(\"name\"), nvtx.annotate or "
+                 "torch.cuda.nvtx.range in its code).", "dim")
 SORT_KEYS = [("share", "share"), ("count", "count"), ("mean_ms", "mean ms"), ("p95_ms", "p95 ms"), ("name", "name")]
 
 
@@ -112,6 +119,9 @@ class RangesScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Static(id="ranges-title")
+        none = Static(NO_RANGES, id="ranges-none")
+        none.styles.padding = (0, 1)  # (as the title's leading space, on every line it wraps to)
+        yield none
         yield DataTable(id="ranges", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
@@ -135,8 +145,8 @@ class RangesScreen(Screen):
         key, label = SORT_KEYS[self.sort]
         rows = sorted(self._rows or [], key=lambda r: (getattr(r, key) is None, getattr(r, key)), reverse=key != "name")
         self.query_one("#ranges-title", Static).update(
-            Text(f" Ranges over the last steps, sorted by {label} (s: next sort, esc: back)"
-                 + ("" if rows else ": none yet (tuimon.range, nvtx.annotate or torch.cuda.nvtx)"), "bold"))
+            Text(f" Ranges over the last steps, sorted by {label} (s: next sort, esc: back)", "bold"))
+        self.query_one("#ranges-none", Static).display = not rows  # (on lines of its own: it wraps, never cut)
         t = self.query_one(DataTable)
         t.clear()
         for r in rows:
@@ -168,7 +178,8 @@ class GpuScreen(Screen):
     def show_view(self, view: View, label: str) -> None:
         self._view = view
         if not view.gpus:
-            self.query_one("#gpu-summary", Panel).show(Text(view.gpu_note or "no GPU data", "dim"))
+            self.query_one("#gpu-title", Static).update(Text("GPU detail (esc: back)", "bold"))
+            self.query_one("#gpu-summary", Panel).show(Text(no_gpu_words(view), "dim"))
             return
         if self.index is None:
             self.index = next((i for i, g in enumerate(view.gpus) if g.latest.index in view.target_gpus), 0)
@@ -180,6 +191,13 @@ class GpuScreen(Screen):
         plot = self.query_one("#gpu-plot", Panel)
         plot.show(gpu_history_plot(g, max(40, plot.text_width - 1), max(12, self.app.size.height - 14),
                                    color=not self.app.no_color))
+
+
+def no_gpu_words(view: View) -> str:
+    """Why there is no GPU to show: NVML's own words where it failed."""
+    if "gpu" in view.problems:
+        return f"no GPU data: {safe_text(view.problems['gpu'], 300)}"
+    return view.gpu_note or "no GPU data yet: NVML has not answered (its first read can take a few seconds)"
 
 
 def gpu_history_plot(g, width: int, height: int, color: bool = True) -> Text:
