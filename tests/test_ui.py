@@ -168,7 +168,9 @@ async def test_a_target_that_exits_keeps_its_last_numbers():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         assert "PROCESS EXITED" in text(app, "#header") and "(exited with code 3)" in text(app, "#header")
-        assert "INPUT-BOUND" in text(app, "#verdict") and "p50 20.9" in text(app, "#steps")
+        verdict = text(app, "#verdict")  # (exited, and what its last window was while it ran)
+        assert "EXITED (CODE 3)" in verdict and "while it ran: input-bound" in verdict, verdict
+        assert "p50 20.9" in text(app, "#steps")
 
 
 @pytest.mark.asyncio

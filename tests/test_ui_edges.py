@@ -141,9 +141,10 @@ def test_a_job_that_ended_names_its_log_and_shows_its_last_lines():
     state = MonitorState()
     state.apply(Cycle(1, ProcessSample(100, 1, alive=False, exit_code=-9), job_log="/tmp/x/job-1.log",
                       job_tail=["line 1", "Traceback (most recent call last):", "MemoryError"]))
-    shown = render.status_line(state.view()).plain
-    assert "the job was killed by SIGKILL; its output: /tmp/x/job-1.log" in shown
-    assert shown.rstrip().endswith("MemoryError")
+    view = state.view()
+    shown = render.ended_panel(view).plain
+    assert shown.startswith("its output: /tmp/x/job-1.log") and shown.rstrip().endswith("MemoryError")
+    assert view.verdict.headline == "exited: killed by SIGKILL" and "MemoryError" in view.verdict.evidence
 
 
 def test_without_colour_each_part_of_the_bar_has_its_own_fill():

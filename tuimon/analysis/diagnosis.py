@@ -65,6 +65,7 @@ class Evidence:
     comm_gpu: bool = False  # comm time from CUDA events (else the loop thread's)
     # the present moment
     job_end: JobEnd | None = None  # the process has exited: how
+    ran_as: str | None = None  # ...and the verdict of its last window while it ran ("input-bound: data wait 60%")
     stall: Stall | None = None  # the shown process's progress
     now: StepInProgress | None = None
     step_source: str | None = None
@@ -169,10 +170,10 @@ def rule_exited(c: _Context) -> Rule:
 def rule_stalled(c: _Context) -> Rule:
     e, s = c.e, c.e.stall
     what = "time in its open phase, no step yet" if s and s.first_step else "time since the last step"
+    bar = f"{s.limit_s:,.1f} s: " if s is not None else ""
     check = Check(what, "n/a" if s is None else f"{s.quiet_s:,.1f} s",
-                  "n/a" if s is None else f"> {s.limit_s:,.1f} s (the larger of {T.STALL_FACTOR.show()} the longest "
-                  f"step so far and {T.STALL_FLOOR.show()})", None if s is None else s.stalled,
-                  f"{T.STALL_FACTOR.source}; floor: {T.STALL_FLOOR.source}")
+                  f"> {bar}{T.STALL_FACTOR.show()} the longest step so far, at least {T.STALL_FLOOR.show()}",
+                  None if s is None else s.stalled, f"{T.STALL_FACTOR.source}; floor: {T.STALL_FLOOR.source}")
     checks = [check]
     ranks = Check("ranks stalled", str(len(e.stalled_ranks)), ">= 1", bool(e.stalled_ranks)) if e.ranks >= 2 else None
     if ranks is not None:
@@ -487,7 +488,7 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
 
 
 def _exited_verdict(c: _Context, rules: list[Rule]) -> Verdict:
-    headline, evidence, step = exited_words(c.e.job_end, c.e.memory)
+    headline, evidence, step = exited_words(c.e.job_end, c.e.memory, c.e.ran_as)
     return Verdict("exited", headline, evidence, step, "high" if c.e.job_end.how != "unknown" else "medium", rules)
 
 

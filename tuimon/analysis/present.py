@@ -11,12 +11,15 @@ def _gib(b: int | None) -> str:
     return "n/a" if b is None else f"{b / 2**30:.1f} GiB"
 
 
-def exited_words(end: JobEnd, memory) -> tuple[str, str, str]:
+def exited_words(end: JobEnd, memory, ran_as: str | None = None) -> tuple[str, str, str]:
+    """ran_as: the verdict of its last window while it ran, kept with its last numbers."""
     ex = end.exception or ""
     code = f" (code {end.exit_code})" if end.exit_code is not None and end.exit_code > 0 else ""
-    headline = {"signal": f"exited: {end.headline}", "clean": "exited: finished"}.get(
+    headline = {"signal": f"exited: {end.headline.split(': ', 1)[0]}", "clean": "exited: finished"}.get(
         end.how, f"exited{code}: {ex.split(':', 1)[0]}" if ex else f"exited{code}")
     evidence = end.headline + (f" · at {end.frames[0].removeprefix('at ')}" if end.frames else "")
+    if ran_as:
+        evidence += f" · while it ran: {ran_as}"
     if memory is not None and memory.allocated is not None:
         evidence += (f" · GPU memory last read: allocated {_gib(memory.allocated)}, reserved {_gib(memory.reserved)}, "
                      f"peak {_gib(memory.peak_allocated)}")
@@ -79,10 +82,10 @@ def stalled_words(e, gpu_words: str) -> tuple[str, str, str]:
     idle = e.loop_cpu is not None and e.loop_cpu < 10
     if idle:
         step = (f"the loop thread is blocked{where} ({now.waiting_in if now and now.waiting_in else 'a call'}): "
-                "a lock, a sleep, a read that never returns; the stacks below say which")
+                "a lock, a sleep, a read that never returns; t shows every thread's stack")
     else:
         step = (f"the loop thread is busy{where} and has made no step: a long computation (a checkpoint, an "
-                "evaluation) or a loop that never ends; the stacks below say which")
+                "evaluation) or a loop that never ends; t shows every thread's stack")
     return f"stalled: in {phase}", evidence, step
 
 

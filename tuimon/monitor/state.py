@@ -263,10 +263,14 @@ class MonitorState:
             means[f] = sum(per_gpu) / len(per_gpu) if per_gpu else None
         gpm = any(self.gpus[i].gpm for i in used)
         has_channel = self.training is not None or not isinstance(self.channel, NA)
-        return diagnose(evidence.build(self.training, self._live_process, means, gpm,
-                                       [self.captures[k] for k in sorted(self.captures)], has_channel,
-                                       len(self.ranks), straggler, comm_share, rows=self.ranks, job_end=ended,
-                                       power_share=self._power_share(used)))
+        e = evidence.build(self.training, self._live_process, means, gpm,
+                           [self.captures[k] for k in sorted(self.captures)], has_channel,
+                           len(self.ranks), straggler, comm_share, rows=self.ranks, power_share=self._power_share(used))
+        if ended is None:
+            return diagnose(e)
+        ran = diagnose(replace(e, stall=None))  # (what its last window was, kept with its last numbers)
+        ran_as = f"{ran.headline}: {ran.evidence}" if ran.code not in ("waiting", "exited") else None
+        return diagnose(replace(e, job_end=ended, ran_as=ran_as))
 
     def _power_share(self, used: list[int]) -> float | None:
         """The GPUs' latest power over their limit: a hung collective spins its SMs at near idle power."""

@@ -43,7 +43,7 @@ class TuimonApp(App):
         Binding("minus", "fewer_steps", "-steps", show=False),
         Binding("l", "captures", "captures"),
         Binding("n", "next_rank", "next rank"),
-        Binding("t", "stacks", "threads"),
+        Binding("t", "stacks", "threads", show=False),  # (the stalled verdict points to it; ? lists it)
         Binding("question_mark", "help", "help"),
     ]
 

@@ -347,8 +347,8 @@ class HelpScreen(ModalScreen):
 The verdict (e explains it): exited, stalled, straggler, input-bound,
 comm-bound, GPU memory- or compute-bound, healthy, sync-bound,
 host-bound, or no single bottleneck; each with the numbers that decided
-it and a next step. "now" under it: the step in progress. "coarse" marks GPUs without GPM,
-where only kernel-busy time is known."""
+it and a next step. "now" under it is the step in progress. "coarse"
+marks GPUs without GPM, where only kernel-busy time is known."""
 
     TOP = """tuimon top keys
 
