@@ -47,10 +47,11 @@ class Anatomy(Phases):
         super().restart(t)
         self.sync_spans, self.sites = [], {}
 
-    def sync(self, t0: int, t1: int, frame) -> None:
-        """The loop thread was blocked t0..t1 in a device-to-host sync; frame: the caller's."""
+    def sync(self, t0: int, t1: int, frame, timed: bool = False) -> None:
+        """The loop thread was blocked t0..t1 in a device-to-host sync; frame: the caller's. timed:
+        the sync phase was entered and left around it (its time is given already)."""
         self.sync_spans.append((t0, t1))
-        if self.count_sync(t0, t1):
+        if self.count_sync(t1, t1) if timed else self.count_sync(t0, t1):
             nid = self._site(frame)
             self.sites[nid] = self.sites.get(nid, 0) + 1
 

@@ -189,9 +189,10 @@ class Probe:
         self.anatomy.exit(DATA, t1)
         self.emit(L.DATA_WAIT, ring.depth(), 0, ring.thread_id(), self.step_no, t0, t1, 0.0)
 
-    def synced(self, t0: int, t1: int) -> None:
-        """The loop thread was blocked t0..t1 waiting for the GPU (a device-to-host sync)."""
-        self.anatomy.sync(t0, t1, sys._getframe(1))
+    def synced(self, t0: int, t1: int, timed: bool = False) -> None:
+        """The loop thread was blocked t0..t1 waiting for the GPU (a device-to-host sync); timed:
+        inside the sync phase, entered and left around it."""
+        self.anatomy.sync(t0, t1, sys._getframe(1), timed)
         if self.gpu is not None and not self.gpu.anchored:
             self.gpu.after_sync()
 

@@ -26,6 +26,7 @@ MAX_FRAMES = 48  # per thread in a stacks dump (the innermost ones)
 END_FRAMES = 4  # of an uncaught exception's traceback, innermost first
 MESSAGE_CHARS = 600  # of its message, its lines joined
 _TUIMON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TUIMON_DIR = os.path.join(_TUIMON, "")
 
 
 def _library_dirs() -> tuple[str, ...]:
@@ -44,7 +45,10 @@ def _frame_text(f) -> str:
 
 
 def loop_position(frame, library: tuple[str, ...]) -> tuple[str, str]:
-    """(the innermost frame in the job's own code, the innermost frame when it is elsewhere)."""
+    """(the innermost frame in the job's own code, the innermost frame when it is elsewhere:
+    a library call the loop waits in; tuimon's own wrappers are not where it waits)."""
+    while frame is not None and frame.f_code.co_filename.startswith(_TUIMON_DIR):
+        frame = frame.f_back
     if frame is None:
         return "", ""
     own = frame

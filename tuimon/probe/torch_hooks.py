@@ -24,7 +24,7 @@ import weakref
 from time import monotonic_ns as _now
 
 from . import comm, hooks
-from .anatomy import BACKWARD, DATA, FORWARD, OPTIMIZER
+from .anatomy import BACKWARD, DATA, FORWARD, OPTIMIZER, SYNC
 from .core import BACKWARD_CALL, FORWARD_CALL
 
 DISCOVER_STEPS = 3
@@ -182,18 +182,34 @@ def _patch_backward(torch) -> None:
 # -- syncs ----------------------------------------------------------------------------------------
 
 
+def _waiting(p, fn, *args, **kwargs):
+    """fn blocks the loop until the GPU has caught up: the sync phase while it runs (what the
+    step in progress shows, and a loop stuck on a kernel that never ends), then counted."""
+    a = p.anatomy
+    t0 = _now()
+    a.enter(SYNC, t0)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        t1 = _now()
+        a.exit(SYNC, t1)
+        p.synced(t0, t1, timed=True)
+
+
 def _tensor_sync(orig, to_cpu_only: bool = False):
     """A Tensor method that waits for the GPU when the tensor is on it (to_cpu_only: only when
-    the result is on the CPU, as for .to())."""
+    the result is on the CPU, as for .to(), known once it returns)."""
 
     @functools.wraps(orig)
     def wrapper(self, *args, **kwargs):
         p = hooks._probe
         if p is None or not self.is_cuda or not p.anatomy.on_loop() or _compiling():
             return orig(self, *args, **kwargs)
+        if not to_cpu_only:
+            return _waiting(p, orig, self, *args, **kwargs)
         t0 = _now()
         result = orig(self, *args, **kwargs)
-        if not to_cpu_only or not getattr(result, "is_cuda", True):
+        if not getattr(result, "is_cuda", True):
             p.synced(t0, _now())
         return result
 
@@ -209,10 +225,7 @@ def _device_sync(orig):
         p = hooks._probe
         if p is None or not p.anatomy.on_loop() or _compiling():
             return orig(*args, **kwargs)
-        t0 = _now()
-        result = orig(*args, **kwargs)
-        p.synced(t0, _now())
-        return result
+        return _waiting(p, orig, *args, **kwargs)
 
     wrapper._tuimon = True
     return wrapper
@@ -262,7 +275,9 @@ class ModuleRoots:
         if opened:
             if self.discovering:
                 self.roots.add(module)
-            self._enter()
+            if self.probe.source <= FORWARD_CALL:  # a loop whose only boundary is its model call
+                self.probe.boundary(FORWARD_CALL)
+            a.enter(FORWARD)
         self.depth += 1
         self.entered.append(opened)
 
@@ -278,14 +293,6 @@ class ModuleRoots:
             gpu = self.probe.gpu
             if gpu is not None and gpu.measuring:
                 gpu.mark()  # the outermost forward ended: its kernels are queued
-
-    def _enter(self) -> None:
-        """The outermost module call starts: the forward phase (and the step, in a loop whose only
-        boundary is its model call)."""
-        p, t = self.probe, _now()
-        if p.source <= FORWARD_CALL:
-            p.boundary(FORWARD_CALL, t)
-        p.anatomy.enter(FORWARD, t)
 
     def on_step(self, completed: int) -> None:
         """After DISCOVER_STEPS steps, keep hooks on the outermost modules only."""
@@ -318,7 +325,9 @@ class ModuleRoots:
             return forward(module, *args, **kwargs)
         opened = self.depth == 0 and a.top not in (DATA, BACKWARD)
         if opened:
-            self._enter()
+            if self.probe.source <= FORWARD_CALL:
+                self.probe.boundary(FORWARD_CALL)
+            a.enter(FORWARD)
         self.depth += 1
         try:
             return forward(module, *args, **kwargs)
