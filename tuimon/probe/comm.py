@@ -200,9 +200,11 @@ def _nbytes(x) -> int:
 def _collective(orig, compiling):
     @functools.wraps(orig)
     def wrapper(*args, **kwargs):
+        if compiling():  # (first: under torch.compile the wrapper traces to nothing)
+            return orig(*args, **kwargs)
         p = hooks._probe
         comm = getattr(p, "comm", None)
-        if comm is None or not p.anatomy.on_loop() or compiling():
+        if comm is None or not p.anatomy.on_loop():
             return orig(*args, **kwargs)
         first = args[0] if args else next(iter(kwargs.values()), None)
         cuda = getattr(first, "is_cuda", False) or (isinstance(first, (list, tuple)) and first
@@ -231,13 +233,13 @@ def patch(torch, swap, compiling) -> None:
         orig = getattr(dist, name, None)
         if orig is not None and not getattr(orig, "_tuimon", False):
             swap(dist, name, _collective(orig, compiling))
-    _patch_ddp(torch, swap)
+    _patch_ddp(torch, swap, compiling)
 
 
 # -- DDP --------------------------------------------------------------------------------------------
 
 
-def _patch_ddp(torch, swap) -> None:
+def _patch_ddp(torch, swap, compiling) -> None:
     try:
         from torch.nn.parallel import DistributedDataParallel as DDP
     except Exception:  # noqa: BLE001 - no DDP in this build
@@ -248,6 +250,8 @@ def _patch_ddp(torch, swap) -> None:
 
     @functools.wraps(orig_forward)
     def forward(self, *args, **kwargs):
+        if compiling():
+            return orig_forward(self, *args, **kwargs)
         p = hooks._probe
         comm = getattr(p, "comm", None)
         if comm is not None and torch.is_grad_enabled() and getattr(self, "require_backward_grad_sync", False):

@@ -64,6 +64,7 @@ def patch(torch) -> None:
     _patch_optimizer(torch)
     _patch_backward(torch)
     _patch_syncs(torch)
+    _patch_compile(torch)
     comm.patch(torch, _swap, lambda: _compiling())
     p = hooks._probe
     if p is not None:
@@ -125,11 +126,15 @@ def _patch_optimizer(torch) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
     def before(optimizer, args, kwargs):
+        if _compiling():  # (first: under torch.compile a hook traces to nothing, no graph break)
+            return
         p = hooks._probe
         if p is not None:
             p.anatomy.enter(OPTIMIZER)
 
     def after(optimizer, args, kwargs):
+        if _compiling():
+            return
         p = hooks._probe
         if p is not None:
             p.anatomy.exit(OPTIMIZER)
@@ -145,8 +150,10 @@ def _patch_optimizer(torch) -> None:
 def _phase(orig, phase: int):
     @functools.wraps(orig)
     def wrapper(*args, **kwargs):
+        if _compiling():
+            return orig(*args, **kwargs)
         p = hooks._probe
-        if p is None or _compiling():
+        if p is None:
             return orig(*args, **kwargs)
         anatomy = p.anatomy
         if anatomy.top == phase:  # (a backward inside a backward: the outer call times both)
@@ -202,8 +209,10 @@ def _tensor_sync(orig, to_cpu_only: bool = False):
 
     @functools.wraps(orig)
     def wrapper(self, *args, **kwargs):
+        if _compiling():
+            return orig(self, *args, **kwargs)
         p = hooks._probe
-        if p is None or not self.is_cuda or not p.anatomy.on_loop() or _compiling():
+        if p is None or not self.is_cuda or not p.anatomy.on_loop():
             return orig(self, *args, **kwargs)
         if not to_cpu_only:
             return _waiting(p, orig, self, *args, **kwargs)
@@ -222,8 +231,10 @@ def _device_sync(orig):
 
     @functools.wraps(orig)
     def wrapper(*args, **kwargs):
+        if _compiling():
+            return orig(*args, **kwargs)
         p = hooks._probe
-        if p is None or not p.anatomy.on_loop() or _compiling():
+        if p is None or not p.anatomy.on_loop():
             return orig(*args, **kwargs)
         return _waiting(p, orig, *args, **kwargs)
 
@@ -246,6 +257,43 @@ def _patch_syncs(torch) -> None:
             _swap(cls, "synchronize", _device_sync(cls.synchronize))
 
 
+# -- torch.compile ----------------------------------------------------------------------------------
+
+
+def _patch_compile(torch) -> None:
+    """A job that compiles must run the same compiled graphs with tuimon as without it: torch.compile
+    warns of global module hooks and traces them (a graph break at every untraceable call), so from
+    the job's first torch.compile on there are none (ModuleRoots.compiled), and a compiled module is
+    timed at its own boundary, outside the compiled code. Every hook left checks is_compiling() first,
+    so that where torch.compile traces one it traces to nothing."""
+    orig = torch.compile
+    if getattr(orig, "_tuimon", False):
+        return
+
+    @functools.wraps(orig)
+    def compile(*args, **kwargs):
+        result = orig(*args, **kwargs)
+        roots = getattr(hooks._probe, "roots", None)
+        if roots is not None:
+            roots.compiled(result)
+        return result
+
+    compile._tuimon = True
+    _swap(torch, "compile", compile)
+    orig_module_compile = torch.nn.Module.compile
+
+    @functools.wraps(orig_module_compile)
+    def module_compile(self, *args, **kwargs):  # Module.compile(): in place, through torch.compile
+        result = orig_module_compile(self, *args, **kwargs)
+        roots = getattr(hooks._probe, "roots", None)
+        if roots is not None:
+            roots.compiled_in_place(self)
+        return result
+
+    module_compile._tuimon = True
+    _swap(torch.nn.Module, "compile", module_compile)
+
+
 # -- forward --------------------------------------------------------------------------------------
 
 
@@ -261,15 +309,16 @@ class ModuleRoots:
         self.entered: list[bool] = []  # per open module call: did it open the forward phase?
         self.roots: weakref.WeakSet = weakref.WeakSet()
         self.discovering = True
+        self._module_class = torch.nn.Module
         self._global = [nn_module.register_module_forward_pre_hook(self._pre),
                         nn_module.register_module_forward_hook(self._post, always_call=True)]
         self._handles: list = []
 
     def _pre(self, module, args):
-        if hooks._probe is not self.probe:  # forked child, or the probe switched off
+        if _compiling() or hooks._probe is not self.probe:  # (compiled: traced to nothing); forked, or off
             return
         a = self.probe.anatomy
-        if not a.on_loop() or _compiling():
+        if not a.on_loop():
             return
         opened = self.depth == 0 and a.top not in (DATA, BACKWARD)
         if opened:
@@ -282,10 +331,10 @@ class ModuleRoots:
         self.entered.append(opened)
 
     def _post(self, module, args, output):
-        if hooks._probe is not self.probe:
+        if _compiling() or hooks._probe is not self.probe:
             return
         a = self.probe.anatomy
-        if not a.on_loop() or _compiling() or not self.entered:
+        if not a.on_loop() or not self.entered:
             return
         self.depth -= 1
         if self.entered.pop():
@@ -298,10 +347,50 @@ class ModuleRoots:
         """After DISCOVER_STEPS steps, keep hooks on the outermost modules only."""
         if not self.discovering or completed < DISCOVER_STEPS or self.depth:
             return
+        self._end_discovery()
+
+    def _end_discovery(self) -> None:
         self.discovering = False
         for h in self._global:
             h.remove()
+        self._global = []
         self._hook_roots()
+
+    def compiled(self, result) -> None:
+        """The job called torch.compile (result: what it returned): discovery ends now, before
+        anything compiled is traced (the roots found so far keep their own hooks, which trace to
+        nothing); a compiled module (OptimizedModule) is a root, timed by its class's __call__."""
+        if self.discovering:
+            self._end_discovery()
+        cls = type(result)
+        if isinstance(result, self._module_class) and cls is not self._module_class \
+                and not getattr(cls.__call__, "_tuimon", False):
+            orig_call = cls.__call__
+            roots = self
+
+            @functools.wraps(orig_call)
+            def __call__(module, *args, **kwargs):
+                if _compiling() or hooks._probe is not roots.probe:
+                    return orig_call(module, *args, **kwargs)
+                return roots.call(module, orig_call, args, kwargs)
+
+            __call__._tuimon = True
+            _swap(cls, "__call__", __call__)
+
+    def compiled_in_place(self, module) -> None:
+        """module.compile(): its calls go to its _compiled_call_impl, which is timed at its boundary."""
+        inner = getattr(module, "_compiled_call_impl", None)
+        if inner is None or getattr(inner, "_tuimon", False):
+            return
+        roots = self
+
+        def timed(*args, **kwargs):
+            if _compiling() or hooks._probe is not roots.probe:
+                return inner(*args, **kwargs)
+            return roots.call(module, lambda _, *a, **k: inner(*a, **k), args, kwargs)
+
+        timed._tuimon = True
+        module._compiled_call_impl = timed
 
     def _hook_roots(self) -> None:
         for m in list(self.roots):
@@ -320,8 +409,10 @@ class ModuleRoots:
 
     def call(self, module, forward, args, kwargs):
         """forward(module, ...) as a root: what _pre and _post do around it, in one call."""
+        if _compiling():
+            return forward(module, *args, **kwargs)
         a = self.probe.anatomy
-        if not a.on_loop() or _compiling():
+        if not a.on_loop():
             return forward(module, *args, **kwargs)
         opened = self.depth == 0 and a.top not in (DATA, BACKWARD)
         if opened:

@@ -1,0 +1,47 @@
+"""A torch.compile'd model under the probe runs the same compiled graphs as without it: no graph
+break added, the same number of graphs and captured calls, no warning added to its output, and
+its forward phase still measured (at the compiled module's boundary)."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, tuimon_cmd
+
+COMPILED = str(ROOT / "tests" / "workloads" / "compiled.py")
+
+
+def run(env, under_tuimon):
+    cmd = [sys.executable, COMPILED]
+    if under_tuimon:
+        cmd = tuimon_cmd("run", "--plain", "--interval", "0.3", "--", *cmd)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def counters(r):
+    line = next(x for x in (r.stdout + r.stderr).splitlines() if x.startswith("graph_breaks"))
+    return line.rsplit(" ", 1)[0]  # (without its time)
+
+
+def job_lines(r):
+    """What the job itself printed (tuimon's own lines start with 'pid ' or 'tuimon:')."""
+    return [x for x in (r.stdout + r.stderr).splitlines() if not x.startswith(("pid ", "tuimon:"))]
+
+
+@pytest.mark.parametrize("backend, how", [("eager", "wrap"), ("eager", "inplace"), ("inductor", "wrap")])
+def test_a_compiled_model_runs_the_same_graphs_under_the_probe(shm_dir, backend, how):
+    if backend == "inductor" and not (shutil.which("gcc") or shutil.which("cc")):
+        pytest.skip("inductor needs a C++ compiler on the CPU")
+    env = {**os.environ, "BACKEND": backend, "HOW": how}
+    plain, probed = run(env, False), run(env, True)
+    assert counters(probed) == counters(plain), (counters(plain), counters(probed))
+    assert counters(plain).startswith("graph_breaks 0 ")
+    assert [x for x in job_lines(probed) if not x.startswith("graph_breaks")] == \
+           [x for x in job_lines(plain) if not x.startswith("graph_breaks")]  # no warning added
+    last = [x for x in probed.stdout.splitlines() if x.startswith("pid ") and "phases" in x][-1]
+    assert "forward" in last.split("phases", 1)[1], last  # measured at the compiled module's boundary
