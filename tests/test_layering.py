@@ -95,7 +95,7 @@ def test_analysis_kinds_match_the_layout():
     from tuimon.channel import layout
 
     assert (steps.RANGE, steps.STEP, steps.DATA_WAIT, steps.COUNT, steps.PHASE, steps.STEP_VALUE, steps.GAUGE,
-            steps.SITE) == layout.KINDS
+            steps.SITE, steps.HOT) == layout.KINDS
     names = ["kind", "depth", "flags", "name", "tid", "step", "t0", "t1", "value", "seq"]
     assert [steps.F_KIND, steps.F_DEPTH, steps.F_NAME, steps.F_TID, steps.F_STEP, steps.F_T0, steps.F_T1,
             steps.F_VALUE] == [names.index(n) for n in ("kind", "depth", "name", "tid", "step", "t0", "t1", "value")]

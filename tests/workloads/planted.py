@@ -13,6 +13,9 @@ KIND (CPU and GPU):
   lightning   the same, with forward and backward inside optimizer.step(closure), 2 micro-batches
   input       batches take 60 ms each in 2 workers; the model computes ~5 ms
   python      30 ms of Python per step outside the model, no syncs
+  hotspot     a small model, then 20 ms of Python at one line outside it (its share: hot_share)
+  wait        a small model, then 20 ms blocked in a native call outside it (a lock's acquire with a timeout)
+  optimizer   SGD(foreach=False) over 600 small parameters: the optimizer step is most of the step
 KIND (GPU):
   launch      a deep narrow MLP (200 layers of 64x64, batch 16): ~1,000 tiny kernels a step
   sync        ~10 ms of matmuls, loss.item(), then 30 ms of Python
@@ -24,6 +27,7 @@ KIND (GPU):
 import argparse
 import json
 import os
+import threading
 import time
 from collections import deque
 
@@ -102,6 +106,7 @@ class Truth:
         self.steps, self.step_s, self.syncs = 0, 0.0, 0
         self.log: deque[list[float]] = deque(maxlen=LOG_STEPS)  # every step: its time, then PARTS' (ms), for same-steps comparisons
         self.extra: dict = {}
+        self.hot_s = 0.0  # the planted hot line's own time (hot_share: its share of the steps)
         self.last_write = 0.0
         self.last_add: float | None = None
 
@@ -126,6 +131,8 @@ class Truth:
         for k, v in parts.items():
             if k == "syncs":
                 self.syncs += v
+            elif k == "hot":
+                self.hot_s += v
             else:
                 self.t[k] += v
         if time.monotonic() - self.last_write >= 0.5:
@@ -139,7 +146,8 @@ class Truth:
         shares = {k: v / self.step_s for k, v in self.t.items()}
         shares["other"] = max(0.0, 1 - sum(shares.values()))
         out = {"kind": self.kind, "device": self.device, "steps": n, "step_ms": 1e3 * self.step_s / n,
-               "shares": shares, "syncs_per_step": self.syncs / n, "log": list(self.log), **self.extra}
+               "shares": shares, "syncs_per_step": self.syncs / n, "hot_share": self.hot_s / self.step_s,
+               "log": list(self.log), **self.extra}
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
             json.dump(out, f)
@@ -230,6 +238,32 @@ def run(kind: str, seconds: float, truth_path: str | None, device: str) -> None:
             c = time.perf_counter()
             spin(30)  # host work (metrics, logging...) that never waits for the GPU
             truth.add(time.perf_counter() - t0, forward=a - t0, backward=b - a, optimizer=c - b)
+        truth.write()
+        return
+
+    if kind in ("hotspot", "wait", "optimizer"):
+        params = 600 if kind == "optimizer" else 2
+        net = nn.Sequential(*[nn.Linear(8, 8) for _ in range(params // 2)]).to(dev)
+        opt = torch.optim.SGD(net.parameters(), lr=1e-3, foreach=False)
+        x, y = torch.randn(32, 8, device=dev), torch.randn(32, 8, device=dev)
+        held = threading.Lock()
+        held.acquire()  # (nobody ever releases it: acquire(timeout=...) waits its whole timeout)
+        while time.monotonic() < end:
+            t0 = time.perf_counter()
+            loss = nn.functional.mse_loss(net(x), y)
+            a = time.perf_counter()
+            opt.zero_grad()
+            loss.backward()
+            b = time.perf_counter()
+            opt.step()
+            c = time.perf_counter()
+            if kind == "hotspot":
+                spin(20)  # the hot line: spin()'s loop
+            elif kind == "wait":
+                held.acquire(timeout=0.02)  # the hot line: blocked in a native call
+            d = time.perf_counter()
+            spin(2)
+            truth.add(time.perf_counter() - t0, forward=a - t0, backward=b - a, optimizer=c - b, hot=d - c)
         truth.write()
         return
 

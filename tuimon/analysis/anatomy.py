@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..model import CommTimes, GpuTimes, Memory, PhaseRow, Syncs, SyncSite
+from ..model import CommTimes, GpuTimes, HotLine, Memory, PhaseRow, Syncs, SyncSite
 from .steps import StepRecord
 from .summary import percentile
 
@@ -136,3 +136,45 @@ def ddp_backward_ms(gauges: dict[int, float], name_of: Callable[[int], str]) -> 
 def dataloader_workers(gauges: dict[int, float], name_of: Callable[[int], str]) -> int | None:
     v = _named(gauges, name_of).get("dataloader.workers")
     return int(v) if v is not None else None
+
+
+def hot_lines(steps: list[StepRecord], name_of: Callable[[int], str], phase_names: tuple[str, ...],
+              per_phase: int = 5) -> tuple[list[HotLine], int]:
+    """The lines of the job's code where the loop thread's samples fell over the window: per phase
+    its top `per_phase`, the largest first, each with how the thread was there; and the window's
+    samples (hows: layout.HOWS order, python, native, waiting)."""
+    by: dict[tuple[int, int], list[float]] = {}  # (phase, line id) -> samples by how
+    for s in steps:
+        for (phase, nid, how), n in s.hot.items():
+            counts = by.setdefault((phase, nid), [0.0, 0.0, 0.0])
+            if 0 <= how < 3:
+                counts[how] += n
+    total = sum(sum(c) for c in by.values())
+    if not total:
+        return [], 0
+    per: dict[int, float] = {}
+    for (phase, _), c in by.items():
+        per[phase] = per.get(phase, 0.0) + sum(c)
+    rows: list[HotLine] = []
+    for phase in sorted(per, key=lambda k: -per[k]):
+        mine = sorted(((nid, c) for (ph, nid), c in by.items() if ph == phase), key=lambda x: -sum(x[1]))
+        for nid, c in mine[:per_phase]:
+            n = sum(c)
+            rows.append(HotLine(phase=phase_names[phase] if 0 <= phase < len(phase_names) else f"phase {phase}",
+                                line=name_of(nid), samples=int(n), share=round(n / total, 4),
+                                phase_share=round(n / per[phase], 4), python=round(c[0] / n, 3),
+                                native=round(c[1] / n, 3), waiting=round(c[2] / n, 3)))
+    return rows, int(total)
+
+
+def optimizer(gauges: dict[int, float], name_of: Callable[[int], str]) -> str | None:
+    """The lead optimizer as the probe said it: 'SGD foreach=False fused=False params=600'."""
+    said = [n for k in gauges if (n := name_of(k)).startswith("optimizer:")]
+    return said[-1].removeprefix("optimizer:") if said else None
+
+
+def how_of(h: HotLine) -> tuple[str, float]:
+    """How the loop thread mostly was at a line: ('Python' | 'in a native call' | 'blocked in a
+    call', its share of the line's samples)."""
+    share, word = max((h.python, "Python"), (h.native, "in a native call"), (h.waiting, "blocked in a call"))
+    return word, share

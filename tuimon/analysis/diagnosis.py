@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model import JobEnd, Memory, StepInProgress, Straggler
+from ..model import HotLine, JobEnd, Memory, StepInProgress, Straggler
 from . import thresholds as T
+from .anatomy import how_of
 from .present import exited_words, stalled_words
 from .stall import Stall
 
@@ -77,6 +78,8 @@ class Evidence:
     holding_ranks: list[int | None] = field(default_factory=list)  # ranks the others wait for in a collective
     power_share: float | None = None  # the target GPUs' power over their limit, 0..1
     memory: Memory | None = None
+    hot: list[HotLine] = field(default_factory=list)  # the loop thread's hottest lines (probe/sampler.py), largest first
+    optimizer: str | None = None  # the lead optimizer: 'SGD foreach=False fused=False params=600'
 
 
 @dataclass(frozen=True)
@@ -455,20 +458,30 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
                        f"{share(other)} of the step is outside the model, data and syncs; the loop thread's CPU, once "
                        "read, tells Python work from a thread blocked on something tuimon does not see",
                        "low", rules)
+    line = next((h for h in e.hot if h.phase == "other"), None) if other > model else None
+    at = f" · {line.line} {share(line.share)} of the time ({how_of(line)[0]})" if line else ""
     if other > model:
         if e.loop_cpu + wait < T.LOOP_CPU_BUSY.value:
+            where = (f"it is blocked at {line.line} ({share(line.waiting)} of that line's samples blocked in a call: a "
+                     "sleep, a lock, I/O, a wait)" if line and line.waiting >= 0.5 else
+                     "it is blocked on something tuimon does not see (I/O, locks, sleeps, collectives): h shows the "
+                     "lines")
             return Verdict("host-bound", "host-bound: the loop waits elsewhere",
-                           f"{gpu} · other {share(other)} of the step · {cpu} (< {T.LOOP_CPU_BUSY.show()})",
-                           "outside the model, data and syncs the loop thread is mostly not computing: it is blocked "
-                           "on something tuimon does not see (I/O, locks, sleeps, collectives): c captures a window "
-                           "to see where", confidence, rules)
-        step = (f"{share(other)} of the step is Python outside the model, data and syncs: move it off the loop "
-                "(logging, metrics, host-side preprocessing), or do it every N steps")
+                           f"{gpu} · other {share(other)} of the step · {cpu} (< {T.LOOP_CPU_BUSY.show()}){at}",
+                           f"outside the model, data and syncs the loop thread is mostly not computing: {where}",
+                           confidence, rules)
+        step = (f"{share(other)} of the step is Python outside the model, data and syncs"
+                + (f", {share(line.share)} of it at {line.line}" if line else "")
+                + ": move it off the loop (logging, metrics, host-side preprocessing), or do it every N steps")
+        if line and line.native >= 0.5:
+            step = (f"{share(other)} of the step is outside the model, {share(line.share)} of the time at {line.line}, "
+                    f"in a native call ({share(line.native)} of its samples: a copy or an op on the CPU): move that work "
+                    "to the GPU or to the DataLoader's workers, or do it every N steps")
         if e.loop_cpu < T.LOOP_CPU_BUSY.value:  # the wait for a core made it busy
             step += (f"; and the loop thread waited for a core {wait:.0f}% of the time: other processes compete for "
                      "this machine's CPUs (DataLoader workers beyond the cores, other jobs): leave the loop a core")
         return Verdict("host-bound", "host-bound: Python outside the model",
-                       f"{gpu} · other {share(other)} of the step (forward+backward+optimizer {share(model)}) · {cpu}",
+                       f"{gpu} · other {share(other)} of the step (forward+backward+optimizer {share(model)}) · {cpu}{at}",
                        step, confidence, rules)
     if c.busy is None:  # no GPU in sight (neither NVML nor the job's CUDA events): the model's work is on the CPU
         return Verdict("host-bound", "host-bound: the model's work on the CPU",
@@ -476,6 +489,11 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
                        "no GPU seen (neither NVML nor CUDA events): the model computes on the CPU: a GPU "
                        "(model.to('cuda')) if there is one, else cheaper CPU work: torch.compile, larger batches (fewer, "
                        "larger ops), torch.set_num_threads(the cores it has)", confidence, rules)
+    opt, largest = e.phases.get("optimizer", 0.0), max(e.phases.get(p, 0.0) for p in ("forward", "backward", "optimizer"))
+    if opt and opt == largest:  # the optimizer's step is the model's largest part
+        return Verdict("host-bound", "host-bound: the optimizer step",
+                       f"{gpu} · optimizer {share(opt)} of the step (forward+backward+optimizer {share(model)}) · {cpu}"
+                       + (f" · {e.optimizer}" if e.optimizer else ""), _optimizer_step(e, opt), confidence, rules)
     if e.kernels_per_step:
         step = (f"{e.kernels_per_step:,.0f} kernels per step averaging {e.kernel_us:.1f} us (last capture): CUDA graphs "
                 "(torch.compile(mode='reduce-overhead')) or torch.compile to fuse them, or larger batches")
@@ -485,6 +503,20 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     return Verdict("host-bound", "host-bound: launches and Python in the model",
                    f"{gpu} · forward+backward+optimizer {share(model)} of the step on the host · {cpu}", step,
                    confidence, rules)
+
+
+def _optimizer_step(e: Evidence, opt: float) -> str:
+    """What speeds up an optimizer step that dominates, from how it steps (the probe read its
+    settings, and torch's own choice where it was left to torch)."""
+    desc = e.optimizer or ""
+    if "fused=True" in desc:
+        return (f"optimizer.step() is {share(opt)} of the step though fused ({desc}): fewer, larger parameters, or "
+                "CUDA graphs around the step (torch.compile)")
+    if "foreach=False" in desc:
+        return (f"optimizer.step() is {share(opt)} of the step and updates its parameters one by one ({desc}): "
+                "foreach=True (one kernel per group of tensors), or fused=True on CUDA (Adam, AdamW, SGD)")
+    return (f"optimizer.step() is {share(opt)} of the step ({desc or 'its settings unknown'}): fused=True on CUDA "
+            "(Adam, AdamW, SGD), or torch.compile of the step")
 
 
 def _exited_verdict(c: _Context, rules: list[Rule]) -> Verdict:

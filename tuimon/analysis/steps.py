@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 # Record kinds and field positions: a copy of tuimon.channel.layout's, so this layer stays
 # stdlib-only (a test checks they agree).
-RANGE, STEP, DATA_WAIT, COUNT, PHASE, STEP_VALUE, GAUGE, SITE = 1, 2, 3, 4, 5, 6, 7, 8
+RANGE, STEP, DATA_WAIT, COUNT, PHASE, STEP_VALUE, GAUGE, SITE, HOT = 1, 2, 3, 4, 5, 6, 7, 8, 9
 F_KIND, F_DEPTH, F_NAME, F_TID, F_STEP, F_T0, F_T1, F_VALUE = 0, 1, 3, 4, 5, 6, 7, 8
 
 
@@ -31,6 +31,7 @@ class StepRecord:
     phases: dict[int, float] = field(default_factory=dict)  # phase name id -> exclusive ns on the loop thread
     values: dict[int, float] = field(default_factory=dict)  # name id -> a number about the step (GPU, syncs)
     sites: dict[int, float] = field(default_factory=dict)  # sync call site name id -> estimated calls
+    hot: dict[tuple[int, int, int], float] = field(default_factory=dict)  # (phase index, line name id, how) -> samples
 
     @property
     def duration_ns(self) -> int:
@@ -86,6 +87,9 @@ class StepAccumulator:
                 s.values[r[F_NAME]] = r[F_VALUE]
             elif kind == SITE:
                 s.sites[r[F_NAME]] = s.sites.get(r[F_NAME], 0.0) + r[F_VALUE]
+            elif kind == HOT:
+                key = (r[F_DEPTH], r[F_NAME], r[F_T0])
+                s.hot[key] = s.hot.get(key, 0.0) + r[F_VALUE]
             elif kind == STEP:
                 s.t0, s.t1, s.tid = r[F_T0], r[F_T1], r[F_TID]
                 self.open.pop(s.index, None)

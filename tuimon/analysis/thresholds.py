@@ -64,6 +64,11 @@ STALL_WARMUP_STEPS = Threshold(5, "steps", "NVIDIA Resiliency Extension's fault 
 STALL_IDLE_CPU = Threshold(10, "%", "tuimon: a thread below a tenth of a core is waiting, not computing (a blocked "
                                     "read, a lock, a sleep); a thread computing reads near 100%")
 
+# Hot lines (probe/sampler.py).
+HOT_MIN_SAMPLES = Threshold(20, "samples", "the binomial error of a share measured from n samples is at most "
+                                           "1/(2 sqrt(n)): 0.11 at 20 samples, the issue's bar for a hot line's share "
+                                           "(within 0.1 of the loop's own timers); fewer samples name no line")
+
 # Regressions against a baseline (tuimon/analysis/regression.py).
 REGRESSION_FACTOR = Threshold(1.10, "x", "airspeed velocity (asv compare / continuous): a result 1.1x slower than "
                                          "its reference is a regression (its default --factor)")

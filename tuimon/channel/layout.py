@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 
 MAGIC = b"TUIMONCH"
-LAYOUT_VERSION = 3  # v3: the step in progress, the job's end, the threads' stacks (v2: the step's anatomy)
+LAYOUT_VERSION = 3  # v3: the step in progress, the job's end, the threads' stacks, hot lines (v2: the anatomy)
 
 PAGE = 4096
 HEADER_SIZE = PAGE
@@ -29,7 +29,7 @@ CONTROL_SIZE = PAGE
 STACKS_OFFSET = 2 * PAGE
 STACKS_CAPACITY = 64 * 1024
 NAMES_OFFSET = STACKS_OFFSET + STACKS_CAPACITY
-NAMES_CAPACITY = 64 * 1024
+NAMES_CAPACITY = 256 * 1024  # (the sampler's hot lines are names too: up to MAX_LINES of them)
 RING_OFFSET = NAMES_OFFSET + NAMES_CAPACITY
 DEFAULT_RING_RECORDS = 1 << 16  # 3 MiB of records: 0.3 s at 200k ranges/s, 3x a 10 Hz drain
 MIN_RING_RECORDS = 64
@@ -99,9 +99,14 @@ PHASE = 5  # the loop thread's exclusive time in a phase (name) during the step:
 STEP_VALUE = 6  # a number about the step (name: "sync.count", "gpu.step_ns", ...): value
 GAUGE = 7  # a level at t1, not tied to a step (name: "cuda.allocated", ...): value
 SITE = 8  # a device-to-host sync call site (name "file:line") during the step: value = estimated calls
-KINDS = (RANGE, STEP, DATA_WAIT, COUNT, PHASE, STEP_VALUE, GAUGE, SITE)  # _fastring.c: KIND_MAX
+HOT = 9  # the loop thread's samples at a line of the job's code (name) in the step: value = samples, depth = the
+# phase open (anatomy.PHASES index), t0 = how the thread was (HOW_*), t1 = when counted
+KINDS = (RANGE, STEP, DATA_WAIT, COUNT, PHASE, STEP_VALUE, GAUGE, SITE, HOT)  # _fastring.c: KIND_MAX
 KIND_NAMES = {RANGE: "range", STEP: "step", DATA_WAIT: "data_wait", COUNT: "count", PHASE: "phase",
-              STEP_VALUE: "step_value", GAUGE: "gauge", SITE: "site"}
+              STEP_VALUE: "step_value", GAUGE: "gauge", SITE: "site", HOT: "hot"}
+PHASES = ("other", "data", "forward", "backward", "optimizer", "sync", "comm")  # the step's phases (probe/anatomy.py)
+HOW_PYTHON, HOW_NATIVE, HOW_WAITING = 0, 1, 2  # a sample's thread: running Python, in a native call on a
+HOWS = ("python", "native", "waiting")  # CPU, or in a native call blocked (a sleep, a lock, I/O, the GPU)
 
 # Control block (offsets within it). The monitor writes the request; the probe the rest.
 CTL_REQUEST = struct.Struct("<QIId")  # seq, mode, steps, seconds

@@ -15,6 +15,7 @@ from .process import HostSample, ProcessSample, ProcRow
 from .training import (
     CommTimes,
     GpuTimes,
+    HotLine,
     JobEnd,
     Memory,
     PhaseRow,
@@ -30,7 +31,7 @@ from .training import (
 from .values import NA, is_na, num, reason
 
 __all__ = [
-    "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "CommTimes", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "JobEnd", "Memory",
+    "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "CommTimes", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "HotLine", "JobEnd", "Memory",
     "PhaseRow", "ProcRow", "ProcessSample", "RangeRow", "RankRow", "StepInProgress", "StepTimes", "Straggler", "SyncSite", "Syncs", "TrainingSnapshot",
     "from_json", "is_na", "num", "reason", "to_json",
 ]

@@ -112,6 +112,20 @@ class Straggler:
     others_measured_ms: float | None = None  # the median of what the others measure (their step less their wait)
 
 
+@dataclass(frozen=True, kw_only=True)
+class HotLine:
+    """A line of the job's code where the loop thread's samples fell (probe/sampler.py), in a phase."""
+
+    phase: str
+    line: str  # "train.py:41 in main · x = batch.to(device)"
+    samples: int
+    share: float  # of all the window's samples: about this share of the loop's time
+    phase_share: float  # of the phase's samples
+    python: float = 0.0  # of its own samples: running Python
+    native: float = 0.0  # in a native call, on a CPU
+    waiting: float = 0.0  # in a native call, blocked (sleep, lock, I/O, the GPU)
+
+
 @dataclass(frozen=True)
 class SyncSite:
     site: str  # file:line of the code that synced (the first frame outside torch and tuimon)
@@ -206,3 +220,6 @@ class TrainingSnapshot:
     end_text: str = ""  # for an exception: 'Type: message' and its innermost frames, a line each
     stacks: str | None = None  # every thread's stack, asked for while the loop seemed stuck
     stacks_age_s: float | None = None
+    hot_lines: list[HotLine] = field(default_factory=list)  # the loop thread's lines, the largest first
+    samples: int = 0  # the loop thread's samples the hot lines come from (the window's)
+    optimizer: str | None = None  # the lead optimizer: 'SGD foreach=False fused=False params=600'

@@ -5,6 +5,7 @@ and the last capture's kernel count."""
 from __future__ import annotations
 
 from ..analysis import stall
+from ..analysis import thresholds as T
 from ..analysis.diagnosis import Evidence
 from ..model import CaptureStatus, JobEnd, ProcessSample, RankRow, Straggler, TrainingSnapshot
 
@@ -64,6 +65,8 @@ def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_
         holding_ranks=[r.rank for r in holding],
         power_share=power_share,
         memory=t.memory,
+        hot=sorted(t.hot_lines, key=lambda h: -h.share) if t.samples >= T.HOT_MIN_SAMPLES.value else [],
+        optimizer=t.optimizer,
         **gpu_means,
     )
 

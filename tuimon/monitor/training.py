@@ -65,6 +65,7 @@ class TrainingView:
         state = r.process_state()
         end_ns = _end_ns(r, state)
         last = self.steps.completed[-1] if self.steps.completed else None
+        hot, samples = anatomy.hot_lines(steps, name, L.PHASES)
         end = r.end()
         stacks = r.stacks() if self._stacks_asked else None
         now = r.now() if state == "alive" else None
@@ -109,6 +110,9 @@ class TrainingView:
             end_text=end.text,
             stacks=stacks[2][:STACKS_KEEP_BYTES] if stacks is not None else None,
             stacks_age_s=round((time.monotonic_ns() - stacks[1]) / 1e9, 1) if stacks is not None else None,
+            hot_lines=hot,
+            samples=samples,
+            optimizer=anatomy.optimizer(self.steps.gauges, name),
         )
 
 

@@ -20,7 +20,7 @@ import threading
 from ..channel import layout as L
 from ..channel.ring import Phases
 
-PHASES = ("other", "data", "forward", "backward", "optimizer", "sync", "comm")
+PHASES = L.PHASES
 OTHER, DATA, FORWARD, BACKWARD, OPTIMIZER, SYNC, COMM = range(len(PHASES))
 SITE_WALKS = 16  # stack walks per step at most (each ~1-2 us)
 MAX_SITES = 256  # distinct call sites named; later ones count as "(other sites)"

@@ -16,7 +16,7 @@ from ..channel import procinfo, ring
 from ..channel.errors import ChannelError
 from ..channel.paths import captures_dir
 from ..channel.writer import SegmentWriter
-from . import hooks
+from . import hooks, sampler
 from .capture import Capturer, control_thread
 from .core import Probe
 from .present import Present
@@ -119,6 +119,10 @@ def _start_capture_control(p: Probe) -> None:
     p._control_stop = stop
     threading.Thread(target=control_thread, args=(p.capturer, p.writer, stop, p.present),
                      name="tuimon-control", daemon=True).start()
+    hz = sampler.rate()
+    if hz > 0:
+        p.sampler = sampler.LoopSampler(p, hz)
+        threading.Thread(target=p.sampler.run, args=(stop,), name="tuimon-sampler", daemon=True).start()
 
 
 def status() -> ProbeStatus:
@@ -136,6 +140,8 @@ def switch(p: Probe, on: bool) -> None:
     global _probe
     from . import torch_hooks
 
+    if p.sampler is not None:
+        p.sampler.paused = not on
     if on:
         _probe = p
         hooks.install(p)

@@ -60,6 +60,7 @@ class Probe:
         self._nvtx_attrs: dict = {}
         self.capturer = None  # capture windows (probe/capture.py), set by instrument()
         self.present = None  # the step in progress and the job's end (probe/present.py), set by instrument()
+        self.sampler = None  # the loop thread's lines (probe/sampler.py), set by instrument()
         self._bad_count_said = False
         self.thread_id = ring.thread_id
         self.anatomy = Anatomy(writer.ring, self.intern)
@@ -118,9 +119,27 @@ class Probe:
                 self._lead_optimizer = weakref.ref(optimizer)
             except TypeError:
                 self._lead_optimizer = lambda o=optimizer: o
+            self._say_optimizer(optimizer)
         elif lead() is not optimizer:
             return
         self.boundary(OPTIMIZER_STEP)
+
+    def _say_optimizer(self, opt) -> None:
+        """Once: which optimizer leads and how it steps (the advice for a slow optimizer phase
+        depends on it): 'optimizer:SGD foreach=False fused=False params=600' as a gauge's name."""
+        try:
+            params = [p for g in opt.param_groups for p in g["params"]]
+            fused, foreach = opt.defaults.get("fused"), opt.defaults.get("foreach")
+            if fused is None or foreach is None:  # torch's own choice when left to it
+                from torch.optim.optimizer import _default_to_fused_or_foreach
+
+                auto_fused, auto_foreach = _default_to_fused_or_foreach(params, False, False)
+                fused = bool(fused) if fused is not None else auto_fused
+                foreach = foreach if foreach is not None else auto_foreach
+            desc = f"optimizer:{type(opt).__name__} foreach={bool(foreach)} fused={bool(fused)} params={len(params)}"
+        except Exception:  # noqa: BLE001 - an optimizer of its own kind: said by name only
+            desc = f"optimizer:{type(opt).__name__}"
+        self.emit(L.GAUGE, 0, self.intern(desc), ring.thread_id(), self.step_no, 0, _now(), 1.0)
 
     def boundary(self, source: int, t1: int | None = None) -> None:
         """A step boundary from `source` at t1 (default now). A stronger source than the one

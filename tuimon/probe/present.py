@@ -29,7 +29,7 @@ _TUIMON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TUIMON_DIR = os.path.join(_TUIMON, "")
 
 
-def _library_dirs() -> tuple[str, ...]:
+def library_dirs() -> tuple[str, ...]:
     """Code that is not the job's own: the standard library, torch, tuimon (frames in these are
     where the loop waits, not where it is in its own code)."""
     paths = sysconfig.get_paths()
@@ -116,7 +116,7 @@ class Present:
     def _library_dirs(self) -> tuple[str, ...]:
         torch_now = "torch" in sys.modules
         if self._library is None or torch_now != self._torch_seen:
-            self._library, self._torch_seen = _library_dirs(), torch_now
+            self._library, self._torch_seen = library_dirs(), torch_now
         return self._library
 
     def publish(self) -> None:

@@ -20,6 +20,7 @@ from .screens import (
     ExplainScreen,
     GpuScreen,
     HelpScreen,
+    HotLinesScreen,
     MainScreen,
     RangesScreen,
     StacksScreen,
@@ -44,6 +45,7 @@ class TuimonApp(App):
         Binding("l", "captures", "captures"),
         Binding("n", "next_rank", "next rank"),
         Binding("t", "stacks", "threads", show=False),  # (the stalled verdict points to it; ? lists it)
+        Binding("h", "hot_lines", "hot lines", show=False),
         Binding("question_mark", "help", "help"),
     ]
 
@@ -121,7 +123,7 @@ class TuimonApp(App):
         except NoMatches:
             return  # the screen is still composing; the next update draws it
 
-    TRAINING_ACTIONS = {"ranges", "explain", "capture", "more_steps", "fewer_steps", "captures", "next_rank", "stacks"}
+    TRAINING_ACTIONS = {"ranges", "explain", "capture", "more_steps", "fewer_steps", "captures", "next_rank", "stacks", "hot_lines"}
 
     def check_action(self, action: str, parameters) -> bool | None:
         """In `top` there is no training process: its keys are off (and out of the footer); `n`
@@ -147,6 +149,10 @@ class TuimonApp(App):
                 self.notify(str(e), title="threads", severity="warning", timeout=4)
         if not isinstance(self.screen, StacksScreen):
             self.push_screen(StacksScreen())
+        self.call_after_refresh(self.redraw)
+
+    def action_hot_lines(self) -> None:
+        self.push_screen(HotLinesScreen())
         self.call_after_refresh(self.redraw)
 
     def action_pause(self) -> None:

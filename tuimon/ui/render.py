@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..analysis import thresholds as T
+from ..analysis.anatomy import how_of
 from ..analysis.diagnosis import Verdict
 from ..capture.client import window_steps
 from ..channel.procinfo import how_it_ended
@@ -487,6 +488,10 @@ def breakdown_panel(view: View, width: int, plain: bool = False) -> Text:
         if ranges:
             out.append("\nyour ranges: ", "dim")
             out.append(" · ".join(f"{safe_text(r.name, 30)} {r.share:.0%}" for r in ranges[:8]))
+        for h in top_lines(t, 2):  # (h: all of them)
+            out.append("\n")
+            out.append(fit(f"{h.phase} {h.share:.0%}: {h.line}", max(20, width - 12)))
+            out.append(f"  {how_words(h)}", "dim")
     elif t.breakdown:
         colors = ["yellow", "green", "magenta", "blue", "cyan", "red", "white"]
         parts = [("data wait" if name == "data_wait" else safe_text(name, 30), frac,
@@ -506,6 +511,39 @@ def breakdown_panel(view: View, width: int, plain: bool = False) -> Text:
                        "dim")
     if t.dropped:
         out.append(f"\n{t.dropped:,} records dropped (ring overrun)", "yellow")
+    return out
+
+
+def top_lines(t, n: int) -> list:
+    """The loop thread's n hottest lines of the window, once there are samples enough to say."""
+    if t is None or t.samples < T.HOT_MIN_SAMPLES.value:
+        return []
+    return sorted(t.hot_lines, key=lambda h: -h.share)[:n]
+
+
+def how_words(h) -> str:
+    """How the loop thread was at a line: 'Python', 'in a native call 80%', ... (its largest)."""
+    word, share = how_of(h)
+    return word if share >= 0.95 else f"{word} {share:.0%}"
+
+
+def hot_lines_text(view: View, width: int) -> Text:
+    """Every phase's hottest lines (the h screen): where the loop thread's samples fell."""
+    t = view.training
+    if t is None:
+        return Text("needs the probe (tuimon run)", "dim")
+    if not t.hot_lines:
+        return Text("no samples yet: the probe samples the loop thread 50 times a second (TUIMON_SAMPLE_HZ)", "dim")
+    out = Text(f"{t.samples:,} samples of the loop thread over the window · share of its time · share of the phase · "
+               "how it was there\n", "dim")
+    phase = None
+    for h in t.hot_lines:
+        if h.phase != phase:
+            phase = h.phase
+            out.append(f"\n{phase}\n", "bold")
+        out.append(f"  {h.share:>4.0%} {h.phase_share:>5.0%}  ")
+        out.append(fit(h.line, max(20, width - 46)))
+        out.append(f"  Python {h.python:.0%} · native {h.native:.0%} · blocked {h.waiting:.0%}\n", "dim")
     return out
 
 

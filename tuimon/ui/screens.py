@@ -262,6 +262,22 @@ class CapturesScreen(Screen):
         self.query_one("#capture-summary", Panel).show(Text("\n".join(safe_text(str(x), 120) for x in lines)))
 
 
+class HotLinesScreen(Screen):
+    """Where the loop thread's time goes, line by line, per phase (the probe's sampler)."""
+
+    BINDINGS = [Binding("escape,h", "app.pop_screen", "back")]
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(" Hot lines of the loop thread, per phase (esc: back)", "bold"))
+        with VerticalScroll():
+            yield Panel(id="hot", classes="box")
+        yield Footer()
+
+    def show_view(self, view: View, label: str) -> None:
+        panel = self.query_one("#hot", Panel)
+        panel.show(render.hot_lines_text(view, panel.text_width))
+
+
 class StacksScreen(Screen):
     """Every thread's stack in the training process, as py-spy dump prints them: asked for when
     the loop stalls, or now with t."""
@@ -339,6 +355,7 @@ class HelpScreen(ModalScreen):
   c    capture window: N steps (+/- change N) or 10 s without steps,
        with nsys under `tuimon run --nsys`, torch.profiler otherwise
   l    captures of this session and what the last one found
+  h    hot lines: where the loop thread's time goes, line by line
   t    threads: every thread's stack in the training process (asked
        for by itself when the loop stalls)
   ?    this help
