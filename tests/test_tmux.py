@@ -199,7 +199,9 @@ def test_a_dropped_terminal_also_stops_the_demo_job(shm_dir):
             job.kill()
 
 
-def test_quitting_the_demo_stops_its_job_cleanly_and_exits_0(shm_dir):
+@pytest.mark.parametrize("key", ["q", "C-c"])
+def test_quitting_the_demo_stops_its_job_cleanly_and_exits_0(shm_dir, key):
+    """q, or Ctrl-C (a key in the TUI, as in top)."""
     demo = " ".join(shlex.quote(x) for x in tuimon_cmd("demo", "--interval", "0.5"))
     t = Tmux(f"sh -c {shlex.quote(demo + '; echo tuimon-exit=$?; sleep 30')}", size=(160, 40))  # room for the label
     job = None
@@ -211,7 +213,7 @@ def test_quitting_the_demo_stops_its_job_cleanly_and_exits_0(shm_dir):
         assert wait_for(lambda: "quit and stop the demo job" in t.screen(), timeout=10, what="the demo's help")
         t.keys("Escape")  # (then wait: an Escape followed at once by q would read as alt+q)
         wait_for(lambda: "quit and stop the demo job" not in t.screen(), timeout=10, what="the help closed")
-        t.keys("q")
+        t.keys(key)
         end = wait_for(lambda: re.search(r"tuimon-exit=(\d+)", t.screen()), timeout=30, what="tuimon's exit")
         assert end.group(1) == "0"
         _, alive = psutil.wait_procs([job], timeout=10)
