@@ -348,18 +348,50 @@ def test_as_pid_1_it_reaps_the_jobs_orphans_passes_signals_on_and_keeps_the_code
     t = Plain(tmp_path, "run", "--plain", "--interval", "0.5", "--", sys.executable, SIGNALS, out, "--orphans", "3",
               "--child", prefix=unshare_prefix())
     try:
-        assert ready_pid(out) == 2  # the job is PID 2: tuimon is PID 1 of the namespace
-        monitor = wait_for(lambda: next((c for c in psutil.Process(t.p.pid).children()), None), what="tuimon")
+        assert ready_pid(out) == 3  # tuimon is PID 1 of the namespace, and its child (2) the job's parent
+        init = wait_for(lambda: next((c for c in psutil.Process(t.p.pid).children()), None), what="tuimon")
         wait_for(lambda: sum(x.startswith("orphan ") for x in lines(out)) == 3, timeout=30, what="3 orphans' ends")
 
         def zombies():
-            return [c for c in monitor.children() if c.status() == psutil.STATUS_ZOMBIE]
+            return [c for c in init.children() if c.status() == psutil.STATUS_ZOMBIE]
         wait_for(lambda: not zombies(), timeout=20, what="the orphans reaped")
         time.sleep(1)
         assert zombies() == []
-        monitor.send_signal(signal.SIGTERM)  # from outside the namespace, as a container runtime does
+        init.send_signal(signal.SIGTERM)  # from outside the namespace, as a container runtime does
         assert t.wait() == EXIT_BASE + signal.SIGTERM
         got = lines(out)
         assert got.count("TERM") == 1 and got.count("child TERM") == 1, got
     finally:
         t.p.kill()
+
+
+@needs_tmux
+def test_as_pid_1_quitting_the_tui_waits_for_the_job_and_ctrl_c_reaches_it_once(tmp_path):
+    """tuimon's end would end the namespace, job and all: after q it waits, saying so; the
+    terminal's Ctrl-C then reaches tuimon once (its own foreground group, as tini arranges), which
+    passes it on."""
+    out = tmp_path / "signals.txt"
+    run = shlex.join([*unshare_prefix(), *tuimon_cmd("run", "--interval", "0.5", "--", sys.executable, SIGNALS, out,
+                                                     "--stubborn")])
+    t = Tmux(f"bash -c {shlex.quote(run + '; echo tuimon-exit=$?; sleep 30')}")
+    job = None
+    try:
+        ready_pid(out)
+        job = wait_for(lambda: next((p for p in psutil.process_iter(["cmdline"]) if str(out) in (p.info["cmdline"] or [])),
+                                    None), what="the job's process")
+        wait_for(lambda: "[tuimon run, every" in t.screen(), timeout=30, what="the TUI")
+        t.keys("q")
+        wait_for(lambda: "it waits for the job" in " ".join(t.screen().split()), timeout=30, what="the wait notice")
+        time.sleep(1)
+        assert "tuimon-exit" not in t.screen() and lines(out)[-1].startswith("ready")
+        t.keys("C-c")
+        wait_for(lambda: "INT" in lines(out), timeout=30, what="the job's INT")
+        time.sleep(1.5)
+        assert lines(out).count("INT") == 1, lines(out)  # not twice: from the terminal and through PID 1
+        job.kill()
+        end = wait_for(lambda: re.search(r"tuimon-exit=(\d+)", t.screen()), timeout=30, what="tuimon's exit")
+        assert end.group(1) == str(128 + signal.SIGKILL)
+    finally:
+        t.kill()
+        if job is not None:
+            kill_all([job])

@@ -16,7 +16,7 @@ from ..channel.text import safe_text
 from ..monitor.session import LiveSession
 from . import launch, textview
 from .export import start_exporter
-from .supervise import StopMonitoring, Supervisor, dies_with_parent, tell
+from .supervise import StopMonitoring, Supervisor, dies_with_parent, serve_as_init, tell, under_init
 from .tui import has_terminal, tui
 
 
@@ -36,6 +36,10 @@ def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, de
         print("tuimon: --headless runs no monitor to compare with a baseline: `tuimon attach PID --baseline FILE` "
               "beside it does", file=sys.stderr)
         return 2
+    if os.getpid() == 1 and not headless:  # a container's entrypoint: stay PID 1 as tini does
+        code = serve_as_init()
+        if code is not None:
+            return code
     exporter = None
     if metrics:
         exporter = start_exporter(*metrics)
@@ -122,11 +126,12 @@ def _after_monitor(child: subprocess.Popen, demo: bool, log_path: str, superviso
             _stop(child)
             tell(f"tuimon: the job's output is in {log_path}")
             return 0  # quitting the demo stops its job: that is the normal end
-        if os.getpid() != 1:
+        if not under_init():
             tell(f"tuimon: the job's output is in {log_path}")
             tell(f"tuimon: the job (PID {child.pid}) goes on; watch it again with `tuimon attach {child.pid}`")
             return 0
-        tell("tuimon: as PID 1 it waits for the job (its end would end the job); Ctrl-C or SIGTERM pass on to it")
+        tell("tuimon: in a container's PID namespace its end would end the job: it waits for the job "
+             "(Ctrl-C or SIGTERM pass on to it)")
     code = supervisor.wait()
     tell(f"tuimon: the job's output is in {log_path}")
     if code != 0 and not supervisor.stopping:

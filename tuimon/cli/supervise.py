@@ -7,7 +7,8 @@ Rules (the README's table says the same):
   KILL_GRACE_S, the third sends it at once.
 - SIGHUP (the terminal is gone) ends the monitor only: a `run` job goes on (it has its own session
   and writes to its log), a demo job is stopped by the caller.
-- As PID 1 (a container's entrypoint) tuimon also reaps the orphans the job leaves, as tini does.
+- As PID 1 (a container's entrypoint) tuimon forks: PID 1 reaps the orphans the job leaves and
+  passes signals on to its child, which is tuimon as above (serve_as_init), as tini does.
 A handler only forwards, counts and calls the monitor's stop hook; printing is left to wait(),
 on the main thread outside any handler.
 """
@@ -20,7 +21,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
@@ -54,7 +54,6 @@ class Supervisor:
         self._hook = None
         self._notes: list[str] = []  # said by wait(), never by a handler
         self._previous: dict[int, object] = {}
-        self._reaper: OrphanReaper | None = None
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -68,14 +67,9 @@ class Supervisor:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous.clear()
-        if self._reaper is not None:
-            self._reaper.stop()
 
     def adopt(self, child: subprocess.Popen) -> None:
         self.child = child
-        if os.getpid() == 1:
-            self._reaper = OrphanReaper(keep=child.pid)
-            self._reaper.start()
         for sig in self.stop_signals:  # received while the job was being started
             self._forward(sig)
 
@@ -143,53 +137,68 @@ class Supervisor:
         while True:
             self.say_notes()
             try:
-                return self.child.wait(timeout=0.2)
+                code = self.child.wait(timeout=0.2)
             except subprocess.TimeoutExpired:
-                pass
+                code = None
+            if code is not None:
+                self.say_notes()
+                return code
             if self.kill_at is not None and time.monotonic() >= self.kill_at:
                 self.kill_at = None
                 tell(f"tuimon: SIGKILL to the job (PID {self.child.pid} and its process group)")
                 self._forward(signal.SIGKILL)
 
 
-class OrphanReaper(threading.Thread):
-    """As PID 1, processes the job leaves behind become tuimon's children: their zombies are
-    reaped here. Only those outside tuimon's own session: they come from the job's tree (it has a
-    session of its own), never from a command tuimon runs and waits for itself; the job (keep)
-    is waited for by its Popen."""
+_under_init = False  # this tuimon is the child of one that stays PID 1 (serve_as_init)
 
-    PERIOD_S = 0.5
 
-    def __init__(self, keep: int):
-        super().__init__(name="tuimon-reaper", daemon=True)
-        self.keep, self.own_session = keep, os.getsid(0)
-        self._done = threading.Event()
+def under_init() -> bool:
+    """tuimon's end would end the job: it is PID 1's child in a PID namespace, whose init ends when
+    its child does, and takes every process of the namespace with it."""
+    return _under_init
 
-    def stop(self) -> None:
-        self._done.set()
 
-    def run(self) -> None:
-        while not self._done.wait(self.PERIOD_S):
-            for pid in self.orphan_zombies():
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
+def serve_as_init() -> int | None:
+    """As PID 1 (a container's entrypoint), do what tini does: fork; the parent stays PID 1,
+    passes the stop signals and hangups on to its child, reaps every zombie (orphans of the job
+    are re-parented to it) and returns the child's exit status. The child returns None and goes
+    on as tuimon (its Popen objects are never raced by the reaper). Call before any thread starts."""
+    global _under_init
+    child = os.fork()
+    if child == 0:
+        _under_init = True
+        _take_the_terminal()
+        return None
 
-    def orphan_zombies(self) -> list[int]:
-        me, found = os.getpid(), []
-        for name in os.listdir("/proc"):
-            if not name.isdigit() or int(name) == self.keep:
-                continue
+    def forward(signum, frame):
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in (*STOP_SIGNALS, signal.SIGHUP):
+        if signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, forward)
+    while True:
+        pid, status = os.wait()  # any child: tuimon, or an orphan to reap
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
+            return code if code >= 0 else 128 - code
+
+
+def _take_the_terminal() -> None:
+    """A process group of its own, in the terminal's foreground where there is one (as tini
+    isolates its child): the terminal's Ctrl-C then reaches tuimon once, not also through PID 1."""
+    os.setpgid(0, 0)
+    try:
+        if os.isatty(0):
+            previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # (a background group asks)
             try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    data = f.read()
-            except OSError:
-                continue
-            fields = data[data.rfind(b")") + 2 :].split()  # state, ppid, pgrp, session, ...
-            if len(fields) > 3 and fields[0] == b"Z" and int(fields[1]) == me and int(fields[3]) != self.own_session:
-                found.append(int(name))
-        return found
+                os.tcsetpgrp(0, os.getpgrp())
+            finally:
+                signal.signal(signal.SIGTTOU, previous)
+    except OSError:
+        pass  # not our controlling terminal: nothing to take
 
 
 def dies_with_parent():
