@@ -171,9 +171,9 @@ def test_headless_is_the_job_itself(tmp_path):
 
 # `tuimon run` with the TUI ---------------------------------------------------------------------------
 
-def tui_job(tmp_path, *job_args):
+def tui_job(tmp_path, *job_args, options=()):
     out = tmp_path / "signals.txt"
-    run = shlex.join(tuimon_cmd("run", "--interval", "0.5", "--", sys.executable, SIGNALS, out, *job_args))
+    run = shlex.join(tuimon_cmd("run", "--interval", "0.5", *options, "--", sys.executable, SIGNALS, out, *job_args))
     t = Tmux(f"sh -c {shlex.quote(run + '; echo tuimon-exit=$?; sleep 30')}")
     return t, out
 
@@ -230,6 +230,25 @@ def test_tui_ctrl_c_key_quits_the_monitor_and_the_job_goes_on(tmp_path):
         assert end.group(1) == "0"
         assert job.is_running() and "INT" not in lines(out)
         assert f"the job (PID {job.pid}) goes on" in t.screen()
+    finally:
+        t.kill()
+        if job is not None:
+            kill_all([job])
+
+
+@needs_tmux
+def test_tui_says_the_metrics_port_it_got(tmp_path):
+    """--metrics-port 0: the port the system chose, in the header and on stderr (issue 26.11)."""
+    t, out = tui_job(tmp_path, options=("--metrics-port", "0"))
+    job = None
+    try:
+        job = psutil.Process(ready_pid(out))
+        header = wait_for(lambda: re.search(r"metrics on :(\d+)\]", t.screen()), timeout=30, what="the header")
+        port = int(header.group(1))
+        assert port > 0
+        t.keys("q")
+        wait_for(lambda: "goes on" in t.screen(), timeout=30, what="the quit")
+        assert f"tuimon: metrics on http://127.0.0.1:{port}/metrics" in t.screen()
     finally:
         t.kill()
         if job is not None:

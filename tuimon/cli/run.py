@@ -130,7 +130,7 @@ def _after_monitor(child: subprocess.Popen, demo: bool, log_path: str, superviso
             tell(f"tuimon: the job's output is in {log_path}")
             tell(f"tuimon: the job (PID {child.pid}) goes on; watch it again with `tuimon attach {child.pid}`")
             return 0
-        tell("tuimon: in a container's PID namespace its end would end the job: it waits for the job "
+        tell("tuimon: as PID 1 here (a container's entrypoint) its end would end the job, so it waits for the job "
              "(Ctrl-C or SIGTERM pass on to it)")
     code = supervisor.wait()
     tell(f"tuimon: the job's output is in {log_path}")

@@ -72,6 +72,9 @@ class Supervisor:
         self.child = child
         for sig in self.stop_signals:  # received while the job was being started
             self._forward(sig)
+        if self.stop_signals:
+            self._notes.append(f"tuimon: {signal.Signals(self.stop_signals[0]).name} as the job started: passed on "
+                               f"to it (PID {child.pid} and its process group); waiting for it to end")
 
     @property
     def stopping(self) -> bool:
