@@ -42,10 +42,21 @@ def tree(pid: int) -> list[psutil.Process]:
     return [p, *p.children(recursive=True)]
 
 
+def running(p: psutil.Process) -> bool:
+    """Still running: a zombie (ended, not yet reaped by whoever adopted it) is not."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def gone(procs, timeout=30) -> list:
-    """Those of procs still running after timeout s (zombies count as gone: nothing runs)."""
-    _, alive = psutil.wait_procs(procs, timeout=timeout)
-    return [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    """Those of procs still running after timeout s."""
+    procs = list(procs)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and any(running(p) for p in procs):
+        time.sleep(0.1)
+    return [p for p in procs if running(p)]
 
 
 def kill_all(procs):
