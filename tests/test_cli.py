@@ -2,10 +2,13 @@
 
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import psutil
 import pytest
@@ -68,11 +71,66 @@ def test_run_shows_a_live_summary_and_cleans_up(shm_dir):
     p = subprocess.run(tuimon_cmd("run", "--plain", "--interval", "0.2", "--", PLANTED, 30, 0.04, 0.005),
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    lines = [x for x in p.stdout.splitlines() if x.startswith("pid ")]
+    lines = p.stdout.splitlines()
+    assert all(x.startswith("pid ") for x in lines), lines[:3]  # only the monitor's: the job writes to its log
     assert len(lines) >= 3 and "step 30 |" in lines[-1] and lines[-1].endswith("[process exited]")
     assert "data wait" in lines[-1] and "phases data" in lines[-1] and "verdict: input-bound" in lines[-1], lines[-1]
     assert p.stderr.splitlines()[-1] == "tuimon: the job exited with code 0"
+    assert "no channel" not in p.stderr + p.stdout  # a job just started: "waiting for its channel"
+    log = re.search(r"tuimon: started PID \d+; its output goes to (\S+)\n", p.stderr).group(1)
+    assert f"tuimon: the job's output is in {log}\n" in p.stderr
+    assert open(log).read().startswith("training")  # planted_wait.py's first line
     assert os.listdir(shm_dir) == []  # the job's segment went with it
+
+
+def test_run_plain_into_head_leaves_the_job_alone(tmp_path, shm_dir):
+    """`| head -3` closes the monitor's stdout: the monitor stops and says so; the job never
+    shared that pipe, so it prints on to its end (before, it died of BrokenPipeError)."""
+    done = tmp_path / "done"
+    job = ("import sys, time, tuimon\n"
+           "for i in range(60): print('job line', i, flush=True); tuimon.step(); time.sleep(0.1)\n"
+           f"open({str(done)!r}, 'w').close()\n")
+    run = shlex.join(tuimon_cmd("run", "--plain", "--interval", "0.2", "--", sys.executable, "-c", job))
+    p = subprocess.run(["bash", "-c", f"set -o pipefail; {run} | head -3"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr  # (pipefail: tuimon's own code)
+    assert len(p.stdout.splitlines()) == 3 and all(x.startswith("pid ") for x in p.stdout.splitlines())
+    assert "nothing reads the monitor's lines any more" in p.stderr and "goes on" in p.stderr
+    assert "Traceback" not in p.stderr
+    log = re.search(r"the job's output is in (\S+)\n", p.stderr).group(1)
+    wait_for(done.exists, timeout=60, what="the job's own end")
+    text = open(log).read()
+    assert "job line 59" in text and "BrokenPipeError" not in text
+
+
+def test_run_plain_names_its_log_in_ls_its_metrics_port_and_a_channel_that_never_comes(tmp_path, shm_dir):
+    """The job's log is in `tuimon ls` as for the TUI; --metrics-port 0 says the port it got; a
+    job with no Python gets no channel, said once after a wait (not 'start it with tuimon run')."""
+    err = tmp_path / "err"
+    with open(err, "w") as e:
+        run = subprocess.Popen(tuimon_cmd("run", "--plain", "--interval", "0.5", "--metrics-port", 0, "--",
+                                          "sleep", "60"), stdout=subprocess.DEVNULL, stderr=e)
+    try:
+        url = wait_for(lambda: re.search(r"tuimon: metrics on (http://127\.0\.0\.1:(\d+)/metrics)\n",
+                                         err.read_text()), timeout=30, what="the metrics line")
+        assert int(url.group(2)) > 0
+        assert urllib.request.urlopen(url.group(1), timeout=10).status == 200
+        said = wait_for(lambda: "no channel" in (t := err.read_text()) and t, timeout=60, what="the no-channel line")
+        assert "tuimon: no channel from the job after 10 s: the probe starts with the job's Python processes" in said
+        assert "start it with" not in said
+    finally:
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=30) == 128 + signal.SIGTERM  # sleep dies of the SIGTERM passed on
+    job = subprocess.Popen(tuimon_cmd("run", "--plain", "--interval", "0.5", "--", sys.executable, "-c",
+                                      "import time, tuimon; [tuimon.step() or time.sleep(0.05) for _ in range(1200)]"),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        log = re.search(r"its output goes to (\S+)", job.stderr.readline()).group(1)
+        ls = wait_for(lambda: (o := subprocess.run(tuimon_cmd("ls"), capture_output=True, text=True,
+                                                   timeout=60).stdout) and log in o and o, timeout=30, what="ls")
+        assert "alive" in ls
+    finally:
+        job.send_signal(signal.SIGTERM)
+        job.communicate(timeout=30)
 
 
 def test_run_keeps_the_environments_own_sitecustomize(tmp_path, shm_dir):

@@ -22,6 +22,10 @@ PLANTED = str(ROOT / "tests" / "workloads" / "planted_wait.py")
 class Tmux:
     def __init__(self, command: str, size=(120, 40)):
         self.name = f"tuimon-test-{uuid.uuid4().hex[:8]}"
+        # A server of its own (-L): the default one is shared with every other tmux user here, and
+        # a session started as that server exits (its last session killed) fails ("server exited
+        # unexpectedly").
+        self.tmux = ["tmux", "-L", self.name]
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in os.environ.items()
                        if k.startswith(("TUIMON_", "PYTHON", "PATH", "HOME", "LANG", "LC_")))
         # Size the window first, then start the program in it: a program started with the session
@@ -34,26 +38,26 @@ class Tmux:
                      # environment) would override the pty's size in Textual: drop them.
                      ["respawn-pane", "-k", "-t", self.name,
                       f"env -u COLUMNS -u LINES {env} TERM=xterm-256color {command}"]):
-            subprocess.run(["tmux", *args], check=True, capture_output=True)
+            subprocess.run([*self.tmux, *args], check=True, capture_output=True)
 
     def screen(self, escapes=False) -> str:
         """The visible screen; escapes=True keeps the SGR sequences (colours, bold)."""
-        return subprocess.run(["tmux", "capture-pane", "-p", *(["-e"] if escapes else []), "-t", self.name],
+        return subprocess.run([*self.tmux, "capture-pane", "-p", *(["-e"] if escapes else []), "-t", self.name],
                               capture_output=True, text=True).stdout
 
     def keys(self, *keys):
-        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+        subprocess.run([*self.tmux, "send-keys", "-t", self.name, *keys], check=True)
 
     def pane_pid(self) -> int:
-        out = subprocess.run(["tmux", "display-message", "-p", "-t", self.name, "#{pane_pid}"],
+        out = subprocess.run([*self.tmux, "display-message", "-p", "-t", self.name, "#{pane_pid}"],
                              capture_output=True, text=True).stdout
         return int(out.strip())
 
     def alive(self) -> bool:
-        return subprocess.run(["tmux", "has-session", "-t", self.name], capture_output=True).returncode == 0
+        return subprocess.run([*self.tmux, "has-session", "-t", self.name], capture_output=True).returncode == 0
 
     def kill(self):
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+        subprocess.run([*self.tmux, "kill-session", "-t", self.name], capture_output=True)
 
 
 def step_of(screen: str) -> int | None:
@@ -199,7 +203,9 @@ def test_a_dropped_terminal_also_stops_the_demo_job(shm_dir):
             job.kill()
 
 
-def test_quitting_the_demo_stops_its_job_cleanly_and_exits_0(shm_dir):
+@pytest.mark.parametrize("key", ["q", "C-c"])
+def test_quitting_the_demo_stops_its_job_cleanly_and_exits_0(shm_dir, key):
+    """q, or Ctrl-C (a key in the TUI, as in top)."""
     demo = " ".join(shlex.quote(x) for x in tuimon_cmd("demo", "--interval", "0.5"))
     t = Tmux(f"sh -c {shlex.quote(demo + '; echo tuimon-exit=$?; sleep 30')}", size=(160, 40))  # room for the label
     job = None
@@ -211,7 +217,7 @@ def test_quitting_the_demo_stops_its_job_cleanly_and_exits_0(shm_dir):
         assert wait_for(lambda: "quit and stop the demo job" in t.screen(), timeout=10, what="the demo's help")
         t.keys("Escape")  # (then wait: an Escape followed at once by q would read as alt+q)
         wait_for(lambda: "quit and stop the demo job" not in t.screen(), timeout=10, what="the help closed")
-        t.keys("q")
+        t.keys(key)
         end = wait_for(lambda: re.search(r"tuimon-exit=(\d+)", t.screen()), timeout=30, what="tuimon's exit")
         assert end.group(1) == "0"
         _, alive = psutil.wait_procs([job], timeout=10)

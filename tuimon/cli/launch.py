@@ -32,8 +32,20 @@ def command(argv: list[str]) -> list[str]:
 
 
 def job_log():
-    """(file, path): a private file for the output of a job whose terminal the TUI holds."""
+    """(file, path): a private file for the output of a job tuimon started: the TUI holds the
+    terminal, and the plain lines go to a stdout that a reader (`| head`) may close."""
     folder = os.path.join(tempfile.gettempdir(), f"tuimon-{os.getuid()}")
     os.makedirs(folder, mode=0o700, exist_ok=True)
     fd, path = tempfile.mkstemp(prefix="job-", suffix=".log", dir=folder)
     return os.fdopen(fd, "w"), path  # (the file object's .name would be the descriptor number)
+
+
+def log_tail(path: str, lines: int = 8) -> list[str]:
+    """The last lines of a job's log (what a failed job said last), [] if it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 16384))
+            return f.read().decode("utf-8", "replace").splitlines()[-lines:]
+    except OSError:
+        return []

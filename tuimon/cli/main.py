@@ -55,7 +55,9 @@ def parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run a training command with the probe installed (no code change) and "
                                    "monitor it")
-    r.add_argument("--headless", action="store_true", help="no monitor: attach later with `tuimon attach PID`")
+    r.add_argument("--headless", action="store_true", help="no monitor: tuimon becomes the job (exec: the same PID, "
+                                                           "so its signals and exit code are the job's own); attach "
+                                                           "later with `tuimon attach PID`")
     r.add_argument("--plain", action="store_true", help="a line of text per interval instead of the TUI")
     r.add_argument("--nsys", action="store_true", help="run it under Nsight Systems: `c` then records nsys windows")
     r.add_argument("--nsys-args", default="", help="more nsys options as one string, split between `nsys launch` and `nsys start` "

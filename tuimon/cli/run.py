@@ -12,10 +12,12 @@ from ..capture.nsys import find_nsys
 from ..capture.nsys_session import NsysArgsError, NsysSession, launch_command, session_name, split_args
 from ..channel import segment_path
 from ..channel.procinfo import exit_status, how_it_ended
+from ..channel.text import safe_text
 from ..monitor.session import LiveSession
 from . import launch, textview
 from .export import start_exporter
-from .tui import has_terminal, say, tui
+from .supervise import StopMonitoring, Supervisor, dies_with_parent, serve_as_init, tell, under_init
+from .tui import has_terminal, tui
 
 
 def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, demo: bool = False,
@@ -34,6 +36,10 @@ def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, de
         print("tuimon: --headless runs no monitor to compare with a baseline: `tuimon attach PID --baseline FILE` "
               "beside it does", file=sys.stderr)
         return 2
+    if os.getpid() == 1 and not headless:  # a container's entrypoint: stay PID 1 as tini does
+        code = serve_as_init()
+        if code is not None:
+            return code
     exporter = None
     if metrics:
         exporter = start_exporter(*metrics)
@@ -68,47 +74,74 @@ def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, de
         except OSError as e:
             print(f"tuimon: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
             return 127
-    log, log_path = (None, None) if plain else launch.job_log()  # the TUI owns the terminal
-    if log_path:
-        env["TUIMON_JOB_LOG"] = log_path  # (the probe keeps it in the channel: `tuimon ls` shows it)
+    if exporter is not None:
+        tell(f"tuimon: metrics on {metrics_url(exporter.port, metrics[1])}")
+    log, log_path = launch.job_log()  # the TUI holds the terminal; a reader may close the plain lines' pipe
+    env["TUIMON_JOB_LOG"] = log_path  # (the probe keeps it in the channel: `tuimon ls` shows it)
+    supervisor = Supervisor()
+    supervisor.install()  # before the job starts: a signal that comes first is passed on once it has
+    child = None
     try:
-        child = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
-                                 start_new_session=not plain)
-    except OSError as e:
-        print(f"tuimon: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
-        if exporter is not None:
-            exporter.close()
-        return 127
-    finally:
-        if log is not None:
+        try:
+            # A session of its own: only tuimon hears the terminal's signals, and passes them on once.
+            child = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=dies_with_parent() if demo else None)
+        except OSError as e:
+            print(f"tuimon: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
+            os.unlink(log_path)  # nothing ran, nothing to keep
+            if exporter is not None:
+                exporter.close()
+            return 127
+        finally:
             log.close()
-    try:
-        if plain:
-            return _follow_plain(child, interval, exporter, baseline)
+        supervisor.adopt(child)
+        tell(f"tuimon: started PID {child.pid}; its output goes to {log_path}")
         what = "tuimon demo" if demo else "tuimon run"
-        label = f"{what}, every {interval:g} s" + (f", metrics on :{exporter.port}" if exporter else "")
-        tui(_exporting(LiveSession(child.pid, interval, popen=child, job_log=log_path), exporter, baseline), label,
-            quit_stops_job=demo, baseline=baseline)
-        say(f"tuimon: the job's output is in {log_path}")
-        if child.poll() is None:
-            if not demo:
-                say(f"tuimon: the job (PID {child.pid}) goes on; watch it again with `tuimon attach {child.pid}`")
-                return 0
-            _stop(child)
-            return 0  # quitting the demo stops its job: that is the normal end
-        say(f"tuimon: the job {how_it_ended(child.returncode)}")
-        return exit_status(child.returncode)
-    except KeyboardInterrupt:
-        child.wait()
-        return exit_status(child.returncode)
+        if plain:
+            _follow_plain(child, interval, exporter, baseline, log_path, supervisor)
+        else:
+            label = f"{what}, every {interval:g} s" + (f", metrics on :{exporter.port}" if exporter else "")
+            tui(_exporting(LiveSession(child.pid, interval, popen=child, job_log=log_path), exporter, baseline),
+                label, quit_stops_job=demo, baseline=baseline, supervisor=supervisor)
+        return _after_monitor(child, demo, log_path, supervisor)
     finally:
+        if child is not None and demo and child.poll() is None:
+            _stop(child)  # the monitor failed: the demo job still never outlives it
+        supervisor.uninstall()
         if session is not None:  # ended with the job already, or ends now (the job goes on untraced)
             session.shutdown()
-        if child.poll() is not None:
+        if child is not None and child.poll() is not None:
             try:
                 os.unlink(segment_path(child.pid))  # a finished job of ours: nobody else reads it
             except OSError:
                 pass
+
+
+def _after_monitor(child: subprocess.Popen, demo: bool, log_path: str, supervisor: Supervisor) -> int:
+    """The monitor has ended: by a stop signal (the job was told: wait for it), with the job
+    (its code), or by q, a hangup or a reader that left (the job goes on; the demo's stops)."""
+    supervisor.say_notes()
+    if not supervisor.stopping and child.poll() is None:
+        if demo:
+            _stop(child)
+            tell(f"tuimon: the job's output is in {log_path}")
+            return 0  # quitting the demo stops its job: that is the normal end
+        if not under_init():
+            tell(f"tuimon: the job's output is in {log_path}")
+            tell(f"tuimon: the job (PID {child.pid}) goes on; watch it again with `tuimon attach {child.pid}`")
+            return 0
+        tell("tuimon: as PID 1 here (a container's entrypoint) its end would end the job, so it waits for the job "
+             "(Ctrl-C or SIGTERM pass on to it)")
+    code = supervisor.wait()
+    tell(f"tuimon: the job's output is in {log_path}")
+    if code != 0 and not supervisor.stopping:
+        tail = launch.log_tail(log_path)
+        if tail:
+            tell("tuimon: its last lines:")
+        for line in tail:
+            tell(f"  {safe_text(line, 500)}")
+    tell(f"tuimon: the job {how_it_ended(code)}")
+    return exit_status(code)
 
 
 def _stop(child: subprocess.Popen) -> None:
@@ -120,6 +153,11 @@ def _stop(child: subprocess.Popen) -> None:
         child.wait()
 
 
+def metrics_url(port: int, addr: str) -> str:
+    host = f"[{addr}]" if ":" in addr else addr
+    return f"http://{host}:{port}/metrics"
+
+
 def _exporting(session, exporter, baseline=None):
     """The session, publishing every cycle to the exporter when there is one."""
     if exporter is None:
@@ -129,17 +167,27 @@ def _exporting(session, exporter, baseline=None):
     return ExportingSession(session, exporter, baseline)
 
 
-def _follow_plain(child, interval: float, exporter=None, baseline=None) -> int:
+def _follow_plain(child, interval: float, exporter, baseline, log_path: str, supervisor: Supervisor) -> None:
+    """One line per interval on stdout until the job ends, a stop signal or hangup comes, or
+    nothing reads the lines any more (the job never shares this stdout: it writes to its log)."""
+    session = _exporting(LiveSession(child.pid, interval, popen=child, job_log=log_path), exporter, baseline)
+    view = None
     try:
-        view = textview.follow(_exporting(LiveSession(child.pid, interval, popen=child), exporter, baseline),
-                               interval, until=lambda: child.poll() is not None, baseline=baseline)
-    except KeyboardInterrupt:
-        view = None
-    if view is not None and view.training is None:
-        print("tuimon: the job ended before its channel appeared", file=sys.stderr)
-    code = child.wait()
-    print(f"tuimon: the job {how_it_ended(code)}", file=sys.stderr)
-    return exit_status(code)
+        with supervisor.monitoring(_raise_stop):
+            view = textview.follow(session, interval, until=lambda: child.poll() is not None, baseline=baseline,
+                                   launched=True)
+    except StopMonitoring:
+        pass
+    except BrokenPipeError:  # `| head`: the reader left; say the rest on stderr
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        tell("tuimon: nothing reads the monitor's lines any more: the monitor stops")
+    if view is not None and view.training is None and child.poll() is not None:
+        tell("tuimon: the job ended before its channel appeared")
+
+
+def _raise_stop() -> None:
+    raise StopMonitoring
 
 
 def cmd_run(args) -> int:

@@ -4,6 +4,7 @@ fails or recovers is said once, on a line of its own."""
 from __future__ import annotations
 
 import sys
+import time
 
 from ..channel.text import safe_text
 from ..model import NA, Comparison, num
@@ -11,7 +12,8 @@ from ..monitor.session import LiveSession, run_cycles
 from ..monitor.state import MonitorState, View
 
 
-def summary_line(view: View) -> str:
+def summary_line(view: View, channel_pending: bool = False) -> str:
+    """channel_pending: a job tuimon just started, whose channel has not come yet."""
     t, p = view.training, view.process
     pid = t.pid if t else p.pid if p else "?"
     parts = [f"pid {pid}"]
@@ -36,7 +38,7 @@ def summary_line(view: View) -> str:
         if t.dropped or t.corrupt:
             parts.append(f"dropped {t.dropped} corrupt {t.corrupt}")
     elif isinstance(view.channel, NA):
-        parts.append("no channel")
+        parts.append("waiting for its channel" if channel_pending else "no channel")
     if p is not None and p.alive:
         parts.append(f"CPU {p.cpu_percent or 0:.0f}%")
     busy = [num(g.latest.sm_active) for g in view.gpus if g.latest.index in view.target_gpus]
@@ -82,6 +84,17 @@ def notes(c: Comparison) -> str:
     return "".join(f" ({safe_text(n, 200)})" for n in c.notes)
 
 
+CHANNEL_WAIT_S = 10.0  # a job tuimon started has this long to start the probe before it is said
+
+
+def _why_none(reason: str) -> str:
+    """Why a job tuimon started has no channel (its advice, start it with tuimon run, is moot)."""
+    if "has no tuimon channel" in reason:
+        return ("the probe starts with the job's Python processes: a command that runs no Python (or "
+                "has not started it yet) has none; its processes and GPUs are still shown")
+    return safe_text(reason, 300)
+
+
 class ProblemLines:
     """Says each source's failure once when it starts, and once when it clears."""
 
@@ -97,13 +110,14 @@ class ProblemLines:
         self.known = dict(view.problems)
 
 
-def follow(session: LiveSession, interval: float, until=None, out=sys.stdout, baseline=None) -> View:
+def follow(session: LiveSession, interval: float, until=None, out=sys.stdout, baseline=None,
+           launched: bool = False) -> View:
     """Print a line each interval until until() is true or the process is gone; returns the last
-    view (the last look at a process that ended). baseline: (file, Baseline) to compare against."""
+    view (the last look at a process that ended). baseline: (file, Baseline) to compare against;
+    launched: a job tuimon just started, whose channel comes once its Python starts the probe."""
     state, problems = MonitorState(baseline=baseline), ProblemLines()
-    said_channel = [False]
-
-    stacks_said = [None]
+    said_channel, stacks_said = [False], [None]
+    started = time.monotonic()
 
     def on_cycle(c) -> None:
         state.apply(c)
@@ -113,10 +127,13 @@ def follow(session: LiveSession, interval: float, until=None, out=sys.stdout, ba
         if stacks and stacks != stacks_said[0]:  # a stall: where every thread is, once per dump that changed
             stacks_said[0] = stacks
             print("\n".join(safe_text(line, 300) for line in stacks.splitlines()), file=out, flush=True)
-        if isinstance(view.channel, NA) and not said_channel[0]:
-            print(f"tuimon: no channel: {safe_text(view.channel.reason, 300)}", file=sys.stderr, flush=True)
+        pending = launched and time.monotonic() - started < CHANNEL_WAIT_S
+        if isinstance(view.channel, NA) and not said_channel[0] and not pending:
+            why = _why_none(view.channel.reason) if launched else safe_text(view.channel.reason, 300)
+            after = f" from the job after {CHANNEL_WAIT_S:g} s" if launched else ""
+            print(f"tuimon: no channel{after}: {why}", file=sys.stderr, flush=True)
             said_channel[0] = True
-        print(summary_line(view), file=out, flush=True)
+        print(summary_line(view, channel_pending=pending), file=out, flush=True)
 
     def done(c) -> bool:
         gone = c.process is not None and not c.process.alive

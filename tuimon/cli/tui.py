@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
 
@@ -14,18 +15,33 @@ def has_terminal() -> bool:
         return False
 
 
-def tui(session, label: str, top: bool = False, quit_stops_job: bool = False, baseline=None) -> int:
-    """baseline: (file, Baseline) to compare the job against on screen."""
+def tui(session, label: str, top: bool = False, quit_stops_job: bool = False, baseline=None,
+        supervisor=None) -> int:
+    """baseline: (file, Baseline) to compare the job against on screen; supervisor: the
+    job's (cli.supervise), whose stop signals and hangup end the app."""
     from ..monitor.state import MonitorState
     from ..ui.app import make_app  # textual loads only for the TUI
 
-    make_app(session, label, MonitorState(baseline=baseline), top=top, quit_stops_job=quit_stops_job).run()
+    app = make_app(session, label, MonitorState(baseline=baseline), top=top, quit_stops_job=quit_stops_job)
+    if supervisor is None:
+        app.run()
+    else:
+        asyncio.run(_run_until_stopped(app, supervisor))
     return 0
 
 
-def say(line: str) -> None:
-    """Print, unless the terminal is gone (SSH dropped: EIO) - what follows must still run."""
-    try:
-        print(line, flush=True)
-    except OSError:
-        pass
+async def _run_until_stopped(app, supervisor) -> None:
+    """The app on this loop; a stop signal (its handler runs on this thread, between two steps of
+    the loop) schedules app.exit through the loop's thread-safe queue."""
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        try:
+            loop.call_soon_threadsafe(app.exit)
+        except RuntimeError:  # the loop has closed: the app has ended already
+            pass
+
+    with supervisor.monitoring(stop):
+        if not (supervisor.stopping or supervisor.hung_up):
+            await app.run_async()
+
