@@ -146,6 +146,8 @@ def switch(p: Probe, on: bool) -> None:
 
 def _at_exit(p: Probe) -> None:
     if _probe is p:
+        if p.capturer is not None:  # (its own hook, registered when a window opened, ran first)
+            p.capturer.at_exit()
         stop = getattr(p, "_control_stop", None)
         if stop is not None:
             stop.set()
