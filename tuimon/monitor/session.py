@@ -116,7 +116,7 @@ class LiveSession:
         if self.ranks is None:
             raise CaptureRefused("one process: no other rank to show")
         ranks = self.ranks.ranks()
-        shown = self.training.source.reader.info.meta.get("rank") if self.training is not None else None
+        shown = self.training.source.reader.info.meta.rank if self.training is not None else None
         want = self._want_rank if self._want_rank is not None else shown
         later = [r for r in ranks if want is None or r > want]
         self._want_rank = later[0] if later else ranks[0]

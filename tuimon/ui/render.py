@@ -86,7 +86,7 @@ def header(view: View, source_label: str, rates: View | None = None, width: int 
     pid = t.pid if t else p.pid if p else None
     what = ""
     if t and t.argv:
-        what = safe_text(short_command(t.argv), 200)
+        what = safe_text(short_command(t.argv) + (f" [+{t.argv_cut} args cut]" if t.argv_cut else ""), 200)
     elif p:
         target = next((x for x in p.procs if x.role == "target"), None)
         if target is not None and isinstance(target.name, str):
