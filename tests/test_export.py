@@ -2,8 +2,13 @@
 scraping `tuimon export` beside a real instrumented training loop, read back through its HTTP API;
 `tuimon run --metrics-port`; and the bad inputs."""
 
+import contextlib
 import json
+import os
+import re
+import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -117,6 +122,34 @@ def test_run_serves_metrics_while_it_monitors(shm_dir):
         run.kill()
         run.wait()
         subprocess.run(["pkill", "-f", f"{PLANTED} phases --seconds 30"])
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_run_serves_the_jobs_series_with_the_tui(shm_dir):
+    """The TUI publishes the view it draws: the job's series are served while it shows them."""
+    from tests.test_tmux import Tmux
+
+    port = free_port()
+    cmd = tuimon_cmd("run", "--metrics-port", port, "--interval", "0.5", "--", sys.executable, PLANTED, "phases",
+                     "--seconds", 60, "--device", "cpu")
+    t = Tmux(" ".join(shlex.quote(x) for x in cmd))
+
+    def scrape():
+        try:
+            return get(f"http://127.0.0.1:{port}/metrics")
+        except OSError:
+            return ""
+    try:
+        wait_for(lambda: f"metrics on :{port}" in t.screen(), timeout=60, what="the header")
+        text = wait_for(lambda: "tuimon_steps_per_second{" in (x := scrape()) and x, timeout=60,
+                        what="the job's series")
+        assert 'tuimon_process_up{pid="' in text and "tuimon_verdict{" in text and "tuimon_phase_ratio{" in text
+        assert float(re.search(r"^tuimon_steps_total\{[^}]*\} (\S+)", text, re.M).group(1)) > 0
+    finally:
+        t.kill()
+        for seg in shm_dir.iterdir():  # the job (its own session: the terminal's end leaves it running)
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(seg.name.rsplit("-", 1)[1]), signal.SIGKILL)
 
 
 def test_bad_input_is_refused(sleeper):

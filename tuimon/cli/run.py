@@ -87,8 +87,8 @@ def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, de
             return _follow_plain(child, interval, exporter, baseline)
         what = "tuimon demo" if demo else "tuimon run"
         label = f"{what}, every {interval:g} s" + (f", metrics on :{exporter.port}" if exporter else "")
-        tui(_exporting(LiveSession(child.pid, interval, popen=child, job_log=log_path), exporter, baseline), label,
-            quit_stops_job=demo, baseline=baseline)
+        tui(LiveSession(child.pid, interval, popen=child, job_log=log_path), label, quit_stops_job=demo,
+            baseline=baseline, on_view=exporter.publish if exporter else None)
         say(f"tuimon: the job's output is in {log_path}")
         if child.poll() is None:
             if not demo:
@@ -102,6 +102,8 @@ def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, de
         child.wait()
         return exit_status(child.returncode)
     finally:
+        if exporter is not None:
+            exporter.close()
         if session is not None:  # ended with the job already, or ends now (the job goes on untraced)
             session.shutdown()
         if child.poll() is not None:
@@ -120,19 +122,11 @@ def _stop(child: subprocess.Popen) -> None:
         child.wait()
 
 
-def _exporting(session, exporter, baseline=None):
-    """The session, publishing every cycle to the exporter when there is one."""
-    if exporter is None:
-        return session
-    from ..export.server import ExportingSession
-
-    return ExportingSession(session, exporter, baseline)
-
-
 def _follow_plain(child, interval: float, exporter=None, baseline=None) -> int:
     try:
-        view = textview.follow(_exporting(LiveSession(child.pid, interval, popen=child), exporter, baseline),
-                               interval, until=lambda: child.poll() is not None, baseline=baseline)
+        view = textview.follow(LiveSession(child.pid, interval, popen=child), interval,
+                               until=lambda: child.poll() is not None, baseline=baseline,
+                               on_view=exporter.publish if exporter else None)
     except KeyboardInterrupt:
         view = None
     if view is not None and view.training is None:

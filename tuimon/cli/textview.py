@@ -83,15 +83,18 @@ class ProblemLines:
         self.known = dict(view.problems)
 
 
-def follow(session: LiveSession, interval: float, until=None, out=sys.stdout, baseline=None) -> View:
+def follow(session: LiveSession, interval: float, until=None, out=sys.stdout, baseline=None, on_view=None) -> View:
     """Print a line each interval until until() is true or the process is gone; returns the last
-    view (the last look at a process that ended). baseline: (file, Baseline) to compare against."""
+    view (the last look at a process that ended). baseline: (file, Baseline) to compare against;
+    on_view: also given each view (the metrics exporter's publish)."""
     state, problems = MonitorState(baseline=baseline), ProblemLines()
     said_channel = [False]
 
     def on_cycle(c) -> None:
         state.apply(c)
         view = state.view()
+        if on_view is not None:
+            on_view(view)
         problems.update(view)
         if isinstance(view.channel, NA) and not said_channel[0]:
             print(f"tuimon: no channel: {safe_text(view.channel.reason, 300)}", file=sys.stderr, flush=True)

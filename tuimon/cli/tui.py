@@ -14,12 +14,14 @@ def has_terminal() -> bool:
         return False
 
 
-def tui(session, label: str, top: bool = False, quit_stops_job: bool = False, baseline=None) -> int:
-    """baseline: (file, Baseline) to compare the job against on screen."""
+def tui(session, label: str, top: bool = False, quit_stops_job: bool = False, baseline=None, on_view=None) -> int:
+    """baseline: (file, Baseline) to compare the job against on screen; on_view: also given each
+    cycle's view (the metrics exporter's publish)."""
     from ..monitor.state import MonitorState
     from ..ui.app import make_app  # textual loads only for the TUI
 
-    make_app(session, label, MonitorState(baseline=baseline), top=top, quit_stops_job=quit_stops_job).run()
+    make_app(session, label, MonitorState(baseline=baseline), top=top, quit_stops_job=quit_stops_job,
+             on_view=on_view).run()
     return 0
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Protocol
 
 from ..capture import nsys_session
 from ..capture.client import CaptureClient, CaptureRefused
@@ -25,10 +27,34 @@ from .training import TrainingView
 REDISCOVER_S = 1.0  # how often to look for a channel that is not there (a /proc scan)
 
 
+class Session(Protocol):
+    """What the app asks of where its cycles come from: a live session or a replay. Views go the
+    other way: whoever draws or serves them (the app, --plain, the exporter) gets them from
+    MonitorState, never from the session."""
+
+    ranks_switchable: bool  # `n` can show another rank in detail (live: a recording holds one rank's)
+
+    def start(self, on_cycle: Callable[[Cycle], None], on_end: Callable[[], None] | None = None) -> None:
+        """Hand each cycle to on_cycle from a thread of its own; on_end when there are no more."""
+
+    def stop(self) -> None: ...
+
+    def request_capture(self, steps: int | None, seconds: float | None) -> str:
+        """What to tell the user; raises CaptureRefused."""
+
+    def next_rank(self) -> str:
+        """Show the next rank in detail; what to tell the user; raises CaptureRefused."""
+
+    def progress(self) -> str | None:
+        """Where a replay is ('12/36'); None for a live session."""
+
+
 class LiveSession:
     """The target's process tree, the GPUs and the target's channel (picked up whenever it
     appears), polled together; pid None watches the GPUs alone (`tuimon top`). A source that
     fails is reported in the cycle's problems, with the reason, and tried again next cycle."""
+
+    ranks_switchable = True
 
     def __init__(self, pid: int | None, interval: float = 1.0, popen=None, devices=None,
                  summaries: SummaryWorker | None = None, job_log: str | None = None, gpus: list[int] | None = None):
@@ -227,11 +253,15 @@ class LiveSession:
 
     # -- lifetime ---------------------------------------------------------------------------------
 
-    def start(self, on_cycle) -> None:
+    def start(self, on_cycle: Callable[[Cycle], None], on_end: Callable[[], None] | None = None) -> None:
+        """(on_end: never called; a live session goes on until stopped)"""
         def failed(message: str) -> None:  # a bug in a sampler: say so rather than freeze
             on_cycle(Cycle(time.monotonic_ns(), problems={"sampler": message}))
 
         self._poller = Poller(self.poll, on_cycle, self.interval, name="tuimon-sampler", on_error=failed).start()
+
+    def progress(self) -> str | None:
+        return None
 
     def stop(self) -> None:
         if self._poller:
@@ -259,6 +289,8 @@ class ReplaySession:
     """A recording, paced as recorded (speed > 1: faster). total/skipped: its cycle count and
     unreadable lines, when the caller counted them first."""
 
+    ranks_switchable = False  # a recording holds the detail of the rank it showed
+
     def __init__(self, path: str, speed: float = 1.0, total: int | None = None, skipped: int = 0):
         self.source = ReplaySource(path, speed)
         self.recording = self.source.recording
@@ -268,14 +300,14 @@ class ReplaySession:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def progress(self) -> str:
+    def progress(self) -> str | None:
         """Where the replay is: '12/36', 'end, 36 cycles', and the lines it skipped."""
         where = f"end, {self.played} cycle{'s' if self.played != 1 else ''}" if self.finished else (
             f"{self.played}/{self.total}" if self.total else f"{self.played}")
         skipped = self.skipped or self.recording.skipped
         return where + (f" · {skipped} bad line{'s' if skipped != 1 else ''} skipped" if skipped else "")
 
-    def start(self, on_cycle, on_end=None) -> None:
+    def start(self, on_cycle: Callable[[Cycle], None], on_end: Callable[[], None] | None = None) -> None:
         def played(c):
             self.played += 1
             on_cycle(c)
@@ -292,8 +324,11 @@ class ReplaySession:
     def stop(self) -> None:
         self._stop.set()
 
-    def request_capture(self, steps, seconds) -> str:
+    def request_capture(self, steps: int | None, seconds: float | None) -> str:
         raise CaptureRefused("a replay has no process to capture")
+
+    def next_rank(self) -> str:
+        raise CaptureRefused("a replay shows the rank it recorded")
 
 
 def run_cycles(session: LiveSession, interval: float, on_cycle, until=None, seconds: float = 0) -> int:
