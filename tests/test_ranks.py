@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -87,6 +88,47 @@ def test_a_ddp_job_with_a_straggler(tmp_path):
         finally:
             session.stop()
     finally:
+        stop(job)
+
+
+def test_a_rank_that_exits_leaves_the_verdict_as_it_was(tmp_path):
+    """Rank 1 (the straggler) killed: torchrun ends rank 0 too. The verdict stays the straggler (the
+    ranks' last windows), and Prometheus gets no live series of the ended job, only that it is down."""
+    from tuimon.export.metrics import families
+    from tuimon.monitor.state import MonitorState
+
+    job = ddp_job(tmp_path, "--slow-rank", "1", "--slow-ms", "60", "--slow-how", "sleep", seconds=60)
+    session, state = LiveSession(job.pid, devices=None), MonitorState()
+    try:
+        truths(tmp_path, 110)
+
+        def verdict():
+            time.sleep(0.2)
+            state.apply(session.poll())
+            v = state.view()
+            return v if len(v.ranks) == 2 and v.verdict.code == "straggler" else None
+        before = wait_for(verdict, timeout=60, what="the straggler verdict")
+        assert before.straggler.rank == 1
+        os.kill(next(r.pid for r in before.ranks if r.rank == 1), 9)
+
+        def ended():
+            time.sleep(0.2)
+            state.apply(session.poll())
+            v = state.view()
+            return v if [r.state for r in v.ranks] == ["exited", "exited"] else None
+        after = wait_for(ended, timeout=60, what="both ranks exited")
+        for _ in range(3):  # and so it stays
+            time.sleep(0.2)
+            state.apply(session.poll())
+        after = state.view()
+        assert after.verdict.code == "straggler" and after.straggler.rank == 1, after.verdict
+        served = {(s.name, s.labels.get("rank")): s.value for f in families(after) for s in f.samples}
+        assert served[("tuimon_rank_up", "0")] == 0 and served[("tuimon_rank_up", "1")] == 0
+        assert not [k for k in served if k[0] in ("tuimon_verdict", "tuimon_steps_per_second",
+                                                  "tuimon_rank_step_time_seconds", "tuimon_straggler_ratio")]
+        assert served[("tuimon_steps_total", "0")] > 0
+    finally:
+        session.stop()
         stop(job)
 
 
@@ -179,8 +221,11 @@ def test_the_straggler_is_the_rank_with_the_most_own_work():
     assert (s.rank, s.own_ms, s.others_ms) == (1, 35.2, 5.75) and s.ratio == pytest.approx(35.2 / 5.75, rel=1e-3)
     assert list(s.slower) == ["other"] and s.slower["other"] == 29.7  # forward is not slower than the median
     assert job_ranks.comm_share(rows) == pytest.approx((30.5 + 0.8 + 30.0) / 36 / 3, abs=1e-4)
-    # an exited rank, or one with too few steps, is not compared
-    assert job_ranks.straggler([rows[0], row(1, 36.0, 0.8, state="exited")]) is None
+    # a rank that exited counts with its last window (its exit does not change what it did); one with
+    # too few steps is not compared
+    gone = row(1, 36.0, 0.8, {"forward": 2.0, "backward": 3.5, "other": 29.7, "comm": 0.8}, state="exited")
+    assert job_ranks.straggler([rows[0], gone]).rank == 1
+    assert job_ranks.straggler([rows[0], replace(gone, state="alive", window_steps=3)]) is None
     assert job_ranks.straggler([rows[0]]) is None
 
 

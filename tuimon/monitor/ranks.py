@@ -1,7 +1,8 @@
 """Every rank of a job on this node: the channels of a launcher's (torchrun's) instrumented
 descendants, each drained by its own TrainingView, looked for again every REDISCOVER_S, so ranks
 that start or restart (torchrun's elastic restarts: new PIDs, same ranks) are picked up. A rank
-whose process ended is marked exited until its rank comes back or EXITED_KEEP_S pass."""
+whose process ended is marked exited until its rank comes back or, while other ranks run, EXITED_KEEP_S
+pass (once every rank has exited, the job's last picture stays)."""
 
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ class RankSet:
             s = snaps.get(pid)
             if self.views.get(pid) is shown:
                 continue
-            if now - since >= EXITED_KEEP_S or s is None or s.rank in alive_ranks:
+            if (alive_ranks and now - since >= EXITED_KEEP_S) or s is None or s.rank in alive_ranks:
                 view = self.views.pop(pid, None)
                 self.exited_at.pop(pid, None)
                 snaps.pop(pid, None)
