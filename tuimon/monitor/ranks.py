@@ -93,6 +93,10 @@ class RankSet:
                  if v.source.reader.info.meta.rank == rank and pid not in self.exited_at]
         return max(found)[1] if found else None
 
+    def rank_of_pid(self) -> dict[int, int]:
+        """Each rank's PID (exited ones too) and its rank."""
+        return {pid: r for pid, v in list(self.views.items()) if (r := v.source.reader.info.meta.rank) is not None}
+
     def ranks(self) -> list[int]:
         """(also from the UI thread, while the sampler's poll may add or drop views: a copy first)"""
         views = list(self.views.values())

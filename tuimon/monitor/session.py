@@ -125,12 +125,14 @@ class LiveSession:
                 capture = self._capture(problems)
                 if self.procs is not None and training.pid == self.pid:
                     self.procs.follow_loop(training.loop_tid)  # its CPU is read from the next cycle on
-        if process is not None and training is not None:  # mark the training process among the tree's
-            process = replace(process, procs=[replace(r, loop=r.pid == training.pid) for r in process.procs])
         rows = []
         if self.ranks is not None and view is not None:
             snaps = _guard(problems, "ranks", lambda: self.ranks.poll(view, training)) or {}
             rows = job_ranks.rows(snaps, gpus, set(self.ranks.exited_at))
+        if process is not None and training is not None:  # mark the training process (and the ranks) in the tree
+            rank_of = self.ranks.rank_of_pid() if self.ranks is not None else {}
+            process = replace(process, procs=[replace(r, loop=r.pid == training.pid, rank=rank_of.get(r.pid))
+                                              for r in process.procs])
         return Cycle(t, process, gpus, training, capture, self.channel,
                      view.source.reader.info.pid if view is not None and self.shown_why else None,
                      self.shown_why, problems, note, host, self.job_log, self._tail(process), rows)
@@ -160,7 +162,8 @@ class LiveSession:
             self.captures.close()
             self.captures = None  # (a window goes to the rank shown)
         self.channel = other.source.reader.path
-        self.shown_why = f"rank {want} of the job under PID {self.pid}: {describe(other.source.reader.info.pid)}"
+        pid = other.source.reader.info.pid  # (the job's root: the launcher, whichever PID was asked for)
+        self.shown_why = None if pid == self.pid else f"rank {want} of the job under PID {self.ranks.root}: {describe(pid)}"
         other.poll()
         return other, other.snapshot()
 
@@ -187,6 +190,8 @@ class LiveSession:
         return self._job_tail
 
     def _view(self, problems: dict) -> TrainingView | None:
+        if self.training is not None and self._shows_a_launcher():
+            self._look_for_ranks()
         if self.training is not None or not self.pid:
             return self.training
         now = time.monotonic()
@@ -205,12 +210,38 @@ class LiveSession:
             self.channel = NA(str(e))
             problems["channel"] = self._unreadable = str(e)
             return None
+        return self._show(reader, why)
+
+    def _show(self, reader, why: str | None) -> TrainingView:
         self.training = TrainingView(ChannelSource(reader))
         self.channel, self.shown_why = reader.path, why
         root = job_ranks.job_root(self.pid, reader)
         if root is not None:
             self.ranks = job_ranks.RankSet(root, self.training)
         return self.training
+
+    def _shows_a_launcher(self) -> bool:
+        """The channel shown is the asked process's own and has no rank: a launcher (torchrun) whose
+        ranks may not have started when it was found, or a job of one process."""
+        info = self.training.source.reader.info
+        return self.ranks is None and info.pid == self.pid and info.meta.rank is None
+
+    def _look_for_ranks(self) -> None:
+        """Every REDISCOVER_S: once a ranked descendant has a channel, show it (rank 0) instead."""
+        now = time.monotonic()
+        if now - self._looked_at < REDISCOVER_S:
+            return
+        self._looked_at = now
+        try:
+            reader, why = open_channel(self.pid)
+        except ChannelError:
+            return
+        if why is None:  # still its own channel
+            reader.close()
+            return
+        self._drop_channel()
+        self._looked_at = now
+        self._show(reader, why)
 
     def _drop_channel(self) -> None:
         if self.ranks is not None:
