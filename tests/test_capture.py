@@ -248,3 +248,37 @@ def test_a_job_that_ends_before_its_window_opens_says_so(shm_dir, capture_dir, t
     assert job.returncode == 1
     st = c.status()
     assert (st.seq, st.state, st.message) == (seq, "failed", "the job ended at step 0, before the window opened")
+
+
+EXITS_WHILE_WRITING = """
+import os, sys, torch, tuimon
+tuimon.instrument()
+from tuimon.capture.client import CaptureClient
+from tuimon.channel import SegmentReader
+r = SegmentReader(tuimon.status().path)
+c = CaptureClient(r.path, r.info.pid, r.info.start_ticks)
+seq = c.request(steps=3)
+net = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+while c.status().state not in ("writing", "done"):
+    x = torch.randn(16, 64)
+    for _ in range(400):  # (many operators: a trace that takes a while to write)
+        x = net(x).tanh()
+    x.sum().backward()
+    opt.step()
+    opt.zero_grad()
+print(seq, os.getpid(), flush=True)
+sys.exit(5)
+"""
+
+
+def test_a_job_that_ends_while_its_trace_is_written_waits_for_it(shm_dir, capture_dir):
+    """The export runs on a daemon thread, which interpreter shutdown would cut off mid-file: the
+    exit waits for it."""
+    job = subprocess.run([sys.executable, "-c", EXITS_WHILE_WRITING], capture_output=True, text=True, timeout=120)
+    assert job.returncode == 5, job.stderr
+    seq, pid = map(int, job.stdout.split())
+    st = client_for(shm_dir, pid).status()
+    assert (st.seq, st.state) == (seq, "done") and st.last_step - st.first_step + 1 == 3, st
+    with gzip.open(st.path) as f:
+        assert json.load(f)["traceEvents"]

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..monitor.session import Session
+    from ..monitor.state import View
 
 
 def has_terminal() -> bool:
@@ -14,7 +20,8 @@ def has_terminal() -> bool:
         return False
 
 
-def tui(session, label: str, top: bool = False, quit_stops_job: bool = False, baseline=None, on_view=None) -> int:
+def tui(session: Session | None, label: str, top: bool = False, quit_stops_job: bool = False, baseline=None,
+        on_view: Callable[[View], None] | None = None) -> int:
     """baseline: (file, Baseline) to compare the job against on screen; on_view: also given each
     cycle's view (the metrics exporter's publish)."""
     from ..monitor.state import MonitorState
