@@ -253,3 +253,97 @@ def test_run_nsys_without_nsys_says_so(monkeypatch):
         pytest.skip("this machine has NVIDIA tools")
     p = subprocess.run(tuimon_cmd("run", "--nsys", "--", "true"), capture_output=True, text=True)
     assert p.returncode == 2 and "Nsight Systems (nsys) not found" in p.stderr
+
+
+ENDS_ON_CUE = str(ROOT / "tests" / "workloads" / "ends_on_cue.py")
+
+
+@pytest.mark.parametrize("mode,end,code", [("steps", "exit 3", 3), ("seconds", "raise", 1), ("steps", "SIGINT", -2)])
+def test_a_job_that_ends_inside_a_window_keeps_its_exit_code(shm_dir, capture_dir, tmp_path, mode, end, code):
+    """torch crashes at interpreter shutdown with its profiler still on (SIGSEGV, 139): the probe
+    closes the window at exit, writes what it holds, and says the job ended inside it."""
+    cue = tmp_path / "cue"
+    how = ["exit", "0"] if end == "SIGINT" else end.split()
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, ENDS_ON_CUE, cue, *how, "steps"),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "training"
+        c = client_for(shm_dir, job.pid)
+        seq = c.request(steps=500) if mode == "steps" else c.request(seconds=300)
+        # a few steps into the window (500 steps of >= 20 ms each: it cannot end by itself first)
+        first = wait_for(lambda: (s := c.status()).seq == seq and s.state == "capturing" and s.first_step, 60,
+                         "an open window")
+        with SegmentReader(seg_path(shm_dir, job.pid)) as r:
+            wait_for(lambda: r.steps >= first + 2, 60, "steps in the window")
+        if end == "SIGINT":
+            job.send_signal(signal.SIGINT)
+        else:
+            cue.touch()
+        out, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert job.returncode == code, err[-2000:]
+    st = c.status()
+    assert st.seq == seq and st.state == "done", st
+    assert st.message.startswith(f"the job ended inside the window at step {st.last_step} (asked: "), st.message
+    assert st.last_step >= st.first_step + 2 and "stopped in" in st.message and "at exit" in st.message
+    with gzip.open(st.path) as f:  # written whole
+        names = {e.get("name") for e in json.load(f)["traceEvents"]}
+    assert "aten::linear" in names or "aten::addmm" in names
+
+
+def test_a_job_that_ends_before_its_window_opens_says_so(shm_dir, capture_dir, tmp_path):
+    """A window of steps in a loop that makes none stays armed; the job's end is its answer."""
+    cue = tmp_path / "cue"
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, ENDS_ON_CUE, cue, "raise", "nosteps"),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "training"
+        c = client_for(shm_dir, job.pid)
+        seq = c.request(steps=5)
+        wait_for(lambda: (s := c.status()).seq == seq and s.state == "armed", 60, "an armed window")
+        cue.touch()
+        job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert job.returncode == 1
+    st = c.status()
+    assert (st.seq, st.state, st.message) == (seq, "failed", "the job ended at step 0, before the window opened")
+
+
+EXITS_WHILE_WRITING = """
+import os, sys, torch, tuimon
+tuimon.instrument()
+from tuimon.capture.client import CaptureClient
+from tuimon.channel import SegmentReader
+r = SegmentReader(tuimon.status().path)
+c = CaptureClient(r.path, r.info.pid, r.info.start_ticks)
+seq = c.request(steps=3)
+net = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+while c.status().state not in ("writing", "done"):
+    x = torch.randn(16, 64)
+    for _ in range(400):  # (many operators: a trace that takes a while to write)
+        x = net(x).tanh()
+    x.sum().backward()
+    opt.step()
+    opt.zero_grad()
+print(seq, os.getpid(), flush=True)
+sys.exit(5)
+"""
+
+
+def test_a_job_that_ends_while_its_trace_is_written_waits_for_it(shm_dir, capture_dir):
+    """The export runs on a daemon thread, which interpreter shutdown would cut off mid-file: the
+    exit waits for it."""
+    job = subprocess.run([sys.executable, "-c", EXITS_WHILE_WRITING], capture_output=True, text=True, timeout=120)
+    assert job.returncode == 5, job.stderr
+    seq, pid = map(int, job.stdout.split())
+    st = client_for(shm_dir, pid).status()
+    assert (st.seq, st.state) == (seq, "done") and st.last_step - st.first_step + 1 == 3, st
+    with gzip.open(st.path) as f:
+        assert json.load(f)["traceEvents"]

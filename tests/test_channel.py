@@ -19,6 +19,7 @@ from tuimon.channel import (
     find_segments,
 )
 from tuimon.channel import layout as L
+from tuimon.channel.meta import JobMeta
 from tuimon.channel.text import safe_text
 from tuimon.channel.writer import truncate_name
 
@@ -42,7 +43,7 @@ def start_writer(count, rate=0, ring=1024):
 
 
 def test_round_trip_and_names():
-    w = SegmentWriter.create({"argv": ["train.py"]}, 64)
+    w = SegmentWriter.create(JobMeta(argv=("train.py",)), 64)
     nid = w.intern("forward")
     assert w.intern("forward") == nid
     w.emit(L.RANGE, 0, nid, 7, 1, 100, 200, 0.0)
@@ -52,7 +53,7 @@ def test_round_trip_and_names():
         assert [(x[0], r.name(x[3]), x[6], x[7], x[8]) for x in b.records] == [
             (L.RANGE, "forward", 100, 200, 0.0), (L.COUNT, "samples", 300, 300, 32.0)]
         assert (b.lost, b.corrupt) == (0, 0)
-        assert r.info.pid == os.getpid() and r.info.meta["argv"] == ["train.py"]
+        assert r.info.pid == os.getpid() and r.info.meta.argv == ("train.py",)
         assert r.process_state() == "alive"
         assert r.drain().records == []
 
@@ -60,7 +61,7 @@ def test_round_trip_and_names():
 def test_segment_is_private_0600(shm_dir):
     old = os.umask(0)  # even with a permissive umask
     try:
-        w = SegmentWriter.create({}, 64)
+        w = SegmentWriter.create(None, 64)
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(w.path).st_mode) == 0o600
@@ -68,7 +69,7 @@ def test_segment_is_private_0600(shm_dir):
 
 
 def test_reader_refuses_another_users_segment():
-    w = SegmentWriter.create({}, 64)
+    w = SegmentWriter.create(None, 64)
     if os.getuid() == 0:
         os.chown(w.path, 65534, -1)  # really owned by nobody
         with pytest.raises(ForeignSegment, match="belongs to uid 65534"):
@@ -78,7 +79,7 @@ def test_reader_refuses_another_users_segment():
 
 
 def test_overrun_is_counted_exactly():
-    w = SegmentWriter.create({}, 64)
+    w = SegmentWriter.create(None, 64)
     r = SegmentReader(w.path)
     for i in range(1000):
         w.emit(*fields(i))
@@ -96,7 +97,7 @@ def test_overrun_is_counted_exactly():
 
 
 def test_writer_never_blocks_or_raises_without_a_reader():
-    w = SegmentWriter.create({}, 64)
+    w = SegmentWriter.create(None, 64)
     for i in range(100_000):  # far past the ring, nobody reading
         w.emit(*fields(i))
     assert w.records_written == 100_000 and w.enabled
@@ -104,10 +105,10 @@ def test_writer_never_blocks_or_raises_without_a_reader():
     assert not w.enabled and "error" in w.error
     for bad in ((L.RANGE, 0, -1, 0, 0, 0, 0, 0.0), (256, 0, 1, 0, 0, 0, 0, 0.0), ("x", 0, 1, 0, 0, 0, 0),
                 (L.RANGE, 0, 1, 0, 0, 0, 0, "v")):
-        w = SegmentWriter.create({}, 64)
+        w = SegmentWriter.create(None, 64)
         w.emit(*bad)
         assert not w.enabled and w.error and w.records_written == 0, bad
-    w = SegmentWriter.create({}, 64)
+    w = SegmentWriter.create(None, 64)
     w._mm = mmap.mmap(w._fd, 4096, prot=mmap.PROT_READ)  # a mapping we can no longer write:
     w.intern("after")
     w.set_steps(3, 1)
@@ -122,12 +123,12 @@ def test_full_tmpfs_is_a_clear_error_and_leaves_nothing(monkeypatch, shm_dir):
 
     monkeypatch.setattr(os, "posix_fallocate", no_space)
     with pytest.raises(ChannelError, match="no space left"):
-        SegmentWriter.create({}, 64)
+        SegmentWriter.create(None, 64)
     assert os.listdir(shm_dir) == []
 
 
 def test_names_are_untrusted_text():
-    w = SegmentWriter.create({}, 64)
+    w = SegmentWriter.create(None, 64)
     hostile = "[bold red]x[/] \x1b[2J\x07 \u202egnp.exe"
     long = "é" * 500
     ids = [w.intern(hostile), w.intern(long)]
@@ -140,7 +141,7 @@ def test_names_are_untrusted_text():
 
 
 def test_name_table_full_gives_id_zero():
-    w = SegmentWriter.create({}, 64)
+    w = SegmentWriter.create(None, 64)
     ids = [w.intern(f"{i:0200d}") for i in range(400)]
     assert 0 in ids and ids[0] == 1
     assert SegmentReader(w.path).name(0) == "(unnamed)"
@@ -165,7 +166,7 @@ def test_pid_reuse_and_dead_process_last_look_and_cleanup(shm_dir):
 
 
 def test_pid_reuse_is_detected():
-    w = SegmentWriter.create({}, 64)
+    w = SegmentWriter.create(None, 64)
     real = L.HEADER.unpack_from(w._mm, 0)[12]
     L.U64.pack_into(w._mm, 56, real + 1)  # as if an earlier process with our PID wrote it
     r = SegmentReader(w.path)

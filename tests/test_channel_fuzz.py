@@ -9,12 +9,13 @@ from hypothesis import strategies as st
 from tuimon.channel import ChannelError, CorruptSegment, IncompatibleSegment, SegmentReader, SegmentWriter
 from tuimon.channel import layout as L
 from tuimon.channel.control import open_control
+from tuimon.channel.meta import JobMeta
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 def valid_segment_bytes() -> bytes:
-    w = SegmentWriter.create({"argv": ["x"]}, 64)
+    w = SegmentWriter.create(JobMeta(argv=("x",)), 64)
     for i in range(100):
         w.emit(L.RANGE, i % 3, w.intern(f"r{i % 7}"), 1, i, i, i + 1, 0.0)
     with open(w.path, "rb") as f:

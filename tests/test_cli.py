@@ -196,7 +196,7 @@ def test_plain_says_each_problem_once(shm_dir, sleeper):
 def _segment_for(shm_dir, pid, earlier_process=False):
     """A valid segment made here, then renamed and relabelled as process pid's (or as one left
     by an earlier process that had the same PID)."""
-    w = SegmentWriter.create({}, 64)
+    w = SegmentWriter.create(None, 64)
     L.U32.pack_into(w._mm, 52, pid)
     L.U64.pack_into(w._mm, 56, procinfo.start_ticks(pid) - (1 if earlier_process else 0))
     os.rename(w.path, seg_path(shm_dir, pid))

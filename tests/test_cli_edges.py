@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import ROOT, tuimon_cmd, wait_for
 from tuimon.channel import SegmentWriter
 from tuimon.channel import layout as L
+from tuimon.channel.meta import JobMeta
 
 PLANTED = str(ROOT / "tests" / "workloads" / "planted_wait.py")
 FIXTURE = str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl")
@@ -202,7 +203,7 @@ for _ in range(3000):
 # 13. ls ------------------------------------------------------------------------------------------------
 
 def test_ls_has_a_header_command_and_rank(shm_dir):
-    w = SegmentWriter.create({"argv": ["python", "train.py", "--lr", "3e-4"], "rank": 1, "world_size": 2}, 64)
+    w = SegmentWriter.create(JobMeta(argv=("python", "train.py", "--lr", "3e-4"), rank=1, world_size=2), 64)
     L.U64.pack_into(w._mm, L.OFF_HEARTBEAT_NS, time.monotonic_ns())
     out = tuimon("ls").stdout.splitlines()
     assert out[0].split() == ["PID", "STATE", "RANK", "COMMAND", "JOB", "OUTPUT"]

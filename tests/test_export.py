@@ -2,8 +2,13 @@
 scraping `tuimon export` beside a real instrumented training loop, read back through its HTTP API;
 `tuimon run --metrics-port`; and the bad inputs."""
 
+import contextlib
 import json
+import os
+import re
+import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -73,7 +78,9 @@ def test_a_real_prometheus_scrapes_a_real_job(shm_dir, tmp_path):
                              f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{web}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        assert "serving PID" in exporter.stderr.readline()
+        said = exporter.stderr.readline()
+        said = exporter.stderr.readline() if said.startswith("tuimon: no GPU series") else said  # (no NVML here)
+        assert "serving PID" in said
 
         def query(expr: str) -> dict:
             url = f"http://127.0.0.1:{web}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
@@ -117,6 +124,108 @@ def test_run_serves_metrics_while_it_monitors(shm_dir):
         run.kill()
         run.wait()
         subprocess.run(["pkill", "-f", f"{PLANTED} phases --seconds 30"])
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_run_serves_the_jobs_series_with_the_tui(shm_dir):
+    """The TUI publishes the view it draws: the job's series are served while it shows them."""
+    from tests.test_tmux import Tmux
+
+    port = free_port()
+    cmd = tuimon_cmd("run", "--metrics-port", port, "--interval", "0.5", "--", sys.executable, PLANTED, "phases",
+                     "--seconds", 60, "--device", "cpu")
+    t = Tmux(" ".join(shlex.quote(x) for x in cmd))
+
+    def scrape():
+        try:
+            return get(f"http://127.0.0.1:{port}/metrics")
+        except OSError:
+            return ""
+    try:
+        wait_for(lambda: f"metrics on :{port}" in t.screen(), timeout=60, what="the header")
+        text = wait_for(lambda: "tuimon_steps_per_second{" in (x := scrape()) and x, timeout=60,
+                        what="the job's series")
+        assert 'tuimon_process_up{pid="' in text and "tuimon_verdict{" in text and "tuimon_phase_ratio{" in text
+        assert float(re.search(r"^tuimon_steps_total\{[^}]*\} (\S+)", text, re.M).group(1)) > 0
+    finally:
+        t.kill()
+        for seg in shm_dir.iterdir():  # the job (its own session: the terminal's end leaves it running)
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(seg.name.rsplit("-", 1)[1]), signal.SIGKILL)
+
+
+def scrape_series(port: int) -> dict[str, float]:
+    """{'name{labels}': value} of one scrape ({} while nothing answers)."""
+    try:
+        text = get(f"http://127.0.0.1:{port}/metrics")
+    except OSError:
+        return {}
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line and not line.startswith("#")}
+
+
+def nvml_here() -> bool:
+    from tuimon.sources.nvml import DeviceSampler
+
+    d = DeviceSampler()
+    d.close()
+    return d.error is None
+
+
+@pytest.mark.skipif(nvml_here(), reason="needs a machine without NVML (the same is checked with a fake NVML below)")
+def test_export_without_nvml_says_so_and_a_job_that_ended_has_no_live_series(shm_dir):
+    job = planted_job()
+    port = free_port()
+    exporter = subprocess.Popen(tuimon_cmd("export", job.pid, "--port", port, "--interval", "0.5"),
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        said = exporter.stderr.readline()
+        assert said.startswith("tuimon: no GPU series: NVML unavailable: ") and 'source="nvml"} 0' in said, said
+        assert f"serving PID {job.pid} on http://127.0.0.1:{port}/metrics" in exporter.stderr.readline()
+        live = wait_for(lambda: "tuimon_steps_per_second" in str(x := scrape_series(port)) and x, timeout=60,
+                        what="the job's series")
+        nvml = [k for k in live if k.startswith('tuimon_source_up{reason="NVML unavailable: ')]
+        assert len(nvml) == 1 and nvml[0].endswith('source="nvml"}') and live[nvml[0]] == 0
+        assert live['tuimon_source_up{reason="",source="process"}'] == 1
+        assert live['tuimon_source_up{reason="",source="channel"}'] == 1
+        assert live[f'tuimon_process_up{{pid="{job.pid}"}}'] == 1
+        assert f'tuimon_verdict{{pid="{job.pid}",rank="",verdict="waiting"}}' in live
+        job.kill()
+        job.wait()
+        ended = wait_for(lambda: (x := scrape_series(port)).get(f'tuimon_process_up{{pid="{job.pid}"}}') == 0 and x,
+                         timeout=30, what="the job's end")
+        assert not [k for k in ended if k.startswith(("tuimon_steps_per_second", "tuimon_verdict", "tuimon_phase_ratio",
+                                                      "tuimon_step_time_seconds", "tuimon_process_cpu_ratio"))], ended
+        steps = ended[f'tuimon_steps_total{{pid="{job.pid}",rank=""}}']  # a counter keeps its final value
+        assert steps >= live[f'tuimon_steps_total{{pid="{job.pid}",rank=""}}'] > 0
+    finally:
+        for p in (exporter, job):
+            p.kill()
+            p.wait()
+        exporter.stderr.close()
+
+
+def test_sources_up_and_down_with_their_reasons(sleeper):
+    """Where NVML cannot start (a fake that fails as a machine without a driver does) the reason is a
+    label of tuimon_source_up; a PID with no channel says why; the process is read."""
+    from tests.fake_nvml import FakeNvml
+    from tuimon.monitor.session import LiveSession
+    from tuimon.monitor.state import MonitorState
+    from tuimon.sources.nvml import DeviceSampler
+
+    fake = FakeNvml()
+    fake.fail["nvmlInit"] = 9  # NVML_ERROR_DRIVER_NOT_LOADED
+    session, state = LiveSession(sleeper.pid, devices=DeviceSampler(fake)), MonitorState()
+    try:
+        state.apply(session.poll())
+    finally:
+        session.stop()
+    up = {dict(k[1:])["source"]: (dict(k[1:])["reason"], v) for k, v in samples(state.view()).items()
+          if k[0] == "tuimon_source_up"}
+    assert up["nvml"] == ("NVML unavailable: Driver Not Loaded", 0)
+    assert up["process"] == ("", 1)
+    assert up["channel"][1] == 0 and "has no tuimon channel" in up["channel"][0]
+    assert not any(k[0].startswith("tuimon_gpu_") for k in samples(state.view()))
 
 
 def test_bad_input_is_refused(sleeper):

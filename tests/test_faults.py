@@ -17,6 +17,7 @@ from tests.conftest import ROOT, tuimon_cmd, wait_for
 from tests.fake_nvml import FakeNvml
 from tuimon.channel import SegmentWriter
 from tuimon.channel import layout as L
+from tuimon.channel.meta import JobMeta
 from tuimon.model import CaptureStatus
 from tuimon.monitor.session import LiveSession
 from tuimon.monitor.summaries import SummaryWorker
@@ -68,7 +69,7 @@ async def test_nvml_failing_mid_run_then_recovering(sleeper):
 
 def _segment_with_steps(n=12):
     """A real segment with n steps of 10 ms, 3 of them waiting 4 ms for data."""
-    w = SegmentWriter.create({"argv": ["train.py"]}, 256)
+    w = SegmentWriter.create(JobMeta(argv=("train.py",)), 256)
     for k in range(1, n + 1):
         t = k * 10_000_000
         w.emit(L.DATA_WAIT, 0, 0, 1, k, t, t + 4_000_000, 0.0)

@@ -2,12 +2,15 @@
 tests/workloads/ddp.py, which measures its own truth per rank), a launcher that restarts a rank
 (as torchrun's elastic agent does), and the pure parts (the straggler, the verdicts, the panel)."""
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
+import psutil
 import pytest
 
 from tests.conftest import ROOT, tuimon_cmd, wait_for
@@ -45,9 +48,16 @@ def attach_json(pid):
 
 
 def stop(job):
+    """The job and every process under it (torchrun's workers outlive a killed torchrun), by PID."""
+    try:
+        tree = psutil.Process(job.pid).children(recursive=True)
+    except psutil.Error:
+        tree = []
     job.kill()
     job.wait()
-    subprocess.run(["pkill", "-f", DDP], check=False)  # (torchrun's workers outlive a killed tuimon run)
+    for p in tree:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
 
 
 def test_a_ddp_job_with_a_straggler(tmp_path):
@@ -87,6 +97,92 @@ def test_a_ddp_job_with_a_straggler(tmp_path):
         finally:
             session.stop()
     finally:
+        stop(job)
+
+
+def test_a_rank_that_exits_leaves_the_verdict_as_it_was(tmp_path):
+    """Rank 1 (the straggler) killed: torchrun ends rank 0 too. The verdict stays the straggler (the
+    ranks' last windows), and Prometheus gets no live series of the ended job, only that it is down."""
+    from tuimon.export.metrics import families
+    from tuimon.monitor.state import MonitorState
+
+    job = ddp_job(tmp_path, "--slow-rank", "1", "--slow-ms", "60", "--slow-how", "sleep", seconds=60)
+    session, state = LiveSession(job.pid, devices=None), MonitorState()
+    try:
+        truths(tmp_path, 110)
+
+        def verdict():
+            time.sleep(0.2)
+            state.apply(session.poll())
+            v = state.view()
+            return v if len(v.ranks) == 2 and v.verdict.code == "straggler" else None
+        before = wait_for(verdict, timeout=60, what="the straggler verdict")
+        assert before.straggler.rank == 1
+        os.kill(next(r.pid for r in before.ranks if r.rank == 1), 9)
+
+        def ended():
+            time.sleep(0.2)
+            state.apply(session.poll())
+            v = state.view()
+            return v if [r.state for r in v.ranks] == ["exited", "exited"] else None
+        after = wait_for(ended, timeout=60, what="both ranks exited")
+        for _ in range(3):  # and so it stays
+            time.sleep(0.2)
+            state.apply(session.poll())
+        after = state.view()
+        assert after.verdict.code == "straggler" and after.straggler.rank == 1, after.verdict
+        served = {(s.name, s.labels.get("rank")): s.value for f in families(after) for s in f.samples}
+        assert served[("tuimon_rank_up", "0")] == 0 and served[("tuimon_rank_up", "1")] == 0
+        assert not [k for k in served if k[0] in ("tuimon_verdict", "tuimon_steps_per_second",
+                                                  "tuimon_rank_step_time_seconds", "tuimon_straggler_ratio")]
+        assert served[("tuimon_steps_total", "0")] > 0
+    finally:
+        session.stop()
+        stop(job)
+
+
+def test_switching_ranks_names_the_launcher_and_the_panel_names_the_ranks(tmp_path):
+    """`tuimon run -- torchrun ...` looks before the ranks exist: it finds torchrun's own channel (no
+    rank) first, and shows rank 0 once it starts. The process panel lists the other rank as a rank,
+    not as a subprocess. Attached to rank 1, `n` shows rank 0 'of the job under' torchrun's PID, and
+    back on rank 1 (the PID asked for) there is nothing to explain."""
+    from tuimon.monitor.state import MonitorState
+    from tuimon.ui import render
+
+    job = ddp_job(tmp_path, seconds=40)
+    session, state = LiveSession(job.pid, devices=None), MonitorState()
+    try:
+        first = session.poll()
+        assert first.training is None or first.training.rank is None  # (torchrun's own channel, or none yet)
+
+        def rank0():
+            time.sleep(0.2)
+            c = session.poll()
+            state.apply(c)
+            return c if c.training is not None and c.training.rank == 0 and len(c.ranks) == 2 and c.process else None
+        c = wait_for(rank0, timeout=90, what="rank 0 shown, two ranks")
+        pids = {r.rank: r.pid for r in c.ranks}
+        assert c.shown_pid == pids[0] and c.shown_why.startswith(f"PID {job.pid}: its channel has no rank (a launcher)")
+        panel = render.process_panel(state.view()).plain.splitlines()
+        assert panel[0].startswith(f"training python {pids[0]} ") and panel[1].startswith("launcher ") and f" {job.pid} " in panel[1]
+        ranks_line = next((line for line in panel if line.startswith("other ranks")), panel)
+        assert ranks_line.startswith("other ranks 1") and f"(rank 1 {pids[1]}:" in ranks_line, panel
+        assert not any(str(pids[1]) in line for line in panel if line.startswith("other subprocesses"))
+    finally:
+        session.stop()
+    session = LiveSession(pids[1], devices=None)
+    try:
+        c = session.poll()
+        assert (c.training.rank, c.shown_why) == (1, None)
+        assert "rank 0" in session.next_rank()
+        c = session.poll()
+        assert c.training.rank == 0 and c.shown_pid == pids[0]
+        assert c.shown_why.startswith(f"rank 0 of the job under PID {job.pid}: PID {pids[0]} ("), c.shown_why
+        assert "rank 1" in session.next_rank()
+        c = session.poll()
+        assert (c.training.rank, c.training.pid, c.shown_why, c.shown_pid) == (1, pids[1], None, None)
+    finally:
+        session.stop()
         stop(job)
 
 
@@ -179,8 +275,11 @@ def test_the_straggler_is_the_rank_with_the_most_own_work():
     assert (s.rank, s.own_ms, s.others_ms) == (1, 35.2, 5.75) and s.ratio == pytest.approx(35.2 / 5.75, rel=1e-3)
     assert list(s.slower) == ["other"] and s.slower["other"] == 29.7  # forward is not slower than the median
     assert job_ranks.comm_share(rows) == pytest.approx((30.5 + 0.8 + 30.0) / 36 / 3, abs=1e-4)
-    # an exited rank, or one with too few steps, is not compared
-    assert job_ranks.straggler([rows[0], row(1, 36.0, 0.8, state="exited")]) is None
+    # a rank that exited counts with its last window (its exit does not change what it did); one with
+    # too few steps is not compared
+    gone = row(1, 36.0, 0.8, {"forward": 2.0, "backward": 3.5, "other": 29.7, "comm": 0.8}, state="exited")
+    assert job_ranks.straggler([rows[0], gone]).rank == 1
+    assert job_ranks.straggler([rows[0], replace(gone, state="alive", window_steps=3)]) is None
     assert job_ranks.straggler([rows[0]]) is None
 
 

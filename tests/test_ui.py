@@ -10,6 +10,7 @@ from textual.widgets import DataTable
 from tests.conftest import ROOT
 from tuimon.channel import SegmentReader, SegmentWriter
 from tuimon.channel import layout as L
+from tuimon.channel.meta import JobMeta
 from tuimon.model import Cycle, ProcessSample, ProcRow, TrainingSnapshot
 from tuimon.monitor.state import MonitorState
 from tuimon.monitor.training import TrainingView
@@ -133,7 +134,7 @@ async def test_80x24_nothing_overlaps_and_smaller_terminals_scroll():
 @pytest.mark.asyncio
 async def test_untrusted_names_are_shown_literally(shm_dir):
     """A range named with Rich markup and an escape sequence, through a real segment."""
-    w = SegmentWriter.create({"argv": ["train.py", "[red]argv[/]"]}, 256)
+    w = SegmentWriter.create(JobMeta(argv=("train.py", "[red]argv[/]")), 256)
     hostile = "[bold red]x[/] \x1b[2J"
     nid = w.intern(hostile)
     for k in range(1, 8):

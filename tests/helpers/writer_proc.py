@@ -9,6 +9,7 @@ import time
 
 from tuimon.channel import SegmentWriter
 from tuimon.channel import layout as L
+from tuimon.channel.meta import JobMeta
 
 
 def fields(i: int):
@@ -17,7 +18,7 @@ def fields(i: int):
 
 def main():
     count, rate, ring = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
-    w = SegmentWriter.create({"role": "test-writer"}, ring)
+    w = SegmentWriter.create(JobMeta(argv=("test-writer",)), ring)
     for n in ("a", "b", "c"):
         w.intern(n)
     print("ready", flush=True)

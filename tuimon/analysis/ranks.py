@@ -12,7 +12,10 @@ WORK_PHASES = ("data", "forward", "backward", "optimizer")
 
 
 def _measured(rows: list[RankRow]) -> list[RankRow]:
-    return [r for r in rows if r.state == "alive" and r.own_ms is not None and r.window_steps >= T.MIN_STEPS.value]
+    """Ranks with enough steps in their window. A rank that exited counts with its last window (the
+    monitor keeps its row until its rank comes back or it is long gone): its exit ends its window,
+    it does not change it, so the others' verdict does not change class because one rank ended."""
+    return [r for r in rows if r.own_ms is not None and r.window_steps >= T.MIN_STEPS.value]
 
 
 def straggler(rows: list[RankRow]) -> Straggler | None:

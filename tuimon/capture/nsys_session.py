@@ -277,14 +277,13 @@ def for_job(info, steps_now: Callable[[], int]) -> SessionWindows | None:
     from .nsys import find_nsys
 
     meta = info.meta
-    name = meta.get("nsys_session")
-    if not isinstance(name, str) or not name:
+    name = meta.nsys_session
+    if not name:
         return None
     tool = find_nsys()
     if tool is None:
         raise CaptureRefused(f"the job runs in nsys session {safe_text(name, 80)}, but nsys is not found here")
-    start_args = [str(a) for a in meta.get("nsys_start_args") or [] if isinstance(a, str)]
-    argv = [str(a) for a in meta.get("argv") or []]
-    return SessionWindows(NsysSession(tool, name), info.pid, program_name(argv),
+    start_args = list(meta.nsys_start_args)
+    return SessionWindows(NsysSession(tool, name), info.pid, program_name(list(meta.argv)),
                           steps_now, lambda: procinfo.process_state(info.pid, info.start_ticks) == "alive", start_args,
                           lock_path=info.path)

@@ -9,6 +9,7 @@ from .errors import (
     NoSegment,
     StaleSegment,
 )
+from .meta import JobMeta
 from .paths import segment_path, shm_dir
 from .reader import Batch, SegmentInfo, SegmentReader
 from .writer import SegmentWriter
@@ -20,6 +21,7 @@ __all__ = [
     "ForeignSegment",
     "Found",
     "IncompatibleSegment",
+    "JobMeta",
     "NoSegment",
     "SegmentInfo",
     "SegmentReader",

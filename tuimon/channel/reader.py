@@ -8,7 +8,6 @@ writer, which may be dead.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 
@@ -17,9 +16,9 @@ from . import procinfo
 from .control import ControlBlock, End, Now, read_stacks
 from .errors import CorruptSegment, IncompatibleSegment
 from .fileview import FileView, open_own_segment
+from .meta import JobMeta
 from .paths import parse_segment_name
 from .ring import unpack_records
-from .text import bounded_json_value
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ class SegmentInfo:
     start_ticks: int
     created_ns: int
     ring_records: int
-    meta: dict = field(default_factory=dict)
+    meta: JobMeta = field(default_factory=JobMeta)
 
 
 @dataclass
@@ -110,11 +109,7 @@ class SegmentReader:
             raise bad(f"header pid {pid} but the file is named for pid {named[1]}")
         if not (L.META_OFFSET <= meta_off and meta_off + meta_len <= header_size):
             raise bad(f"metadata {meta_off}+{meta_len} outside the header")
-        try:
-            meta = json.loads(header[meta_off : meta_off + meta_len].decode("utf-8"))
-            meta = bounded_json_value(meta) if isinstance(meta, dict) else {}
-        except (ValueError, UnicodeDecodeError):
-            meta = {"unreadable": True}
+        meta = JobMeta.decode(header[meta_off : meta_off + meta_len])
         return SegmentInfo(path, pid, uid, start, created, ring_n, meta)
 
     def _u64(self, off: int) -> int:

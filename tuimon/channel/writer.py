@@ -7,7 +7,6 @@ block, and never raises into the training loop once the segment exists: a failur
 from __future__ import annotations
 
 import errno
-import json
 import mmap
 import os
 import threading
@@ -16,6 +15,7 @@ import time
 from . import layout as L
 from . import procinfo
 from .errors import ChannelError
+from .meta import JobMeta
 from .paths import segment_path, shm_dir
 from .ring import RingWriter
 
@@ -53,7 +53,7 @@ class SegmentWriter:
     @classmethod
     def create(
         cls,
-        meta: dict | None = None,
+        meta: JobMeta | None = None,
         ring_records: int = L.DEFAULT_RING_RECORDS,
         directory: str | None = None,
     ) -> SegmentWriter:
@@ -90,9 +90,7 @@ class SegmentWriter:
                     f"no space left in {directory} for the {size // 1024} KiB channel segment"
                 ) from e
             raise ChannelError(f"cannot set up {path}: {e.strerror}") from e
-        meta_bytes = json.dumps(meta or {}, default=str).encode("utf-8")
-        if len(meta_bytes) > L.META_CAPACITY:
-            meta_bytes = json.dumps({"truncated": True}).encode("utf-8")
+        meta_bytes = (meta or JobMeta()).encode(L.META_CAPACITY)  # (cuts argv first to fit)
         L.HEADER.pack_into(
             mm,
             0,

@@ -147,9 +147,9 @@ def cmd_ls(args) -> int:
         try:
             with SegmentReader(path) as r:
                 meta = r.info.meta
-                rank = "" if meta.get("rank") is None else safe_text(f"{meta.get('rank')}/{meta.get('world_size')}", 6)
-                command = safe_text(" ".join(str(a) for a in meta.get("argv") or []), 48)
-                log = safe_text(str(meta.get("job_log") or ""), 200)
+                rank = "" if meta.rank is None else safe_text(f"{meta.rank}/{meta.world_size}", 6)
+                command = safe_text(meta.command, 48)
+                log = safe_text(meta.job_log or "", 200)
         except ChannelError as e:
             command = f"(unreadable: {safe_text(str(e), 60)})"
         print(f"{pid:>8}  {state:<8}  {rank:<6}  {command:<48}  {log}")

@@ -27,7 +27,7 @@ def cmd_capture(args) -> int:
             print(f"tuimon: {why}", file=sys.stderr)
         client = nsys_session.for_job(info, lambda: reader.steps) or CaptureClient(info.path, info.pid,
                                                                                    info.start_ticks)
-        kind = safe_text(str(info.meta.get("capture_kind", "torch.profiler")), 40)
+        kind = safe_text(info.meta.capture_kind, 40)
         steps, seconds = args.steps, args.seconds
         if steps is None and seconds is None:  # as `c` does: steps if the loop has them, else 10 s
             steps, seconds = (10, None) if steps_seen else (None, 10.0)

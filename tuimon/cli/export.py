@@ -36,11 +36,18 @@ def cmd_export(args) -> int:
     exporter = start_exporter(args.port, args.addr)
     if exporter is None:
         return 2
-    what = f"PID {args.pid} and " if args.pid is not None else ""
-    print(f"tuimon: serving {what}the GPUs on http://{host_port(args.addr, exporter.port)}/metrics every {args.interval:g} s "
-          "(Ctrl-C stops)", file=sys.stderr)
     session, state = LiveSession(args.pid, args.interval, gpus=args.gpus), MonitorState(baseline=args.baseline)
     try:
+        no_gpus = session.gpus.error  # (opens NVML: said before the first scrape)
+        what = [f"PID {args.pid}"] if args.pid is not None else []
+        if no_gpus:
+            print(f"tuimon: no GPU series: {no_gpus} (served as tuimon_source_up{{source=\"nvml\"}} 0)",
+                  file=sys.stderr)
+        else:
+            what.append("the GPUs")
+        print(f"tuimon: serving {' and '.join(what) or 'tuimon_source_up alone'} on "
+              f"http://{host_port(args.addr, exporter.port)}/metrics every {args.interval:g} s (Ctrl-C stops)",
+              file=sys.stderr)
         while True:
             t = time.monotonic()
             state.apply(session.poll())

@@ -89,8 +89,6 @@ def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, de
         except OSError as e:
             print(f"tuimon: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
             os.unlink(log_path)  # nothing ran, nothing to keep
-            if exporter is not None:
-                exporter.close()
             return 127
         finally:
             log.close()
@@ -101,13 +99,15 @@ def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, de
             _follow_plain(child, interval, exporter, baseline, log_path, supervisor)
         else:
             label = f"{what}, every {interval:g} s" + (f", metrics on :{exporter.port}" if exporter else "")
-            tui(_exporting(LiveSession(child.pid, interval, popen=child, job_log=log_path), exporter, baseline),
-                label, quit_stops_job=demo, baseline=baseline, supervisor=supervisor)
+            tui(LiveSession(child.pid, interval, popen=child, job_log=log_path), label, quit_stops_job=demo,
+                baseline=baseline, supervisor=supervisor, on_view=exporter.publish if exporter else None)
         return _after_monitor(child, demo, log_path, supervisor)
     finally:
         if child is not None and demo and child.poll() is None:
             _stop(child)  # the monitor failed: the demo job still never outlives it
         supervisor.uninstall()
+        if exporter is not None:
+            exporter.close()
         if session is not None:  # ended with the job already, or ends now (the job goes on untraced)
             session.shutdown()
         if child is not None and child.poll() is not None:
@@ -158,24 +158,15 @@ def metrics_url(port: int, addr: str) -> str:
     return f"http://{host}:{port}/metrics"
 
 
-def _exporting(session, exporter, baseline=None):
-    """The session, publishing every cycle to the exporter when there is one."""
-    if exporter is None:
-        return session
-    from ..export.server import ExportingSession
-
-    return ExportingSession(session, exporter, baseline)
-
-
 def _follow_plain(child, interval: float, exporter, baseline, log_path: str, supervisor: Supervisor) -> None:
     """One line per interval on stdout until the job ends, a stop signal or hangup comes, or
     nothing reads the lines any more (the job never shares this stdout: it writes to its log)."""
-    session = _exporting(LiveSession(child.pid, interval, popen=child, job_log=log_path), exporter, baseline)
+    session = LiveSession(child.pid, interval, popen=child, job_log=log_path)
     view = None
     try:
         with supervisor.monitoring(_raise_stop):
             view = textview.follow(session, interval, until=lambda: child.poll() is not None, baseline=baseline,
-                                   launched=True)
+                                   launched=True, on_view=exporter.publish if exporter else None)
     except StopMonitoring:
         pass
     except BrokenPipeError:  # `| head`: the reader left; say the rest on stderr

@@ -111,10 +111,11 @@ class ProblemLines:
 
 
 def follow(session: LiveSession, interval: float, until=None, out=sys.stdout, baseline=None,
-           launched: bool = False) -> View:
+           launched: bool = False, on_view=None) -> View:
     """Print a line each interval until until() is true or the process is gone; returns the last
     view (the last look at a process that ended). baseline: (file, Baseline) to compare against;
-    launched: a job tuimon just started, whose channel comes once its Python starts the probe."""
+    launched: a job tuimon just started, whose channel comes once its Python starts the probe;
+    on_view: also given each view (the metrics exporter's publish)."""
     state, problems = MonitorState(baseline=baseline), ProblemLines()
     said_channel, stacks_said = [False], [None]
     started = time.monotonic()
@@ -122,6 +123,8 @@ def follow(session: LiveSession, interval: float, until=None, out=sys.stdout, ba
     def on_cycle(c) -> None:
         state.apply(c)
         view = state.view()
+        if on_view is not None:
+            on_view(view)
         problems.update(view)
         stacks = view.training.stacks if view.training is not None and view.stall and view.stall.stalled else None
         if stacks and stacks != stacks_said[0]:  # a stall: where every thread is, once per dump that changed

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..monitor.session import Session
+    from ..monitor.state import View
 
 
 def has_terminal() -> bool:
@@ -15,14 +21,16 @@ def has_terminal() -> bool:
         return False
 
 
-def tui(session, label: str, top: bool = False, quit_stops_job: bool = False, baseline=None,
-        supervisor=None) -> int:
+def tui(session: Session | None, label: str, top: bool = False, quit_stops_job: bool = False, baseline=None,
+        supervisor=None, on_view: Callable[[View], None] | None = None) -> int:
     """baseline: (file, Baseline) to compare the job against on screen; supervisor: the
-    job's (cli.supervise), whose stop signals and hangup end the app."""
+    job's (cli.supervise), whose stop signals and hangup end the app; on_view: also given each
+    cycle's view (the metrics exporter's publish)."""
     from ..monitor.state import MonitorState
     from ..ui.app import make_app  # textual loads only for the TUI
 
-    app = make_app(session, label, MonitorState(baseline=baseline), top=top, quit_stops_job=quit_stops_job)
+    app = make_app(session, label, MonitorState(baseline=baseline), top=top, quit_stops_job=quit_stops_job,
+                   on_view=on_view)
     if supervisor is None:
         app.run()
     else:

@@ -1,7 +1,12 @@
 """The monitor's view as Prometheus metric families, in Prometheus' conventions: base units
 (seconds, bytes, watts, hertz, ratios 0..1), `_total` for counters, one family per quantity with
 labels for what varies (gpu, phase, quantile). Pure: a View in, families out; what could not be
-read is left out (Prometheus has no 'n/a': an absent series is the honest answer)."""
+read is left out (Prometheus has no 'n/a': an absent series is the honest answer), and
+`tuimon_source_up` says which source is missing and why.
+
+Once the job's process has exited, its gauges (rates, shares, the verdict) are no longer served
+(Prometheus marks them stale, so graphs end where the job ended); `tuimon_process_up 0` and the
+counters' final values stay. The same for a rank that exited: only `tuimon_rank_up 0`."""
 
 from __future__ import annotations
 
@@ -57,6 +62,7 @@ GPU_GAUGES = (  # (metric, field, scale, help)
 def families(view: View) -> list:
     """(No host label: Prometheus labels every series with the target it scraped, `instance`.)"""
     f = _Families()
+    _sources(f, view)
     for g in view.gpus:
         s = g.latest
         labels = {"gpu": str(s.index), "name": s.name if isinstance(s.name, str) else ""}
@@ -72,20 +78,54 @@ def families(view: View) -> list:
     return list(f.by_name.values())
 
 
+SOURCE_UP = "tuimon_source_up"
+SOURCE_DOC = ("1 while tuimon reads this source (nvml: the GPUs; process: the job's process tree; channel: what "
+              "the job's probe publishes), 0 with the reason why not")
+
+
+def _sources(f: _Families, view: View) -> None:
+    """nvml always; process and channel when a job is watched (a PID was given)."""
+    gpu_problem = view.problems.get("gpu")
+    _source(f, "nvml", bool(view.gpus) and gpu_problem is None,
+            gpu_problem or (view.gpu_note if not view.gpus else None) or ("no GPU sampled yet" if not view.gpus else ""))
+    if view.process is not None or "process" in view.problems:
+        _source(f, "process", view.process is not None and "process" not in view.problems,
+                view.problems.get("process", ""))
+    if view.channel is not None:
+        channel_problem = view.problems.get("channel") or (view.channel.reason if isinstance(view.channel, NA) else None)
+        _source(f, "channel", view.training is not None and "channel" not in view.problems, channel_problem or "")
+
+
+def _source(f: _Families, source: str, up: bool, reason: str) -> None:
+    f.add(SOURCE_UP, SOURCE_DOC, {"source": source, "reason": "" if up else reason[:200]}, int(up))
+
+
+def job_ended(view: View) -> bool:
+    """The process shown (or the process tree asked for) has exited: its numbers are its last."""
+    t, p = view.training, view.process
+    return (t is not None and t.state != "alive") or (p is not None and not p.alive)
+
+
 def _job(f: _Families, view: View) -> None:
     t = view.training
     p = view.process
+    ended = job_ended(view)
     if p is not None:
         labels = {"pid": str(p.pid)}
         f.add("tuimon_process_up", "1 while the monitored process runs", labels, int(bool(p.alive)))
-        f.add("tuimon_process_cpu_ratio", "CPU of the job's processes, in cores (1.0 = one core busy)", labels,
-              _num(p.cpu_percent) and _num(p.cpu_percent) / 100)
-        f.add("tuimon_process_resident_memory_bytes", "RSS of the job's processes, summed (shared pages counted per process)",
-              labels, p.rss)
+        if p.alive:
+            f.add("tuimon_process_cpu_ratio", "CPU of the job's processes, in cores (1.0 = one core busy)", labels,
+                  _num(p.cpu_percent) and _num(p.cpu_percent) / 100)
+            f.add("tuimon_process_resident_memory_bytes", "RSS of the job's processes, summed (shared pages counted "
+                  "per process)", labels, p.rss)
     if t is None:
         return
     labels = {"pid": str(t.pid), "rank": "" if t.rank is None else str(t.rank)}
     f.add("tuimon_steps_total", "Steps the job has finished", labels, t.steps, counter=True)
+    f.add("tuimon_records_dropped_total", "Channel records overwritten before the monitor read them", labels,
+          t.dropped, counter=True)
+    if ended:
+        return _ranks_up(f, view)
     f.add("tuimon_steps_per_second", "Steps per second over the window", labels, t.steps_per_s)
     if t.state == "alive":
         f.add("tuimon_seconds_since_last_step", "Time since the loop's last step ended (a stall grows it)", labels,
@@ -119,8 +159,6 @@ def _job(f: _Families, view: View) -> None:
             f.add(metric, doc, labels, v)
         f.add("tuimon_torch_alloc_retries_total", "cudaMalloc retries after emptying the cache", labels,
               t.memory.alloc_retries, counter=True)
-    f.add("tuimon_records_dropped_total", "Channel records overwritten before the monitor read them", labels,
-          t.dropped, counter=True)
     _ranks(f, view, labels)
     code = view.verdict.code
     for c in VERDICTS:  # a state set: exactly one is 1
@@ -134,10 +172,11 @@ def _ranks(f: _Families, view: View, labels: dict[str, str]) -> None:
     t = view.training
     share = view.comm_share if view.ranks else (t.comm.share if t is not None and t.comm else None)
     f.add("tuimon_comm_ratio", "Share of step time waiting in collectives (the ranks' mean on this node)", labels, share)
+    _ranks_up(f, view)
     for r in view.ranks:
+        if r.state != "alive":
+            continue
         rl = {"pid": str(r.pid), "rank": "" if r.rank is None else str(r.rank)}
-        f.add("tuimon_rank_up", "1 while the rank's process runs, 0 once it exited (until its rank comes back)", rl,
-              int(r.state == "alive"))
         for q, v in (("0.5", r.step_p50_ms), ("0.95", r.step_p95_ms)):
             f.add("tuimon_rank_step_time_seconds", "Each rank's step time over its window, by quantile",
                   {**rl, "quantile": q}, v, scale=1e-3)
@@ -150,6 +189,12 @@ def _ranks(f: _Families, view: View, labels: dict[str, str]) -> None:
         f.add("tuimon_straggler_ratio", f"The slowest rank's own work over the other ranks' median (a straggler "
               f"from {T.STRAGGLER.show()})", {"pid": str(s.pid), "rank": "" if s.rank is None else str(s.rank)},
               s.ratio)
+
+
+def _ranks_up(f: _Families, view: View) -> None:
+    for r in view.ranks:
+        f.add("tuimon_rank_up", "1 while the rank's process runs, 0 once it exited (until its rank comes back)",
+              {"pid": str(r.pid), "rank": "" if r.rank is None else str(r.rank)}, int(r.state == "alive"))
 
 
 def _baseline(f: _Families, view: View, labels: dict[str, str]) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from ..monitor.state import MonitorState, View
+from ..monitor.state import View
 from .metrics import families
 
 
@@ -29,25 +29,3 @@ class Exporter:
         self.server.shutdown()
         self.server.server_close()
 
-
-class ExportingSession:
-    """A session whose every cycle is also published to an Exporter (for `tuimon run
-    --metrics-port`: the TUI or the plain view polls it as it polls any session)."""
-
-    def __init__(self, session, exporter: Exporter, baseline=None):
-        self._session, self._exporter, self._state = session, exporter, MonitorState(baseline=baseline)
-
-    def poll(self):
-        cycle = self._session.poll()
-        self._state.apply(cycle)
-        self._exporter.publish(self._state.view())
-        return cycle
-
-    def stop(self) -> None:
-        try:
-            self._session.stop()
-        finally:
-            self._exporter.close()
-
-    def __getattr__(self, name):  # everything else is the session's
-        return getattr(self._session, name)

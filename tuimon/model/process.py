@@ -22,6 +22,7 @@ class ProcRow:
     io_write: Num = NA("not read")
     pss: int | None = None  # bytes, shared pages split among their sharers (forked workers share most)
     loop: bool = False  # the process whose channel is shown (the training process)
+    rank: int | None = None  # a rank of the job (its channel says which), else None
 
 
 @dataclass(frozen=True)

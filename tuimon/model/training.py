@@ -186,6 +186,7 @@ class TrainingSnapshot:
     state: str = "alive"  # 'alive' | 'exited' | 'reused'
     closed: bool = False  # the process exited cleanly
     argv: list[str] = field(default_factory=list)
+    argv_cut: int = 0  # arguments left out at the end of argv (the channel's header had no room)
     rank: int | None = None
     world_size: int | None = None
     local_rank: int | None = None

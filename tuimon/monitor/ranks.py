@@ -1,7 +1,8 @@
 """Every rank of a job on this node: the channels of a launcher's (torchrun's) instrumented
 descendants, each drained by its own TrainingView, looked for again every REDISCOVER_S, so ranks
 that start or restart (torchrun's elastic restarts: new PIDs, same ranks) are picked up. A rank
-whose process ended is marked exited until its rank comes back or EXITED_KEEP_S pass."""
+whose process ended is marked exited until its rank comes back or, while other ranks run, EXITED_KEEP_S
+pass (once every rank has exited, the job's last picture stays)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def job_root(pid: int, shown: SegmentReader) -> int | None:
     """The process whose descendants are the job's ranks: the launcher asked for, or the parent
     (torchrun's agent) of a rank asked for; None for a job of one process."""
     meta = shown.info.meta
-    if not isinstance(meta.get("rank"), int) or not isinstance(meta.get("world_size"), int) or meta["world_size"] < 2:
+    if meta.rank is None or meta.world_size is None or meta.world_size < 2:
         return None
     if shown.info.pid != pid:
         return pid  # a launcher: its descendants
@@ -48,7 +49,7 @@ class RankSet:
                 reader = SegmentReader(f.path)
             except ChannelError:
                 continue  # (not readable yet: its writer may be starting)
-            if isinstance(reader.info.meta.get("rank"), int):
+            if reader.info.meta.rank is not None:
                 self.views[f.pid] = TrainingView(ChannelSource(reader))
             else:
                 reader.close()
@@ -81,7 +82,7 @@ class RankSet:
             s = snaps.get(pid)
             if self.views.get(pid) is shown:
                 continue
-            if now - since >= EXITED_KEEP_S or s is None or s.rank in alive_ranks:
+            if (alive_ranks and now - since >= EXITED_KEEP_S) or s is None or s.rank in alive_ranks:
                 view = self.views.pop(pid, None)
                 self.exited_at.pop(pid, None)
                 snaps.pop(pid, None)
@@ -91,13 +92,17 @@ class RankSet:
     def view_of_rank(self, rank: int) -> TrainingView | None:
         """The live view of that rank (the newest PID if it restarted)."""
         found = [(pid, v) for pid, v in self.views.items()
-                 if v.source.reader.info.meta.get("rank") == rank and pid not in self.exited_at]
+                 if v.source.reader.info.meta.rank == rank and pid not in self.exited_at]
         return max(found)[1] if found else None
+
+    def rank_of_pid(self) -> dict[int, int]:
+        """Each rank's PID (exited ones too) and its rank."""
+        return {pid: r for pid, v in list(self.views.items()) if (r := v.source.reader.info.meta.rank) is not None}
 
     def ranks(self) -> list[int]:
         """(also from the UI thread, while the sampler's poll may add or drop views: a copy first)"""
         views = list(self.views.values())
-        return sorted({r for v in views if isinstance(r := v.source.reader.info.meta.get("rank"), int)})
+        return sorted({r for v in views if (r := v.source.reader.info.meta.rank) is not None})
 
     def close(self, keep: TrainingView | None = None) -> None:
         for view in self.views.values():

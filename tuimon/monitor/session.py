@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Protocol
 
 from ..analysis import stall as loop_stall
 from ..capture import nsys_session
@@ -28,10 +30,34 @@ STACKS_EVERY_S = 10.0  # while the loop is stalled, its threads' stacks are aske
 TAIL_BYTES, TAIL_LINES = 64 * 1024, 40  # of the output of a job tuimon started, read once it exited
 
 
+class Session(Protocol):
+    """What the app asks of where its cycles come from: a live session or a replay. Views go the
+    other way: whoever draws or serves them (the app, --plain, the exporter) gets them from
+    MonitorState, never from the session."""
+
+    ranks_switchable: bool  # `n` can show another rank in detail (live: a recording holds one rank's)
+
+    def start(self, on_cycle: Callable[[Cycle], None], on_end: Callable[[], None] | None = None) -> None:
+        """Hand each cycle to on_cycle from a thread of its own; on_end when there are no more."""
+
+    def stop(self) -> None: ...
+
+    def request_capture(self, steps: int | None, seconds: float | None) -> str:
+        """What to tell the user; raises CaptureRefused."""
+
+    def next_rank(self) -> str:
+        """Show the next rank in detail; what to tell the user; raises CaptureRefused."""
+
+    def progress(self) -> str | None:
+        """Where a replay is ('12/36'); None for a live session."""
+
+
 class LiveSession:
     """The target's process tree, the GPUs and the target's channel (picked up whenever it
     appears), polled together; pid None watches the GPUs alone (`tuimon top`). A source that
     fails is reported in the cycle's problems, with the reason, and tried again next cycle."""
+
+    ranks_switchable = True
 
     def __init__(self, pid: int | None, interval: float = 1.0, popen=None, devices=None,
                  summaries: SummaryWorker | None = None, job_log: str | None = None, gpus: list[int] | None = None):
@@ -104,12 +130,14 @@ class LiveSession:
                 capture = self._capture(problems)
                 if self.procs is not None and training.pid == self.pid:
                     self.procs.follow_loop(training.loop_tid)  # its CPU is read from the next cycle on
-        if process is not None and training is not None:  # mark the training process among the tree's
-            process = replace(process, procs=[replace(r, loop=r.pid == training.pid) for r in process.procs])
         rows = []
         if self.ranks is not None and view is not None:
             snaps = _guard(problems, "ranks", lambda: self.ranks.poll(view, training)) or {}
             rows = job_ranks.rows(snaps, gpus, set(self.ranks.exited_at))
+        if process is not None and training is not None:  # mark the training process (and the ranks) in the tree
+            rank_of = self.ranks.rank_of_pid() if self.ranks is not None else {}
+            process = replace(process, procs=[replace(r, loop=r.pid == training.pid, rank=rank_of.get(r.pid))
+                                              for r in process.procs])
         return Cycle(t, process, gpus, training, capture, self.channel,
                      view.source.reader.info.pid if view is not None and self.shown_why else None,
                      self.shown_why, problems, note, host, self.job_log, self._tail(process), rows)
@@ -133,7 +161,7 @@ class LiveSession:
         if self.ranks is None:
             raise CaptureRefused("one process: no other rank to show")
         ranks = self.ranks.ranks()
-        shown = self.training.source.reader.info.meta.get("rank") if self.training is not None else None
+        shown = self.training.source.reader.info.meta.rank if self.training is not None else None
         want = self._want_rank if self._want_rank is not None else shown
         later = [r for r in ranks if want is None or r > want]
         self._want_rank = later[0] if later else ranks[0]
@@ -151,7 +179,8 @@ class LiveSession:
             self.captures.close()
             self.captures = None  # (a window goes to the rank shown)
         self.channel = other.source.reader.path
-        self.shown_why = f"rank {want} of the job under PID {self.pid}: {describe(other.source.reader.info.pid)}"
+        pid = other.source.reader.info.pid  # (the job's root: the launcher, whichever PID was asked for)
+        self.shown_why = None if pid == self.pid else f"rank {want} of the job under PID {self.ranks.root}: {describe(pid)}"
         other.poll()
         return other, other.snapshot()
 
@@ -178,6 +207,8 @@ class LiveSession:
         return self._job_tail
 
     def _view(self, problems: dict) -> TrainingView | None:
+        if self.training is not None and self._shows_a_launcher():
+            self._look_for_ranks()
         if self.training is not None or not self.pid:
             return self.training
         now = time.monotonic()
@@ -196,12 +227,38 @@ class LiveSession:
             self.channel = NA(str(e))
             problems["channel"] = self._unreadable = str(e)
             return None
+        return self._show(reader, why)
+
+    def _show(self, reader, why: str | None) -> TrainingView:
         self.training = TrainingView(ChannelSource(reader))
         self.channel, self.shown_why = reader.path, why
         root = job_ranks.job_root(self.pid, reader)
         if root is not None:
             self.ranks = job_ranks.RankSet(root, self.training)
         return self.training
+
+    def _shows_a_launcher(self) -> bool:
+        """The channel shown is the asked process's own and has no rank: a launcher (torchrun) whose
+        ranks may not have started when it was found, or a job of one process."""
+        info = self.training.source.reader.info
+        return self.ranks is None and info.pid == self.pid and info.meta.rank is None
+
+    def _look_for_ranks(self) -> None:
+        """Every REDISCOVER_S: once a ranked descendant has a channel, show it (rank 0) instead."""
+        now = time.monotonic()
+        if now - self._looked_at < REDISCOVER_S:
+            return
+        self._looked_at = now
+        try:
+            reader, why = open_channel(self.pid)
+        except ChannelError:
+            return
+        if why is None:  # still its own channel
+            reader.close()
+            return
+        self._drop_channel()
+        self._looked_at = now
+        self._show(reader, why)
 
     def _drop_channel(self) -> None:
         if self.ranks is not None:
@@ -251,11 +308,15 @@ class LiveSession:
 
     # -- lifetime ---------------------------------------------------------------------------------
 
-    def start(self, on_cycle) -> None:
+    def start(self, on_cycle: Callable[[Cycle], None], on_end: Callable[[], None] | None = None) -> None:
+        """(on_end: never called; a live session goes on until stopped)"""
         def failed(message: str) -> None:  # a bug in a sampler: say so rather than freeze
             on_cycle(Cycle(time.monotonic_ns(), problems={"sampler": message}))
 
         self._poller = Poller(self.poll, on_cycle, self.interval, name="tuimon-sampler", on_error=failed).start()
+
+    def progress(self) -> str | None:
+        return None
 
     def stop(self) -> None:
         if self._poller:
@@ -283,6 +344,8 @@ class ReplaySession:
     """A recording, paced as recorded (speed > 1: faster). total/skipped: its cycle count and
     unreadable lines, when the caller counted them first."""
 
+    ranks_switchable = False  # a recording holds the detail of the rank it showed
+
     def __init__(self, path: str, speed: float = 1.0, total: int | None = None, skipped: int = 0):
         self.source = ReplaySource(path, speed)
         self.recording = self.source.recording
@@ -292,14 +355,14 @@ class ReplaySession:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def progress(self) -> str:
+    def progress(self) -> str | None:
         """Where the replay is: '12/36', 'end, 36 cycles', and the lines it skipped."""
         where = f"end, {self.played} cycle{'s' if self.played != 1 else ''}" if self.finished else (
             f"{self.played}/{self.total}" if self.total else f"{self.played}")
         skipped = self.skipped or self.recording.skipped
         return where + (f" · {skipped} bad line{'s' if skipped != 1 else ''} skipped" if skipped else "")
 
-    def start(self, on_cycle, on_end=None) -> None:
+    def start(self, on_cycle: Callable[[Cycle], None], on_end: Callable[[], None] | None = None) -> None:
         def played(c):
             self.played += 1
             on_cycle(c)
@@ -316,8 +379,11 @@ class ReplaySession:
     def stop(self) -> None:
         self._stop.set()
 
-    def request_capture(self, steps, seconds) -> str:
+    def request_capture(self, steps: int | None, seconds: float | None) -> str:
         raise CaptureRefused("a replay has no process to capture")
+
+    def next_rank(self) -> str:
+        raise CaptureRefused("a replay shows the rank it recorded")
 
 
 def run_cycles(session: LiveSession, interval: float, on_cycle, until=None, seconds: float = 0) -> int:

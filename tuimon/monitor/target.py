@@ -45,7 +45,7 @@ def open_channel(pid: int) -> tuple[SegmentReader, str | None]:
         own = []
     if own and own[0].state != "unreadable":
         reader = SegmentReader(own[0].path)
-        if reader.info.meta.get("rank") is None:  # a launcher (torchrun) is instrumented too:
+        if reader.info.meta.rank is None:  # a launcher (torchrun) is instrumented too:
             rank0 = _lowest_rank(children)        # the training is in its ranks
             if rank0 is not None:
                 reader.close()
@@ -74,8 +74,8 @@ def open_channel(pid: int) -> tuple[SegmentReader, str | None]:
 
 
 def _why(pid: int, reader: SegmentReader, reason: str) -> str:
-    rank = reader.info.meta.get("rank")
-    which = f"rank {rank} " if isinstance(rank, int) else ""
+    rank = reader.info.meta.rank
+    which = f"rank {rank} " if rank is not None else ""
     return f"PID {pid}: {reason}; showing its descendant {which}{describe(reader.info.pid)}"
 
 
@@ -87,8 +87,8 @@ def _lowest_rank(found) -> SegmentReader | None:
             r = SegmentReader(f.path)
         except ChannelError:
             continue
-        rank = r.info.meta.get("rank")
-        if isinstance(rank, int) and (best is None or rank < best[0]):
+        rank = r.info.meta.rank
+        if rank is not None and (best is None or rank < best[0]):
             if best is not None:
                 best[1].close()
             best = (rank, r)

@@ -75,12 +75,13 @@ class TrainingView:
             pid=info.pid,
             state=state,
             closed=r.closed,
-            argv=[str(a) for a in meta.get("argv") or []],
-            rank=_int(meta.get("rank")),
-            world_size=_int(meta.get("world_size")),
-            local_rank=_int(meta.get("local_rank")),
-            capture_kind=_str(meta.get("capture_kind")),
-            probe_hot_path=_str(meta.get("hot_path")),
+            argv=list(meta.argv),
+            argv_cut=meta.argv_cut,
+            rank=meta.rank,
+            world_size=meta.world_size,
+            local_rank=meta.local_rank,
+            capture_kind=meta.capture_kind,
+            probe_hot_path=meta.hot_path,
             uptime_s=round((end_ns - info.created_ns) / 1e9, 3),
             steps=r.steps,
             window_steps=len(steps),
@@ -138,11 +139,3 @@ def _end_ns(reader, state: str) -> int:
         return now
     last = max(reader.closed_ns, reader.heartbeat_ns)
     return last if 0 < last <= now else now
-
-
-def _int(v):
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _str(v):
-    return v if isinstance(v, str) else None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..channel import layout as L
 from ..channel import procinfo, ring
 from ..channel.errors import ChannelError
+from ..channel.meta import JobMeta
 from ..channel.paths import captures_dir
 from ..channel.writer import SegmentWriter
 from . import hooks, sampler
@@ -34,29 +35,35 @@ class ProbeStatus:
     nvtx_forwarding: bool = False
 
 
-def _meta() -> dict:
+def _meta() -> JobMeta:
     env = os.environ
-    return {
-        "argv": procinfo.cmdline(os.getpid()) or list(sys.argv),
-        "cwd": os.getcwd(),
-        "host": socket.gethostname(),
-        "python": sys.version.split()[0],
-        "rank": _int(env.get("RANK")),
-        "local_rank": _int(env.get("LOCAL_RANK")),
-        "world_size": _int(env.get("WORLD_SIZE")),
-        "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
-        "launched_by_tuimon": env.get("TUIMON_RUN") == "1",
-        "capture_kind": "nsys" if env.get("TUIMON_NSYS") == "1" else "torch.profiler",
-        # Under `tuimon run --nsys`: the nsys session the monitor drives windows in, and the
-        # `nsys start` options given with --nsys-args.
-        "nsys_session": env.get("TUIMON_NSYS_SESSION"),
-        "nsys_start_args": shlex.split(env.get("TUIMON_NSYS_START_ARGS", "")),
-        "hot_path": ring.IMPLEMENTATION,  # "c", or "python" where the extension is missing
-        "job_log": env.get("TUIMON_JOB_LOG"),  # where `tuimon run` sends the job's output
-    }
+    try:
+        cwd: str | None = os.getcwd()
+    except OSError:  # (the job's folder was removed)
+        cwd = None
+    try:
+        start_args = tuple(shlex.split(env.get("TUIMON_NSYS_START_ARGS", "")))
+    except ValueError:  # unbalanced quotes: (the monitor checked them before launching)
+        start_args = ()
+    return JobMeta(
+        argv=tuple(procinfo.cmdline(os.getpid()) or sys.argv),
+        cwd=cwd,
+        host=socket.gethostname(),
+        python=sys.version.split()[0],
+        rank=_int(env.get("RANK")),
+        local_rank=_int(env.get("LOCAL_RANK")),
+        world_size=_int(env.get("WORLD_SIZE")),
+        cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+        launched_by_tuimon=env.get("TUIMON_RUN") == "1",
+        capture_kind="nsys" if env.get("TUIMON_NSYS") == "1" else "torch.profiler",
+        nsys_session=env.get("TUIMON_NSYS_SESSION"),
+        nsys_start_args=start_args,
+        hot_path=ring.IMPLEMENTATION,
+        job_log=env.get("TUIMON_JOB_LOG"),
+    )
 
 
-def _int(v):
+def _int(v) -> int | None:
     try:
         return int(v)
     except (TypeError, ValueError):
@@ -156,6 +163,8 @@ def switch(p: Probe, on: bool) -> None:
 
 def _at_exit(p: Probe) -> None:
     if _probe is p:
+        if p.capturer is not None:  # (its own hook, registered when a window opened, ran first)
+            p.capturer.at_exit()
         stop = getattr(p, "_control_stop", None)
         if stop is not None:
             stop.set()

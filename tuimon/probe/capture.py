@@ -5,10 +5,17 @@ without steps): a torch.profiler window whose trace is exported on a background 
 training step. (Under `tuimon run --nsys` the job runs in an nsys session whose windows the monitor
 starts and stops itself: requests that reach the probe are refused.) One window at a time; lengths are capped; a window is
 refused when the captures folder has less free space than the floor.
+
+At interpreter exit (atexit; a KeyboardInterrupt or a handled SIGTERM ends there too) a window
+still open is closed and written, and an export under way is waited for: torch's profiler left on
+at shutdown crashes the process (SIGSEGV), and the job must keep its own exit code. The window's
+state then says the job ended inside it. A process killed outright runs no atexit and cannot crash
+in torch's shutdown either.
 """
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import os
 import sys
@@ -37,11 +44,13 @@ class TorchWindow:
         self.off_thread = all_threads
         self.prof.start()
         self.stop_ms = 0.0
+        self.stopped_where = ""
 
-    def stop(self) -> None:
+    def stop(self, at_exit: bool = False) -> None:
         t = time.perf_counter()
         self.prof.stop()  # on the training thread: torch needs it where it started
         self.stop_ms = (time.perf_counter() - t) * 1e3
+        self.stopped_where = "at exit" if at_exit else "off the loop" if self.off_thread else "on the training step"
 
     def finish(self) -> tuple[str, str]:
         """Export (background thread); returns (path, message). The summary is the monitor's job,
@@ -55,9 +64,8 @@ class TorchWindow:
         export_ms = (time.perf_counter() - t) * 1e3
         self.prof = None
         size = os.path.getsize(self.trace)
-        where = "on the training step" if not self.off_thread else "off the loop"
-        return self.trace, (f"trace {_size(size)}; stopped in {self.stop_ms:.0f} ms {where}, "
-                            f"exported in {export_ms:.0f} ms off it")
+        return self.trace, (f"trace {_size(size)}; stopped in {self.stop_ms:.0f} ms {self.stopped_where}, "
+                            f"exported in {export_ms:.0f} ms" + (" off it" if self.stopped_where != "at exit" else ""))
 
 
 def _size(n: int) -> str:
@@ -84,6 +92,10 @@ class Capturer:
         self.window = None
         self.first = self.mode = self.length = 0
         self.started = 0.0
+        self.exporting: threading.Thread | None = None
+        self.exited = False  # the interpreter is exiting: no window opens any more
+        self.pid = os.getpid()  # a forked child inherits the atexit hook: its exit closes nothing
+        self._exit_hook = False
         self._set(L.STATE_IDLE, message="ready")
 
     def _set(self, state, first=0, last=0, message="", path="", seq=None):
@@ -95,6 +107,8 @@ class Capturer:
     def poll(self) -> None:
         req = self.ctl.read_request()
         with self.lock:
+            if self.exited:
+                return
             if req.seq != self.seq and self.window is None and self.pending is None:
                 self.seq = req.seq
                 self._take(req)
@@ -136,28 +150,60 @@ class Capturer:
             self.window = None
             return self._set(L.STATE_FAILED, message=f"could not start: {type(e).__name__}: {e}"[:250])
         self.first, self.started = first_step, time.monotonic()
+        if not self._exit_hook:
+            # Registered once torch is imported, so it runs before any atexit handler torch has
+            # (atexit runs last-registered first); the probe's own (api._at_exit) runs later.
+            atexit.register(self.at_exit)
+            self._exit_hook = True
         if self.mode == L.CAPTURE_SECONDS:  # no step of it has completed yet
             self._set(L.STATE_CAPTURING, first_step, first_step - 1, message=f"capturing {self.length:g} s")
         else:
             self._set(L.STATE_CAPTURING, first_step, first_step, message="capturing")
 
-    def _close(self, last_step: int) -> None:
+    def _close(self, last_step: int, ended: str = "") -> None:
+        """ended: why the window closes before its length (the job is exiting), said first in
+        its state; the export then runs here, on the exiting thread."""
         window, self.window = self.window, None
         try:
-            window.stop()
+            window.stop(at_exit=bool(ended))
         except Exception as e:  # noqa: BLE001
-            return self._set(L.STATE_FAILED, self.first, last_step, message=f"stop failed: {e}"[:250])
+            return self._set(L.STATE_FAILED, self.first, last_step, message=f"{ended}stop failed: {e}"[:250])
         first, seq = self.first, self.seq
-        self._set(L.STATE_WRITING, first, last_step, message="writing")
+        self._set(L.STATE_WRITING, first, last_step, message=f"{ended}writing")
 
         def finish():
             try:
                 path, msg = window.finish()
-                self._set(L.STATE_DONE, first, last_step, message=msg, path=path, seq=seq)
+                self._set(L.STATE_DONE, first, last_step, message=f"{ended}{msg}"[:250], path=path, seq=seq)
             except Exception as e:  # noqa: BLE001
-                self._set(L.STATE_FAILED, first, last_step, message=f"export failed: {e}"[:250], seq=seq)
+                self._set(L.STATE_FAILED, first, last_step, message=f"{ended}export failed: {e}"[:250], seq=seq)
 
-        threading.Thread(target=finish, name="tuimon-capture-export", daemon=True).start()
+        if ended:
+            return finish()
+        self.exporting = threading.Thread(target=finish, name="tuimon-capture-export", daemon=True)
+        self.exporting.start()
+
+    # -- at interpreter exit ----------------------------------------------------------------------
+
+    def at_exit(self) -> None:
+        """Close a window still open (and write it), say so of one still armed, and wait for an
+        export under way (a daemon thread: shutdown would cut it off mid-file). Idempotent."""
+        if self.pid != os.getpid():
+            return
+        with self.lock:
+            if self.exited:
+                return
+            self.exited = True
+            done = self.probe.step_no - 1
+            if self.pending is not None:
+                self.pending = None
+                self._set(L.STATE_FAILED, message=f"the job ended at step {done}, before the window opened")
+            elif self.window is not None:
+                asked = f"{self.length} steps" if self.mode == L.CAPTURE_STEPS else f"{self.length:g} s"
+                self._close(done, ended=f"the job ended inside the window at step {done} (asked: {asked}); ")
+        exporting = self.exporting
+        if exporting is not None:
+            exporting.join(EXPORT_AT_EXIT_S)
 
     # -- from the training thread, at each step boundary (cheap when nothing is asked) --------
 
@@ -165,6 +211,8 @@ class Capturer:
         if self.pending is None and self.window is None:
             return
         with self.lock:
+            if self.exited:
+                return
             if self.pending is not None:
                 self.pending = None
                 self._open(completed + 1)
@@ -182,6 +230,7 @@ def _program() -> str:
 
 
 MEMORY_EVERY_S = 0.5
+EXPORT_AT_EXIT_S = 60.0  # the longest the job's exit waits for a trace being written
 
 
 def control_thread(capturer: Capturer, writer, stop: threading.Event, present=None, period: float = 0.2) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Callable
 
 from textual.app import App, ScreenStackError
 from textual.binding import Binding
@@ -12,8 +13,8 @@ from textual.css.query import NoMatches
 from ..capture.client import CaptureRefused
 from ..channel import ChannelError
 from ..channel.control import MAX_STEPS
-from ..monitor.session import ReplaySession
-from ..monitor.state import MonitorState
+from ..monitor.session import Session
+from ..monitor.state import MonitorState, View
 from . import partial_updates
 from .screens import (
     CapturesScreen,
@@ -49,9 +50,11 @@ class TuimonApp(App):
         Binding("question_mark", "help", "help"),
     ]
 
-    def __init__(self, session, label: str, state: MonitorState | None = None, ansi_color: bool = True,
-                 top: bool = False, quit_stops_job: bool = False):
-        """top: all GPUs and their processes, no training process; quit_stops_job: `tuimon demo`."""
+    def __init__(self, session: Session | None, label: str, state: MonitorState | None = None, ansi_color: bool = True,
+                 top: bool = False, quit_stops_job: bool = False, on_view: Callable[[View], None] | None = None):
+        """top: all GPUs and their processes, no training process; quit_stops_job: `tuimon demo`;
+        on_view: also given each cycle's view (the one drawn; drawn or not while paused), from the
+        UI thread: the metrics exporter."""
         # The terminal's own palette and background: fits the user's theme, and shorter escape
         # sequences (fewer bytes per second over SSH).
         super().__init__(ansi_color=ansi_color)
@@ -61,6 +64,7 @@ class TuimonApp(App):
         self.state = state or MonitorState()
         self.paused = False
         self.capture_steps = 10
+        self.on_view = on_view
 
     def on_mount(self) -> None:
         self.push_screen(TopScreen() if self.top else MainScreen())
@@ -71,10 +75,7 @@ class TuimonApp(App):
         except (ValueError, OSError):  # not the main thread
             pass
         if self.session is not None:
-            if isinstance(self.session, ReplaySession):
-                self.session.start(self._cycle_from_thread, on_end=lambda: self.call_from_thread(self.redraw))
-            else:
-                self.session.start(self._cycle_from_thread)
+            self.session.start(self._cycle_from_thread, on_end=lambda: self.call_from_thread(self.redraw))
         self.call_after_refresh(self.redraw)
 
     def _hangup(self, signum, frame) -> None:
@@ -104,13 +105,17 @@ class TuimonApp(App):
 
     def apply_cycle(self, cycle) -> None:
         self.state.apply(cycle)
+        view = self.state.view() if self.on_view is not None or not self.paused else None
+        if self.on_view is not None:
+            self.on_view(view)
         if not self.paused:
-            self.redraw()
+            self.redraw(view)
 
-    def redraw(self) -> None:
-        progress = getattr(self.session, "progress", None)
+    def redraw(self, view: View | None = None) -> None:
+        """view: this cycle's, already made (default: made here)."""
+        progress = self.session.progress() if self.session is not None else None
         if progress is not None:  # a replay: where it is
-            self.label = f"{self.base_label} · {progress()}"
+            self.label = f"{self.base_label} · {progress}"
         try:
             screen = self.screen
         except ScreenStackError:  # shutting down: the last screen is gone
@@ -119,7 +124,7 @@ class TuimonApp(App):
             return
         try:
             with self.batch_update():
-                screen.show_view(self.state.view(self.paused), self.label)
+                screen.show_view(view if view is not None else self.state.view(self.paused), self.label)
         except NoMatches:
             return  # the screen is still composing; the next update draws it
 
@@ -129,15 +134,17 @@ class TuimonApp(App):
         """In `top` there is no training process: its keys are off (and out of the footer); `n`
         only where the job has ranks to switch between."""
         if action == "next_rank":
-            return not self.top and len(self.state.ranks) > 1
+            return not self.top and self.session is not None and self.session.ranks_switchable and \
+                len(self.state.ranks) > 1
         return not (self.top and action in self.TRAINING_ACTIONS)
 
     def action_next_rank(self) -> None:
+        if self.session is None:
+            return
         try:
             self.notify(self.session.next_rank(), title="ranks", timeout=2)
-        except (CaptureRefused, AttributeError) as e:  # (a replay has no ranks to switch)
-            self.notify(str(e) if isinstance(e, CaptureRefused) else "a replay shows the rank it recorded",
-                        title="ranks", severity="warning", timeout=3)
+        except CaptureRefused as e:
+            self.notify(str(e), title="ranks", severity="warning", timeout=3)
 
     def action_stacks(self) -> None:
         """Every thread's stack: asked of the probe now (answered within a second), shown on their screen."""
@@ -206,7 +213,7 @@ class TuimonApp(App):
         return result
 
 
-def make_app(session, label: str, state: MonitorState | None = None, top: bool = False,
-             quit_stops_job: bool = False) -> TuimonApp:
+def make_app(session: Session | None, label: str, state: MonitorState | None = None, top: bool = False,
+             quit_stops_job: bool = False, on_view: Callable[[View], None] | None = None) -> TuimonApp:
     partial_updates.install()
-    return TuimonApp(session, label, state, top=top, quit_stops_job=quit_stops_job)
+    return TuimonApp(session, label, state, top=top, quit_stops_job=quit_stops_job, on_view=on_view)

@@ -136,7 +136,7 @@ def header(view: View, source_label: str, rates: View | None = None, width: int 
     pid = t.pid if t else p.pid if p else None
     what = ""
     if t and t.argv:
-        what = safe_text(short_command(t.argv), 200)
+        what = safe_text(short_command(t.argv) + (f" [+{t.argv_cut} args cut]" if t.argv_cut else ""), 200)
     elif p:
         target = next((x for x in p.procs if x.role == "target"), None)
         if target is not None and isinstance(target.name, str):
@@ -598,9 +598,10 @@ def process_panel(view: View, stats: View | None = None) -> Text:
     loop = next((r for r in p.procs if r.loop), None) or target
     rest = [r for r in p.procs if r is not loop and r is not target]
     workers = [r for r in rest if r.name == "pt_data_worker"]
-    others = [r for r in rest if r not in workers]
-    if loop is not None:
-        out.append("training " if loop.loop else "target ", "dim")  # (loop: the process whose channel is read)
+    ranks = [r for r in rest if r.rank is not None and r not in workers]
+    others = [r for r in rest if r not in workers and r not in ranks]
+    if loop is not None:  # (loop: the process whose channel is read)
+        out.append("training " if loop.loop else "target " if loop.rank is None else f"rank {loop.rank} ", "dim")
         out.append(safe_text(str(loop.name if isinstance(loop.name, str) else "?"), 30))
         state = loop.state if isinstance(loop.state, str) else "?"
         out.append(f" {loop.pid}  CPU {_cpu([loop])}  {_mem([loop])}  threads {value(loop.threads)}  {state}")
@@ -608,11 +609,12 @@ def process_panel(view: View, stats: View | None = None) -> Text:
         out.append("\nlauncher ", "dim")
         out.append(safe_text(str(target.name if isinstance(target.name, str) else "?"), 30))
         out.append(f" {target.pid}  CPU {_cpu([target])}")
-    for label, group in (("DataLoader workers", workers), ("other subprocesses", others)):
+    for label, group in (("other ranks", ranks), ("DataLoader workers", workers), ("other subprocesses", others)):
         if group:
             out.append(f"\n{label} {len(group)}", "dim")
             out.append(f"  CPU {_cpu(group)}  {_mem(group)}")
-            per = "  ".join(f"{r.pid}:{r.cpu_percent:.0f}%" for r in group[:6] if num(r.cpu_percent) is not None)
+            per = "  ".join(("" if r.rank is None else f"rank {r.rank} ") + f"{r.pid}:{r.cpu_percent:.0f}%"
+                            for r in group[:6] if num(r.cpu_percent) is not None)
             out.append(f"  ({per}{' ...' if len(group) > 6 else ''})", "dim")
     if p.loop_cpu is not None:
         wait = p.loop_cpu_wait
