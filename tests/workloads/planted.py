@@ -242,9 +242,14 @@ def run(kind: str, seconds: float, truth_path: str | None, device: str) -> None:
         return
 
     if kind in ("hotspot", "wait", "optimizer"):
-        params = 600 if kind == "optimizer" else 2
-        net = nn.Sequential(*[nn.Linear(8, 8) for _ in range(params // 2)]).to(dev)
-        opt = torch.optim.SGD(net.parameters(), lr=1e-3, foreach=False)
+        net = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)).to(dev)
+        params = list(net.parameters())
+        if kind == "optimizer":  # 600 small parameters the optimizer updates one by one, with momentum
+            extra = [nn.Parameter(torch.randn(256, device=dev)) for _ in range(600 - len(params))]
+            for p in extra:
+                p.grad = torch.randn_like(p)  # (kept: zero_grad(set_to_none=False) below keeps them)
+            params += extra
+        opt = torch.optim.SGD(params, lr=1e-6, momentum=0.9, foreach=False)
         x, y = torch.randn(32, 8, device=dev), torch.randn(32, 8, device=dev)
         held = threading.Lock()
         held.acquire()  # (nobody ever releases it: acquire(timeout=...) waits its whole timeout)
@@ -252,11 +257,11 @@ def run(kind: str, seconds: float, truth_path: str | None, device: str) -> None:
             t0 = time.perf_counter()
             loss = nn.functional.mse_loss(net(x), y)
             a = time.perf_counter()
-            opt.zero_grad()
             loss.backward()
             b = time.perf_counter()
             opt.step()
             c = time.perf_counter()
+            opt.zero_grad(set_to_none=False)
             if kind == "hotspot":
                 spin(20)  # the hot line: spin()'s loop
             elif kind == "wait":

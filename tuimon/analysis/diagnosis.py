@@ -483,17 +483,17 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
         return Verdict("host-bound", "host-bound: Python outside the model",
                        f"{gpu} · other {share(other)} of the step (forward+backward+optimizer {share(model)}) · {cpu}{at}",
                        step, confidence, rules)
+    opt, largest = e.phases.get("optimizer", 0.0), max(e.phases.get(p, 0.0) for p in ("forward", "backward", "optimizer"))
+    if opt and opt == largest:  # the optimizer's step is the model's largest part
+        return Verdict("host-bound", "host-bound: the optimizer step",
+                       f"{gpu} · optimizer {share(opt)} of the step (forward+backward+optimizer {share(model)}) · {cpu}"
+                       + (f" · {e.optimizer}" if e.optimizer else ""), _optimizer_step(e, opt), confidence, rules)
     if c.busy is None:  # no GPU in sight (neither NVML nor the job's CUDA events): the model's work is on the CPU
         return Verdict("host-bound", "host-bound: the model's work on the CPU",
                        f"{gpu} · forward+backward+optimizer {share(model)} of the step on the CPU · {cpu}",
                        "no GPU seen (neither NVML nor CUDA events): the model computes on the CPU: a GPU "
                        "(model.to('cuda')) if there is one, else cheaper CPU work: torch.compile, larger batches (fewer, "
                        "larger ops), torch.set_num_threads(the cores it has)", confidence, rules)
-    opt, largest = e.phases.get("optimizer", 0.0), max(e.phases.get(p, 0.0) for p in ("forward", "backward", "optimizer"))
-    if opt and opt == largest:  # the optimizer's step is the model's largest part
-        return Verdict("host-bound", "host-bound: the optimizer step",
-                       f"{gpu} · optimizer {share(opt)} of the step (forward+backward+optimizer {share(model)}) · {cpu}"
-                       + (f" · {e.optimizer}" if e.optimizer else ""), _optimizer_step(e, opt), confidence, rules)
     if e.kernels_per_step:
         step = (f"{e.kernels_per_step:,.0f} kernels per step averaging {e.kernel_us:.1f} us (last capture): CUDA graphs "
                 "(torch.compile(mode='reduce-overhead')) or torch.compile to fuse them, or larger batches")

@@ -9,7 +9,13 @@ was doing there:
   tells Python from native time by the same kind of delay, of a signal's delivery);
 - native: the GIL was free and the thread is running on a CPU (a torch op on the CPU, a copy, a
   spin-wait on the GPU) (the kernel's state letter R, /proc/self/task/TID/stat);
-- waiting: the GIL was free and the thread sleeps (a sleep, a lock, I/O, a blocking wait).
+- waiting: the thread sleeps (S or D: a sleep, a lock, I/O, a blocking wait), whatever the GIL did.
+  (On a machine with more runnable threads than cores, the sampler can come late for a core rather
+  than the GIL: a native call then reads as Python; a sleeping thread never does.)
+
+A sample that waited for the GIL lands where the loop next let it go: a stretch of Python shorter
+than the interpreter's switch interval (5 ms) counts at the next call that releases the GIL (a
+torch op, a copy, a sleep) - usually the line that matters; a longer stretch counts where it runs.
 
 Rate: HZ (50) by default: at 50 Hz a 10 s window holds 500 samples, so a line's share is known
 within ~2 points (the binomial error at n = 500), a step of 20 ms gets one sample, and the loop
@@ -60,43 +66,41 @@ class LoopSampler:
 
     def run(self, stop: threading.Event) -> None:
         """Samples on a fixed grid of times: a sample that came late (the loop held the GIL) does
-        not push the next one later, which would sample Python less often than native code; one
-        that came more than a period late (a native call holding the GIL) counts for the slots it
-        covered."""
+        not push the next one later, which would sample Python less often than native code. Slots
+        missed altogether (the sampler starved of a core) are not counted: whatever the loop does
+        when the sampler gets to run again says nothing about them."""
         pid, period = os.getpid(), int(self.period * 1e9)
         due = _now() + period
         while not stop.wait(max(0, due - _now()) / 1e9):
-            now = _now()
-            late = now - due  # (the GIL taken back here: late when the loop held it)
-            slots = 1 + late // period
-            due += slots * period
+            late = _now() - due  # (the GIL taken back here: late when the loop held it)
+            due += (1 + late // period) * period
             if self.paused:
                 continue
             try:
-                self.sample(pid, late, slots)
+                self.sample(pid, late)
             except Exception as e:  # noqa: BLE001 - the sampler stops, the job goes on; said once
                 print(f"tuimon: the line sampler stopped: {type(e).__name__}: {e}", file=sys.stderr)
                 return
 
-    def sample(self, pid: int, late_ns: int, weight: int = 1) -> None:
+    def sample(self, pid: int, late_ns: int) -> None:
         p = self.probe
         a = p.anatomy
         frame = sys._current_frames().get(a.loop)
         if frame is None:
             return
         phase, step = a.top, p.step_no
-        if late_ns > LATE_NS:
-            how = L.HOW_PYTHON
-        else:
-            state = procinfo.thread_state(pid, self._native_id(a.loop))
-            how = L.HOW_NATIVE if state == "R" else L.HOW_WAITING
+        state = procinfo.thread_state(pid, self._native_id(a.loop))
+        if state in ("S", "D"):  # asleep: blocked in a call (a thread holding the GIL runs, or waits for a core)
+            how = L.HOW_WAITING
+        else:  # on a CPU: Python when it held the GIL (the sampler came late), else a native call
+            how = L.HOW_PYTHON if late_ns > LATE_NS else L.HOW_NATIVE
         nid = self._line(frame)
         if step != self._step:
             self.flush()
             self._step = step
         key = (phase, nid, how)
-        self._counts[key] = self._counts.get(key, 0) + weight
-        self.samples += weight
+        self._counts[key] = self._counts.get(key, 0) + 1
+        self.samples += 1
         if _now() - self._flushed >= FLUSH_NS:
             self.flush()
 
@@ -128,6 +132,6 @@ class LoopSampler:
                 return self.probe.intern("(other lines)")
             code = linecache.getline(key[0], key[1]).strip()
             code = code if len(code) <= CODE_CHARS else code[: CODE_CHARS - 1] + "…"
-            name = f"{short_path(key[0])}:{key[1]} in {f.f_code.co_name}" + (f" · {code}" if code else "")
+            name = f"{short_path(key[0])}:{key[1]} in {f.f_code.co_name}" + (f" `{code}`" if code else "")
             nid = self._names[key] = self.probe.intern(name)
         return nid
