@@ -1,0 +1,76 @@
+"""The lines behind the time on real CPU loops (tests/workloads/planted.py), each beside its own
+timers: a Python hot spot outside the model, a wait in a native call, an optimizer updating 600
+parameters one by one. The hot line's share of the loop's time is within 0.1 of the loop's own,
+and the verdict's next step follows it. The loops run together (their truth is wall time: sharing
+the 2 cores slows them, not their shares)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT, tuimon_cmd, wait_for
+
+PLANTED = str(ROOT / "tests" / "workloads" / "planted.py")
+KINDS = ("hotspot", "wait", "optimizer")
+
+
+@pytest.fixture(scope="module")
+def attached(tmp_path_factory):
+    """Each loop under `tuimon run --headless` for a while, then `attach --once --json` beside its truth."""
+    base = tmp_path_factory.mktemp("hot")
+    env = {**os.environ, "TUIMON_SHM_DIR": str(base)}
+    jobs = {k: subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, PLANTED, k, "--seconds", 40,
+                                           "--device", "cpu", "--truth", base / f"{k}.json"),
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for k in KINDS}
+    try:
+        wait_for(lambda: all(os.path.exists(base / f"{k}.json") for k in KINDS), timeout=60, what="the loops' truth")
+        time.sleep(8)  # (a window of steps with samples in it)
+        out = {}
+        for k, job in jobs.items():
+            r = subprocess.run(tuimon_cmd("attach", job.pid, "--once", "--json", "--window", 2), env=env,
+                               capture_output=True, text=True, timeout=60)
+            out[k] = (json.loads(r.stdout), json.load(open(base / f"{k}.json")))
+        return out
+    finally:
+        for job in jobs.values():
+            job.kill()
+            job.wait()
+
+
+def top(doc, phase=None):
+    lines = [h for h in doc["hot_lines"] if phase is None or h["phase"] == phase]
+    return max(lines, key=lambda h: h["share"])
+
+
+def test_a_python_hot_spot_outside_the_model(attached):
+    doc, truth = attached["hotspot"]
+    h = top(doc)
+    print("hotspot:", h, "truth", truth["hot_share"])
+    assert h["phase"] == "other" and "in spin `while time.perf_counter() < end:`" in h["line"]
+    assert abs(h["share"] - truth["hot_share"]) <= 0.1 and h["python"] >= 0.8
+    assert doc["verdict"]["headline"] == "host-bound: Python outside the model"
+    assert "in spin" in doc["verdict"]["next_step"]
+
+
+def test_a_wait_in_a_native_call(attached):
+    doc, truth = attached["wait"]
+    h = top(doc)
+    print("wait:", h, "truth", truth["hot_share"])
+    assert h["phase"] == "other" and "held.acquire(timeout=0.02)" in h["line"]
+    assert abs(h["share"] - truth["hot_share"]) <= 0.1 and h["waiting"] >= 0.6  # (most of it: a loaded machine wakes it late)
+    assert doc["verdict"]["headline"] == "host-bound: the loop waits elsewhere"
+    assert "held.acquire" in doc["verdict"]["next_step"] and "blocked" in doc["verdict"]["next_step"]
+
+
+def test_an_optimizer_updating_parameters_one_by_one(attached):
+    doc, truth = attached["optimizer"]
+    h = top(doc, "optimizer")
+    print("optimizer:", h, "truth", truth["shares"]["optimizer"], doc["optimizer"])
+    assert "`opt.step()`" in h["line"] and abs(h["share"] - truth["shares"]["optimizer"]) <= 0.1
+    assert doc["optimizer"] == "SGD foreach=False fused=False params=600"
+    assert doc["verdict"]["headline"] == "host-bound: the optimizer step"
+    assert "foreach=True" in doc["verdict"]["next_step"]
