@@ -45,7 +45,7 @@ def test_each_class_and_its_headline(evidence, code, headline):
     v = diagnose(Evidence(**evidence))
     assert (v.code, v.headline) == (code, headline), v.evidence
     assert v.next_step and v.confidence in ("high", "medium", "low")
-    assert len(v.rules) == 12 and len({r.code for r in v.rules}) == 12
+    assert len(v.rules) == 13 and len({r.code for r in v.rules}) == 13
 
 
 def test_the_sync_rule_needs_an_idle_gpu_for_moderate_syncs():
@@ -141,3 +141,21 @@ def test_a_gpu_not_measured_is_not_said_to_be_under_a_threshold():
     assert rules["healthy"].why == "SM activity 30% is under 80%: the GPU is not the bottleneck"
     rules = {r.code: r for r in diagnose(Evidence(steps=2)).rules}  # nothing measured yet
     assert rules["input-high"].why == "data wait not measured" and rules["sync-bound"].why == "syncs not measured"
+
+
+def test_copies_and_the_optimizer_get_the_fix_that_fits_how_they_are_made():
+    from tuimon.model import CopyTimes
+
+    pageable = CopyTimes(share=0.8, ms=15.8, h2d_mb=64.0, pageable=1.0, blocking=1.0, calls=1.0)
+    v = diagnose(Evidence(**{**HOST, "phases": {"copy": 0.8, "other": 0.2}}, **gpm(10), copies=pageable))
+    assert v.code == "copy-bound" and "64.0 MB to the GPU per step" in v.evidence and "100% from pageable" in v.evidence
+    assert v.next_step.startswith("the batch is copied from pageable memory") and "pin_memory=True" in v.next_step
+    pinned = CopyTimes(share=0.3, ms=5.0, h2d_mb=64.0, pageable=0.0, blocking=1.0, calls=1.0)
+    assert "non_blocking=True" in diagnose(Evidence(**HOST, **gpm(10), copies=pinned)).next_step
+    small = CopyTimes(share=0.1, ms=1.0, h2d_mb=4.0, pageable=1.0, blocking=1.0, calls=1.0)
+    assert diagnose(Evidence(**HOST, **gpm(10), loop_cpu=99.0, copies=small)).code == "host-bound"  # under 20%
+    optimizer = {**HOST, "phases": {"forward": 0.1, "backward": 0.1, "optimizer": 0.47, "other": 0.33}}
+    v = diagnose(Evidence(**optimizer, **gpm(20), optimizer="SGD foreach=False fused=False params=600"))
+    assert v.headline == "host-bound: the optimizer step" and "foreach=True" in v.next_step
+    fused = diagnose(Evidence(**optimizer, **gpm(20), optimizer="AdamW foreach=False fused=True params=600"))
+    assert "though fused" in fused.next_step

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..model import CommTimes, GpuTimes, HotLine, Memory, PhaseRow, Syncs, SyncSite
+from ..model import CommTimes, CopyTimes, GpuTimes, HotLine, Memory, PhaseRow, Syncs, SyncSite
 from .steps import StepRecord
 from .summary import percentile
 
-PHASE_ORDER = ("data", "forward", "backward", "comm", "optimizer", "sync", "other")
+PHASE_ORDER = ("data", "copy", "forward", "backward", "comm", "optimizer", "sync", "other")
 
 
 def _named(table: dict[int, float], name_of: Callable[[int], str]) -> dict[str, float]:
@@ -178,3 +178,22 @@ def how_of(h: HotLine) -> tuple[str, float]:
     call', its share of the line's samples)."""
     share, word = max((h.python, "Python"), (h.native, "in a native call"), (h.waiting, "blocked in a call"))
     return word, share
+
+
+def copies(steps: list[StepRecord], name_of: Callable[[int], str]) -> CopyTimes | None:
+    """Host <-> GPU copies per step over the window (the copy phase and the probe's byte counts);
+    None when the window has none."""
+    measured = [s for s in steps if s.phases]
+    if not measured:
+        return None
+    ids = _ids(measured, "values", name_of, "copy.h2d_bytes", "copy.h2d_pageable_bytes", "copy.h2d_blocking_bytes",
+               "copy.h2d_calls", "copy.d2h_bytes")
+    h2d, pageable, blocking, calls, d2h = (sum(_get(s.values, i) or 0.0 for s in measured) for i in ids)
+    copy_ns = _total_by_name((s.phases for s in measured), name_of).get("copy", 0.0)
+    if not (h2d or d2h or copy_ns):
+        return None
+    total, n = sum(s.duration_ns for s in measured), len(measured)
+    return CopyTimes(share=round(copy_ns / total, 4) if total > 0 else 0.0, ms=round(copy_ns / n / 1e6, 3),
+                     h2d_mb=round(h2d / n / 2**20, 2), pageable=round(pageable / h2d, 3) if h2d else 0.0,
+                     blocking=round(blocking / h2d, 3) if h2d else 0.0, calls=round(calls / n, 2),
+                     d2h_mb=round(d2h / n / 2**20, 2))

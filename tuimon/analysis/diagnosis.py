@@ -9,6 +9,7 @@ thresholds.py), so a screen can show why every rule fired or did not. Precedence
   straggler                 (2+ ranks) one rank's own work (its step less its waits in collectives)
                             is >= 1.43x the others': they wait for it, whatever their own anatomy says
   input-bound (high)        the loop waits >= 20% of the step for data: fix that first, it hides the rest
+  copy-bound                >= 20% of the step in host-to-device copies (pageable memory blocks the loop)
   comm-bound                >= 10% of the step waits in collectives (the reduction is not hidden)
   GPU busy (SM >= 80%):     memory-bound | compute-bound | healthy, by which unit leads (Nsight
                             Compute's speed-of-light logic applied to GPM's DRAM and pipe activity)
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model import HotLine, JobEnd, Memory, StepInProgress, Straggler
+from ..model import CopyTimes, HotLine, JobEnd, Memory, StepInProgress, Straggler
 from . import thresholds as T
 from .anatomy import how_of
 from .present import exited_words, stalled_words
@@ -52,6 +53,7 @@ class Evidence:
     fp16_active: float | None = None
     dram_bw: float | None = None
     util_gpu: float | None = None  # %, the coarse kernel-running time (GPUs without GPM)
+    pcie_rx: float | None = None  # bytes/s the GPU received over PCIe (GPM), over the window
     gpu_busy_events: float | None = None  # share of step time, a lower bound from CUDA events
     loop_cpu: float | None = None  # % of one core, the loop's thread
     loop_cpu_wait: float | None = None  # % of the time the loop's thread waited for a core
@@ -80,6 +82,7 @@ class Evidence:
     memory: Memory | None = None
     hot: list[HotLine] = field(default_factory=list)  # the loop thread's hottest lines (probe/sampler.py), largest first
     optimizer: str | None = None  # the lead optimizer: 'SGD foreach=False fused=False params=600'
+    copies: CopyTimes | None = None  # host <-> GPU copies per step
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,16 @@ def rule_input(c: _Context, high: bool) -> Rule:
                 else f"data wait {share(e.data_share)} is under {t.show()}")
 
 
+def rule_copy(c: _Context) -> Rule:
+    e = c.e
+    check = _at_least("time in host-to-device copies", e.copies.share if e.copies else None, T.COPY_HIGH)
+    fired = bool(check.passed)
+    cp = e.copies
+    return Rule("copy-bound", "Copy-bound (host-to-device copies)", fired, [check],
+                f"the loop spends {share(cp.share)} of the step copying {cp.h2d_mb:,.1f} MB to the GPU" if cp
+                else "no host-to-device copies seen")
+
+
 def rule_straggler(c: _Context) -> Rule:
     e, s = c.e, c.e.straggler
     check = _at_least("slowest rank's own work / the others'", s.ratio if s else None, T.STRAGGLER,
@@ -311,6 +324,7 @@ def diagnose(e: Evidence) -> Verdict:
         "waiting": rule_waiting(c),
         "straggler": rule_straggler(c),
         "input-high": rule_input(c, high=True),
+        "copy-bound": rule_copy(c),
         "comm-bound": rule_comm(c),
         "memory-bound": rule_gpu_unit(c, "memory-bound"),
         "compute-bound": rule_gpu_unit(c, "compute-bound"),
@@ -347,6 +361,8 @@ def _verdict(key: str, c: _Context, rules: list[Rule]) -> Verdict:
                        "call or its DataLoader's next(); tuimon.step() marks one by hand)", "low", rules)
     if key == "straggler":
         return _straggler_verdict(c, rules)
+    if key == "copy-bound":
+        return _copy_verdict(c, rules)
     if key == "comm-bound":
         how = "GPU time, CUDA events" if e.comm_gpu else "on the loop thread"
         mb = f" · {e.comm_mb:,.0f} MB through collectives per step" if e.comm_mb else ""
@@ -503,6 +519,29 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     return Verdict("host-bound", "host-bound: launches and Python in the model",
                    f"{gpu} · forward+backward+optimizer {share(model)} of the step on the host · {cpu}", step,
                    confidence, rules)
+
+
+def _copy_verdict(c: _Context, rules: list[Rule]) -> Verdict:
+    """Host-to-device copies that hold the loop, and the fix that fits how they are made."""
+    e, cp = c.e, c.e.copies
+    pcie = f" · PCIe to the GPU {e.pcie_rx / 2**30:.1f} GiB/s" if e.pcie_rx is not None else ""
+    evidence = (f"copies {share(cp.share)} of the step ({cp.ms:.1f} ms): {cp.h2d_mb:,.1f} MB to the GPU per step in "
+                f"{cp.calls:,.0f} copies, {share(cp.pageable)} from pageable memory, {share(cp.blocking)} blocking"
+                f"{pcie} · {c.gpu_words()}")
+    if cp.pageable >= 0.5:
+        step = ("the batch is copied from pageable memory, which blocks the loop for the whole transfer: "
+                "DataLoader(pin_memory=True) (or tensor.pin_memory()) and .to(device, non_blocking=True), so the copy "
+                "overlaps the GPU's work")
+    elif cp.blocking >= 0.5:
+        step = ("pinned, but copied without non_blocking=True: .to(device, non_blocking=True) lets the copy overlap the "
+                "GPU's work")
+    else:
+        step = (f"{cp.h2d_mb:,.0f} MB a step, pinned and asynchronous, still hold the loop: copy less (uint8 images "
+                "converted on the GPU, smaller dtypes), or move the preprocessing to the GPU")
+    if cp.d2h_mb >= cp.h2d_mb and cp.d2h_mb:
+        step += f"; {cp.d2h_mb:,.1f} MB come back to the host each step: keep them on the GPU"
+    return Verdict("copy-bound", "copy-bound: host-to-device copies", evidence, step, _margin(cp.share, T.COPY_HIGH),
+                   rules)
 
 
 def _optimizer_step(e: Evidence, opt: float) -> str:

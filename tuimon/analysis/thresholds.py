@@ -29,6 +29,8 @@ INPUT_HIGH = Threshold(0.20, "", "TensorBoard Profiler, input-pipeline analysis:
                                  "'highly input-bound'")
 INPUT_MODERATE = Threshold(0.05, "", "TensorBoard Profiler, input-pipeline analysis: input >= 5% of step time is "
                                      "'moderately input-bound'")
+COPY_HIGH = Threshold(0.20, "", "TensorBoard Profiler's input-pipeline analysis counts host-to-device transfer in a "
+                                "step's input time, and input >= 20% of step time is 'highly input-bound'")
 SYNC_HIGH = Threshold(0.20, "", "TensorBoard's input anchors, applied to the loop's other wait: time blocked in "
                                 "device-to-host syncs is time the loop cannot issue work, as a data wait is")
 SYNC_MODERATE = Threshold(0.05, "", "as above, TensorBoard's 'moderate' anchor")

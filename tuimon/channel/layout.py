@@ -104,7 +104,7 @@ HOT = 9  # the loop thread's samples at a line of the job's code (name) in the s
 KINDS = (RANGE, STEP, DATA_WAIT, COUNT, PHASE, STEP_VALUE, GAUGE, SITE, HOT)  # _fastring.c: KIND_MAX
 KIND_NAMES = {RANGE: "range", STEP: "step", DATA_WAIT: "data_wait", COUNT: "count", PHASE: "phase",
               STEP_VALUE: "step_value", GAUGE: "gauge", SITE: "site", HOT: "hot"}
-PHASES = ("other", "data", "forward", "backward", "optimizer", "sync", "comm")  # the step's phases (probe/anatomy.py)
+PHASES = ("other", "data", "forward", "backward", "optimizer", "sync", "comm", "copy")  # the step's phases (probe/anatomy.py)
 HOW_PYTHON, HOW_NATIVE, HOW_WAITING = 0, 1, 2  # a sample's thread: running Python, in a native call on a
 HOWS = ("python", "native", "waiting")  # CPU, or in a native call blocked (a sleep, a lock, I/O, the GPU)
 

@@ -16,7 +16,7 @@ from ..analysis import thresholds as T
 from ..model import NA
 from ..monitor.state import View
 
-VERDICTS = ("exited", "stalled", "waiting", "straggler", "input-bound", "comm-bound", "memory-bound", "compute-bound",
+VERDICTS = ("exited", "stalled", "waiting", "straggler", "input-bound", "copy-bound", "comm-bound", "memory-bound", "compute-bound",
             "healthy", "sync-bound", "host-bound", "mixed")
 
 

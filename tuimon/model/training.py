@@ -113,6 +113,20 @@ class Straggler:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CopyTimes:
+    """Copies between the host and the GPU per step (probe/copies.py): host-to-device ones are the
+    "copy" phase; device-to-host ones are syncs, counted here by their bytes."""
+
+    share: float  # of step time: the copy phase
+    ms: float  # per step, in the copy phase
+    h2d_mb: float  # host to device, per step
+    pageable: float  # of those bytes, the share from pageable (not pinned) memory
+    blocking: float  # ...the share copied without non_blocking=True
+    calls: float  # host-to-device copies per step
+    d2h_mb: float = 0.0  # device to host, per step
+
+
+@dataclass(frozen=True, kw_only=True)
 class HotLine:
     """A line of the job's code where the loop thread's samples fell (probe/sampler.py), in a phase."""
 
@@ -224,3 +238,4 @@ class TrainingSnapshot:
     hot_lines: list[HotLine] = field(default_factory=list)  # the loop thread's lines, the largest first
     samples: int = 0  # the loop thread's samples the hot lines come from (the window's)
     optimizer: str | None = None  # the lead optimizer: 'SGD foreach=False fused=False params=600'
+    copies: CopyTimes | None = None  # host <-> GPU copies (None: none seen)

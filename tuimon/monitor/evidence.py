@@ -67,6 +67,7 @@ def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_
         memory=t.memory,
         hot=sorted(t.hot_lines, key=lambda h: -h.share) if t.samples >= T.HOT_MIN_SAMPLES.value else [],
         optimizer=t.optimizer,
+        copies=t.copies,
         **gpu_means,
     )
 

@@ -30,8 +30,8 @@ from ..model import (
 from . import evidence
 
 GPU_SERIES = ("sm_active", "tensor_active", "fp32_active", "fp16_active", "dram_bw", "power_w", "util_gpu",
-              "util_mem", "mem_used", "t")
-EVIDENCE_FIELDS = ("sm_active", "tensor_active", "fp32_active", "fp16_active", "dram_bw", "util_gpu")
+              "util_mem", "mem_used", "pcie_rx", "t")
+EVIDENCE_FIELDS = ("sm_active", "tensor_active", "fp32_active", "fp16_active", "dram_bw", "util_gpu", "pcie_rx")
 COLUMN_S = 5  # the main screen's sparklines: one column per 5 s, on one time axis for all of them
 COLUMNS = 240  # 20 min of columns
 

@@ -114,6 +114,7 @@ class TrainingView:
             hot_lines=hot,
             samples=samples,
             optimizer=anatomy.optimizer(self.steps.gauges, name),
+            copies=anatomy.copies(steps, name),
         )
 
 

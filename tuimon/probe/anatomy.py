@@ -21,7 +21,7 @@ from ..channel import layout as L
 from ..channel.ring import Phases
 
 PHASES = L.PHASES
-OTHER, DATA, FORWARD, BACKWARD, OPTIMIZER, SYNC, COMM = range(len(PHASES))
+OTHER, DATA, FORWARD, BACKWARD, OPTIMIZER, SYNC, COMM, COPY = range(len(PHASES))
 SITE_WALKS = 16  # stack walks per step at most (each ~1-2 us)
 MAX_SITES = 256  # distinct call sites named; later ones count as "(other sites)"
 _TUIMON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

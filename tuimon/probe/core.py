@@ -61,6 +61,7 @@ class Probe:
         self.capturer = None  # capture windows (probe/capture.py), set by instrument()
         self.present = None  # the step in progress and the job's end (probe/present.py), set by instrument()
         self.sampler = None  # the loop thread's lines (probe/sampler.py), set by instrument()
+        self.copies = None  # copies.Copies, once torch is imported and has CUDA
         self._bad_count_said = False
         self.thread_id = ring.thread_id
         self.anatomy = Anatomy(writer.ring, self.intern)
@@ -175,6 +176,8 @@ class Probe:
         syncs = a.close_step(step, t0, t1, tid)  # (and publishes the completed steps)
         if self.comm is not None:
             self.comm.close(step, t1, tid)
+        if self.copies is not None:
+            self.copies.close(step, t1, tid)
         self.step_no += 1
         self.step_t0 = t1
         if self.gpu is not None:

@@ -23,8 +23,8 @@ import os
 import weakref
 from time import monotonic_ns as _now
 
-from . import comm, hooks
-from .anatomy import BACKWARD, DATA, FORWARD, OPTIMIZER, SYNC
+from . import comm, copies, hooks
+from .anatomy import BACKWARD, COPY, DATA, FORWARD, OPTIMIZER, SYNC
 from .core import BACKWARD_CALL, FORWARD_CALL
 
 DISCOVER_STEPS = 3
@@ -80,6 +80,7 @@ def attach(p, torch) -> None:
         p.roots = ModuleRoots(torch, p)
     if getattr(p, "gpu", None) is None and torch.cuda.is_available():
         p.gpu = GpuTiming(torch, p.emit, p.intern, p.thread_id)
+        p.copies = copies.Copies(p.emit, p.intern)
     dist = getattr(torch, "distributed", None)
     if getattr(p, "comm", None) is None and dist is not None and dist.is_available():
         p.comm = comm.CommTiming(torch, p.emit, p.intern, p.thread_id)
@@ -203,24 +204,86 @@ def _waiting(p, fn, *args, **kwargs):
         p.synced(t0, t1, timed=True)
 
 
+def _copying(p, fn, src, *args, **kwargs):
+    """fn copies src from the host to the GPU: the copy phase while the host is in it (the whole
+    transfer from pageable memory; only queuing it from pinned memory with non_blocking=True)."""
+    a = p.anatomy
+    a.enter(COPY)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        a.exit(COPY)
+        p.copies.host_to_device(src, bool(kwargs.get("non_blocking", False)))
+
+
 def _tensor_sync(orig, to_cpu_only: bool = False):
     """A Tensor method that waits for the GPU when the tensor is on it (to_cpu_only: only when
-    the result is on the CPU, as for .to(), known once it returns)."""
+    the result is on the CPU, as for .to(), known once it returns; .cpu() and .to() count the bytes
+    they bring back). A CPU tensor's .to() a CUDA device is a host-to-device copy."""
+    counts_bytes = to_cpu_only or orig.__name__ == "cpu"
 
     @functools.wraps(orig)
     def wrapper(self, *args, **kwargs):
         if _compiling():
             return orig(self, *args, **kwargs)
         p = hooks._probe
-        if p is None or not self.is_cuda or not p.anatomy.on_loop():
+        if p is None or not p.anatomy.on_loop():
+            return orig(self, *args, **kwargs)
+        if not self.is_cuda:
+            if to_cpu_only and p.copies is not None and copies.to_cuda(args, kwargs):
+                return _copying(p, orig, self, self, *args, **kwargs)
             return orig(self, *args, **kwargs)
         if not to_cpu_only:
-            return _waiting(p, orig, self, *args, **kwargs)
-        t0 = _now()
-        result = orig(self, *args, **kwargs)
-        if not getattr(result, "is_cuda", True):
+            result = _waiting(p, orig, self, *args, **kwargs)
+        else:
+            t0 = _now()
+            result = orig(self, *args, **kwargs)
+            if getattr(result, "is_cuda", True):
+                return result
             p.synced(t0, _now())
+        if counts_bytes and p.copies is not None:
+            p.copies.device_to_host(self)
         return result
+
+    wrapper._tuimon = True
+    return wrapper
+
+
+def _tensor_cuda(orig):
+    """Tensor.cuda(): from the host, a host-to-device copy."""
+
+    @functools.wraps(orig)
+    def wrapper(self, *args, **kwargs):
+        if _compiling():
+            return orig(self, *args, **kwargs)
+        p = hooks._probe
+        if p is None or self.is_cuda or p.copies is None or not p.anatomy.on_loop():
+            return orig(self, *args, **kwargs)
+        return _copying(p, orig, self, self, *args, **kwargs)
+
+    wrapper._tuimon = True
+    return wrapper
+
+
+def _tensor_copy_(orig):
+    """dst.copy_(src): a host-to-device copy when dst is on the GPU and src is not; a device-to-host
+    one (a sync) the other way."""
+
+    @functools.wraps(orig)
+    def wrapper(self, src, *args, **kwargs):
+        if _compiling():
+            return orig(self, src, *args, **kwargs)
+        p = hooks._probe
+        if p is None or p.copies is None or not p.anatomy.on_loop():
+            return orig(self, src, *args, **kwargs)
+        to_gpu, from_gpu = self.is_cuda, getattr(src, "is_cuda", False)
+        if to_gpu and not from_gpu:
+            return _copying(p, orig, src, self, src, *args, **kwargs)
+        if from_gpu and not to_gpu:
+            result = _waiting(p, orig, self, src, *args, **kwargs)
+            p.copies.device_to_host(src)
+            return result
+        return orig(self, src, *args, **kwargs)
 
     wrapper._tuimon = True
     return wrapper
@@ -250,6 +313,10 @@ def _patch_syncs(torch) -> None:
         orig = getattr(T, name)
         if not getattr(orig, "_tuimon", False):
             _swap(T, name, _tensor_sync(orig, to_cpu_only=name == "to"))
+    for name, wrap in (("cuda", _tensor_cuda), ("copy_", _tensor_copy_)):
+        orig = getattr(T, name)
+        if not getattr(orig, "_tuimon", False):
+            _swap(T, name, wrap(orig))
     if not getattr(torch.cuda.synchronize, "_tuimon", False):
         _swap(torch.cuda, "synchronize", _device_sync(torch.cuda.synchronize))
     for cls in (torch.cuda.Event, torch.cuda.Stream):

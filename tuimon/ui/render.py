@@ -20,7 +20,7 @@ from ..model import NA, Comparison, num
 from ..monitor.state import GpuView, View
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
-VERDICT_STYLE = {"exited": "bold red", "stalled": "bold red",
+VERDICT_STYLE = {"exited": "bold red", "stalled": "bold red", "copy-bound": "bold yellow",
                  "input-bound": "bold yellow", "sync-bound": "bold red", "host-bound": "bold red",
                  "memory-bound": "bold magenta", "compute-bound": "bold green", "healthy": "bold green",
                  "mixed": "bold", "waiting": "dim"}
@@ -445,7 +445,8 @@ def no_channel_text(view: View) -> Text:
     return out
 
 
-PHASE_STYLE = {"data": "yellow", "forward": "blue", "backward": "magenta", "optimizer": "cyan", "sync": "red",
+PHASE_STYLE = {"data": "yellow", "copy": "bright_yellow", "forward": "blue", "backward": "magenta", "optimizer": "cyan",
+               "sync": "red",
                "comm": "green", "other": "grey50"}
 FILLS = "█▓▒░▚▞▙▟"  # without colour (NO_COLOR) each part of the bar gets its own fill
 

@@ -1,0 +1,75 @@
+"""Copies between the host and the GPU, counted per step: host-to-device copies made by
+Tensor.to(), Tensor.cuda() and Tensor.copy_() are the "copy" phase while the host is in them (a
+copy from pageable memory blocks it for the whole transfer; from pinned memory with
+non_blocking=True it only queues it), with their bytes, and how many of them were pageable;
+device-to-host copies (.cpu(), .to("cpu"), copy_ into a CPU tensor) stay the sync phase they are
+(the host waits for the GPU first) and count their bytes. Per step: STEP_VALUE records
+copy.h2d_bytes, copy.h2d_pageable_bytes, copy.h2d_blocking_bytes (without non_blocking=True),
+copy.h2d_calls, copy.d2h_bytes, emitted at the step's end.
+Nothing here raises into the loop or imports torch."""
+
+from __future__ import annotations
+
+from ..channel import layout as L
+
+
+def nbytes(t) -> int:
+    try:
+        return t.numel() * t.element_size()
+    except Exception:  # noqa: BLE001 - not a tensor
+        return 0
+
+
+def pinned(t) -> bool:
+    try:
+        return bool(t.is_pinned())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def to_cuda(args, kwargs) -> bool:
+    """Does this Tensor.to(...) call go to a CUDA device? (device, string, index or tensor; a
+    dtype alone stays where it is)."""
+    d = kwargs.get("device", args[0] if args else None)
+    if d is None:
+        return False
+    if isinstance(d, str):
+        return d.startswith("cuda")
+    if isinstance(d, int) and not isinstance(d, bool):
+        return True  # (a device index: CUDA's)
+    kind = getattr(d, "type", None)  # torch.device
+    if isinstance(kind, str):
+        return kind == "cuda"
+    return bool(getattr(d, "is_cuda", False))  # .to(other_tensor); (a dtype has none of these)
+
+
+class Copies:
+    """This step's copies (the loop thread's; the control thread never touches them)."""
+
+    NAMES = ("copy.h2d_bytes", "copy.h2d_pageable_bytes", "copy.h2d_blocking_bytes", "copy.h2d_calls",
+             "copy.d2h_bytes")
+
+    def __init__(self, emit, intern):
+        self._emit = emit
+        self._ids = [intern(n) for n in self.NAMES]
+        self.h2d = self.pageable = self.blocking = self.calls = self.d2h = 0
+
+    def host_to_device(self, src, non_blocking: bool) -> None:
+        n = nbytes(src)
+        self.h2d += n
+        self.calls += 1
+        if not pinned(src):
+            self.pageable += n
+        if not non_blocking:
+            self.blocking += n
+
+    def device_to_host(self, src) -> None:
+        self.d2h += nbytes(src)
+
+    def close(self, step: int, t1: int, tid: int) -> None:
+        if not (self.calls or self.d2h):
+            return
+        for nid, v in zip(self._ids, (self.h2d, self.pageable, self.blocking, self.calls, self.d2h), strict=True):
+            if v:
+                self._emit(L.STEP_VALUE, 0, nid, tid, step, 0, t1, float(v))
+        self.h2d = self.pageable = self.blocking = self.calls = self.d2h = 0
