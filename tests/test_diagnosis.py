@@ -159,3 +159,24 @@ def test_copies_and_the_optimizer_get_the_fix_that_fits_how_they_are_made():
     assert v.headline == "host-bound: the optimizer step" and "foreach=True" in v.next_step
     fused = diagnose(Evidence(**optimizer, **gpm(20), optimizer="AdamW foreach=False fused=True params=600"))
     assert "though fused" in fused.next_step
+
+
+def test_ops_counted_name_the_launches_and_where_they_come_from():
+    from tuimon.model import HotLine, OpCounts
+
+    outside = OpCounts(step=40, total=3100, by_phase={"other": 3004, "forward": 96},
+                       lines=[("train.py:41 in step `y = y * w + b`", 3000)])
+    hot = [HotLine(phase="other", line="train.py:41 in step `y = y * w + b`", samples=90, share=0.9, phase_share=0.95,
+                   native=0.8, python=0.2)]
+    e = Evidence(**{**HOST, "step_ms": 40.0, "phases": {"forward": 0.05, "other": 0.95}}, **gpm(10), loop_cpu=99.0,
+                 ops=outside, hot=hot)
+    v = diagnose(e)
+    assert v.headline == "host-bound: launches outside the model"
+    assert "3,004 ops per step outside any module, ~13 us each" in v.evidence
+    assert "3,000 of them at train.py:41" in v.next_step and "torch.compile" in v.next_step
+    python = [HotLine(phase="other", line="train.py:50 in log `s += str(x)`", samples=90, share=0.9, phase_share=0.95,
+                      python=0.9, native=0.1)]
+    assert diagnose(Evidence(**{**e.__dict__, "hot": python})).headline == "host-bound: Python outside the model"
+    inside = OpCounts(step=40, total=1200, by_phase={"forward": 800, "backward": 0, "optimizer": 400})
+    v = diagnose(Evidence(**HOST, **gpm(10), loop_cpu=99.0, ops=inside))
+    assert v.headline == "host-bound: launches and Python in the model" and "1,200 ops per step in the model" in v.next_step

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..model import CommTimes, CopyTimes, GpuTimes, HotLine, Memory, PhaseRow, Syncs, SyncSite
+from ..model import CommTimes, CopyTimes, GpuTimes, HotLine, Memory, OpCounts, PhaseRow, Syncs, SyncSite
 from .steps import StepRecord
 from .summary import percentile
 
@@ -197,3 +197,17 @@ def copies(steps: list[StepRecord], name_of: Callable[[int], str]) -> CopyTimes 
                      h2d_mb=round(h2d / n / 2**20, 2), pageable=round(pageable / h2d, 3) if h2d else 0.0,
                      blocking=round(blocking / h2d, 3) if h2d else 0.0, calls=round(calls / n, 2),
                      d2h_mb=round(d2h / n / 2**20, 2))
+
+
+def op_counts(gauges: dict[int, float], steps_of: dict[int, int], name_of: Callable[[int], str]) -> OpCounts | None:
+    """The last counted step's ops (probe/ops.py's gauges; steps_of: the step each gauge's value came in)."""
+    named = {name_of(k): (v, steps_of.get(k, 0)) for k, v in gauges.items()}
+    total = named.get("ops.count")
+    if total is None:
+        return None
+    step = total[1]
+    mine = {n: int(v) for n, (v, s) in named.items() if s == step}
+    return OpCounts(step=step, total=int(total[0]),
+                    by_phase={n.removeprefix("ops.phase."): v for n, v in mine.items() if n.startswith("ops.phase.")},
+                    lines=sorted(((n.removeprefix("ops.line:"), v) for n, v in mine.items() if n.startswith("ops.line:")),
+                                 key=lambda x: -x[1]))

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model import CopyTimes, HotLine, JobEnd, Memory, StepInProgress, Straggler
+from ..model import CopyTimes, HotLine, JobEnd, Memory, OpCounts, StepInProgress, Straggler
 from . import thresholds as T
 from .anatomy import how_of
 from .present import exited_words, stalled_words
@@ -83,6 +83,7 @@ class Evidence:
     hot: list[HotLine] = field(default_factory=list)  # the loop thread's hottest lines (probe/sampler.py), largest first
     optimizer: str | None = None  # the lead optimizer: 'SGD foreach=False fused=False params=600'
     copies: CopyTimes | None = None  # host <-> GPU copies per step
+    ops: OpCounts | None = None  # the ops of the last counted step (probe/ops.py)
 
 
 @dataclass(frozen=True)
@@ -476,6 +477,17 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
                        "low", rules)
     line = next((h for h in e.hot if h.phase == "other"), None) if other > model else None
     at = f" · {line.line} {share(line.share)} of the time ({how_of(line)[0]})" if line else ""
+    ops_out = e.ops.by_phase.get("other", 0) if e.ops else 0
+    if other > model and ops_out and _native_share(e.hot, "other") >= 0.5 and c.busy is not None:
+        us = other * (e.step_ms or 0.0) * 1e3 / ops_out
+        top = e.ops.lines[0] if e.ops.lines else None
+        return Verdict("host-bound", "host-bound: launches outside the model",
+                       f"{gpu} · other {share(other)} of the step: {ops_out:,} ops per step outside any module, "
+                       f"~{us:,.0f} us each on the host (step {e.ops.step} counted){at}",
+                       f"tensor code outside the model issues {ops_out:,} small ops a step"
+                       + (f", {top[1]:,} of them at {top[0]}" if top else "")
+                       + ": fuse them (torch.compile that function), batch them into fewer, larger ops, or capture "
+                         "them in a CUDA graph", confidence, rules)
     if other > model:
         if e.loop_cpu + wait < T.LOOP_CPU_BUSY.value:
             where = (f"it is blocked at {line.line} ({share(line.waiting)} of that line's samples blocked in a call: a "
@@ -510,7 +522,13 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
                        "no GPU seen (neither NVML nor CUDA events): the model computes on the CPU: a GPU "
                        "(model.to('cuda')) if there is one, else cheaper CPU work: torch.compile, larger batches (fewer, "
                        "larger ops), torch.set_num_threads(the cores it has)", confidence, rules)
-    if e.kernels_per_step:
+    ops_in = sum(e.ops.by_phase.get(p, 0) for p in ("forward", "backward", "optimizer")) if e.ops else 0
+    if ops_in:
+        us = model * (e.step_ms or 0.0) * 1e3 / ops_in
+        step = (f"{ops_in:,} ops per step in the model averaging ~{us:,.0f} us of host time each (step {e.ops.step} "
+                "counted): CUDA graphs (torch.compile(mode='reduce-overhead')) or torch.compile to fuse them, or larger "
+                "batches")
+    elif e.kernels_per_step:
         step = (f"{e.kernels_per_step:,.0f} kernels per step averaging {e.kernel_us:.1f} us (last capture): CUDA graphs "
                 "(torch.compile(mode='reduce-overhead')) or torch.compile to fuse them, or larger batches")
     else:
@@ -542,6 +560,12 @@ def _copy_verdict(c: _Context, rules: list[Rule]) -> Verdict:
         step += f"; {cp.d2h_mb:,.1f} MB come back to the host each step: keep them on the GPU"
     return Verdict("copy-bound", "copy-bound: host-to-device copies", evidence, step, _margin(cp.share, T.COPY_HIGH),
                    rules)
+
+
+def _native_share(hot: list[HotLine], phase: str) -> float:
+    """Of a phase's samples, the share the loop thread spent inside native calls (ops, copies)."""
+    n = sum(h.samples for h in hot if h.phase == phase)
+    return sum(h.samples * h.native for h in hot if h.phase == phase) / n if n else 0.0
 
 
 def _optimizer_step(e: Evidence, opt: float) -> str:

@@ -19,6 +19,7 @@ from .training import (
     HotLine,
     JobEnd,
     Memory,
+    OpCounts,
     PhaseRow,
     RangeRow,
     RankRow,
@@ -32,7 +33,7 @@ from .training import (
 from .values import NA, is_na, num, reason
 
 __all__ = [
-    "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "CommTimes", "CopyTimes", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "HotLine", "JobEnd", "Memory",
+    "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "CommTimes", "CopyTimes", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "HotLine", "JobEnd", "Memory", "OpCounts",
     "PhaseRow", "ProcRow", "ProcessSample", "RangeRow", "RankRow", "StepInProgress", "StepTimes", "Straggler", "SyncSite", "Syncs", "TrainingSnapshot",
     "from_json", "is_na", "num", "reason", "to_json",
 ]

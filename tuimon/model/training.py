@@ -127,6 +127,16 @@ class CopyTimes:
 
 
 @dataclass(frozen=True, kw_only=True)
+class OpCounts:
+    """The ops one counted step dispatched (probe/ops.py: one step in N, under a dispatch mode)."""
+
+    step: int  # the step counted
+    total: int
+    by_phase: dict[str, int] = field(default_factory=dict)
+    lines: list[tuple[str, int]] = field(default_factory=list)  # the job's lines that issued them, the most first
+
+
+@dataclass(frozen=True, kw_only=True)
 class HotLine:
     """A line of the job's code where the loop thread's samples fell (probe/sampler.py), in a phase."""
 
@@ -239,3 +249,4 @@ class TrainingSnapshot:
     samples: int = 0  # the loop thread's samples the hot lines come from (the window's)
     optimizer: str | None = None  # the lead optimizer: 'SGD foreach=False fused=False params=600'
     copies: CopyTimes | None = None  # host <-> GPU copies (None: none seen)
+    ops: OpCounts | None = None  # the last counted step's ops (None: none counted yet)

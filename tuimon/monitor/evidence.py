@@ -68,6 +68,7 @@ def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_
         hot=sorted(t.hot_lines, key=lambda h: -h.share) if t.samples >= T.HOT_MIN_SAMPLES.value else [],
         optimizer=t.optimizer,
         copies=t.copies,
+        ops=t.ops,
         **gpu_means,
     )
 

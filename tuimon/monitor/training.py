@@ -115,6 +115,7 @@ class TrainingView:
             samples=samples,
             optimizer=anatomy.optimizer(self.steps.gauges, name),
             copies=anatomy.copies(steps, name),
+            ops=anatomy.op_counts(self.steps.gauges, self.steps.gauge_steps, name),
         )
 
 

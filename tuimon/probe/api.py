@@ -149,6 +149,8 @@ def switch(p: Probe, on: bool) -> None:
 
     if p.sampler is not None:
         p.sampler.paused = not on
+    if not on and p.ops is not None and p.ops.mode is not None:
+        p.ops.abandon()  # (a counted step in progress: its mode must not stay on while the probe is off)
     if on:
         _probe = p
         hooks.install(p)
@@ -181,6 +183,8 @@ def _after_fork_in_child() -> None:
     """A forked child (a DataLoader worker) shares the parent's mapping: it must never write
     into the parent's ring. The probe goes quiet in the child."""
     global _probe, _disabled_reason
+    if _probe is not None and _probe.ops is not None and _probe.ops.mode is not None:
+        _probe.ops.abandon()  # (a worker forked in a counted step would run every op through it)
     if _probe is not None:
         _probe.writer.detach()
         _probe = None

@@ -62,6 +62,7 @@ class Probe:
         self.present = None  # the step in progress and the job's end (probe/present.py), set by instrument()
         self.sampler = None  # the loop thread's lines (probe/sampler.py), set by instrument()
         self.copies = None  # copies.Copies, once torch is imported and has CUDA
+        self.ops = None  # ops.OpCounter: one step in N counted, once torch is imported
         self._bad_count_said = False
         self.thread_id = ring.thread_id
         self.anatomy = Anatomy(writer.ring, self.intern)
@@ -184,6 +185,8 @@ class Probe:
             self.gpu.boundary(step, t0, t1, syncs)
         if self.roots is not None and self.roots.discovering:
             self.roots.on_step(step)
+        if self.ops is not None:
+            self.ops.boundary(step, t0, t1)
         c = self.capturer
         if c is not None and (c.pending is not None or c.window is not None):  # (a capture asked for or open)
             c.on_step(step)

@@ -54,12 +54,10 @@ def rate() -> float:
 class LoopSampler:
     def __init__(self, probe, hz: float = HZ):
         self.probe, self.period = probe, 1.0 / hz
-        self._names: dict[tuple, int] = {}  # (file, line) -> name id
+        self.lines = LineNames(probe.intern)
         self._counts: dict[tuple[int, int, int], int] = {}  # (phase, name id, how) -> samples, this step
         self._step = 0
         self._flushed = _now()
-        self._library: tuple[str, ...] = ()
-        self._torch_seen = None
         self.samples = 0
 
     paused = False  # (benchmarks switch the probe off and on: api.switch)
@@ -116,7 +114,21 @@ class LoopSampler:
         return getattr(t, "native_id", None)
 
     def _line(self, frame) -> int:
-        """The name id of the innermost frame in the job's own code (its code line with it)."""
+        return self.lines.id_of(frame)
+
+
+class LineNames:
+    """The innermost frame of the job's own code (not the standard library, torch or tuimon),
+    named "train.py:41 in main `x = batch.to(device)`" and interned, MAX_LINES at most."""
+
+    def __init__(self, intern):
+        self._intern = intern
+        self._names: dict[tuple, str] = {}  # (file, line) -> name
+        self._ids: dict[str, int] = {}
+        self._library: tuple[str, ...] = ()
+        self._torch_seen = None
+
+    def name_of(self, frame) -> str:
         torch_now = "torch" in sys.modules
         if torch_now != self._torch_seen:
             self._library, self._torch_seen = library_dirs(), torch_now
@@ -126,12 +138,18 @@ class LoopSampler:
         if f is None:
             f = frame
         key = (f.f_code.co_filename, f.f_lineno)
-        nid = self._names.get(key)
-        if nid is None:
+        name = self._names.get(key)
+        if name is None:
             if len(self._names) >= MAX_LINES:
-                return self.probe.intern("(other lines)")
+                return "(other lines)"
             code = linecache.getline(key[0], key[1]).strip()
             code = code if len(code) <= CODE_CHARS else code[: CODE_CHARS - 1] + "…"
-            name = f"{short_path(key[0])}:{key[1]} in {f.f_code.co_name}" + (f" `{code}`" if code else "")
-            nid = self._names[key] = self.probe.intern(name)
+            name = self._names[key] = f"{short_path(key[0])}:{key[1]} in {f.f_code.co_name}" + (f" `{code}`" if code else "")
+        return name
+
+    def id_of(self, frame) -> int:
+        name = self.name_of(frame)
+        nid = self._ids.get(name)
+        if nid is None:
+            nid = self._ids[name] = self._intern(name)
         return nid

@@ -78,6 +78,14 @@ def attach(p, torch) -> None:
     p.anatomy.skip_frames_in(os.path.dirname(torch.__file__))
     if getattr(p, "roots", None) is None:
         p.roots = ModuleRoots(torch, p)
+    if getattr(p, "ops", None) is None:
+        from .ops import OpCounter
+        from .sampler import LineNames
+
+        try:
+            p.ops = OpCounter(p, LineNames(p.intern).name_of)
+        except Exception:  # noqa: BLE001 - a torch without dispatch modes: no op counts
+            p.ops = None
     if getattr(p, "gpu", None) is None and torch.cuda.is_available():
         p.gpu = GpuTiming(torch, p.emit, p.intern, p.thread_id)
         p.copies = copies.Copies(p.emit, p.intern)
@@ -376,6 +384,7 @@ class ModuleRoots:
         self.entered: list[bool] = []  # per open module call: did it open the forward phase?
         self.roots: weakref.WeakSet = weakref.WeakSet()
         self.discovering = True
+        self.compiled_seen = False  # the job called torch.compile
         self._module_class = torch.nn.Module
         self._global = [nn_module.register_module_forward_pre_hook(self._pre),
                         nn_module.register_module_forward_hook(self._post, always_call=True)]
@@ -427,6 +436,7 @@ class ModuleRoots:
         """The job called torch.compile (result: what it returned): discovery ends now, before
         anything compiled is traced (the roots found so far keep their own hooks, which trace to
         nothing); a compiled module (OptimizedModule) is a root, timed by its class's __call__."""
+        self.compiled_seen = True
         if self.discovering:
             self._end_discovery()
         cls = type(result)

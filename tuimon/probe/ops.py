@@ -1,0 +1,113 @@
+"""How many ops a step launches, counted with no capture: one step in `every` runs under a
+TorchDispatchMode that counts the aten ops it dispatches (on the loop thread, and on autograd's
+threads, which inherit the mode), by phase, and the lines of the job's code that issue them (the
+loop thread's, in that step). Counting costs the counted step ~2-16 us an op (this machine's CPU),
+so `every` follows what it cost: the counted step's excess over the usual step, divided by what one
+count may cost on average (COST_SHARE of a step), so the counting costs at most that share.
+
+Never while anything of the job is compiled (torch.compile guards on the dispatch modes: a mode
+would recompile its graphs), and never before torch._dynamo is imported (the mode imports it: a
+second's stall; every job that steps an optimizer has it). The counts go to the ring as gauges:
+ops.count, ops.phase.<phase>, ops.line:<line> (the latest counted step's; the gauge's step says which)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from time import monotonic_ns as _now
+
+from ..channel import layout as L
+from ..channel import ring
+from .anatomy import PHASES
+
+FIRST = 20  # the first counted step (after warm-up)
+COST_SHARE = 0.002  # of the step time, what counting may cost on average (the probe's budget is 1% in all)
+EVERY_MIN, EVERY_MAX = 20, 100_000
+LINES = 8  # lines named per count
+
+
+class OpCounter:
+    def __init__(self, probe, line_of):
+        """line_of(frame) -> the name of the innermost line of the job's own code (sampler.LineNames)."""
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class Count(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                counter.count()
+                return func(*args, **(kwargs or {}))
+
+        self.probe, self._line_of, self._mode_cls = probe, line_of, Count
+        self.left, self.every = FIRST, FIRST
+        self.mode = None
+        self.usual_ns = 0.0  # the usual step (a running mean of uncounted ones)
+        self.off: str | None = None  # why counting stopped for good
+        self._reset()
+
+    def _reset(self) -> None:
+        self.total = 0
+        self.by_phase = [0] * len(PHASES)
+        self.by_line: dict[str, int] = {}
+
+    def count(self) -> None:
+        p = self.probe
+        a = p.anatomy
+        self.total += 1
+        top = a.top
+        if 0 <= top < len(self.by_phase):
+            self.by_phase[top] += 1
+        if threading.get_ident() == a.loop:
+            line = self._line_of(sys._getframe(2))
+            self.by_line[line] = self.by_line.get(line, 0) + 1
+
+    def boundary(self, step: int, t0: int, t1: int) -> None:
+        """After the probe closed step `step` (t0..t1): end a counted step, or start the next one."""
+        if self.mode is not None:
+            self._close(step, t1 - t0)
+            return
+        if self.off is not None:
+            return
+        d = t1 - t0
+        self.usual_ns = d if not self.usual_ns else 0.9 * self.usual_ns + 0.1 * d
+        self.left -= 1
+        if self.left > 0 or "torch._dynamo" not in sys.modules:
+            return
+        if getattr(self.probe.roots, "compiled_seen", False):
+            self.off = "the job compiles (torch.compile guards on dispatch modes)"
+            return
+        self._reset()
+        try:
+            self.mode = self._mode_cls()
+            self.mode.__enter__()
+        except Exception as e:  # noqa: BLE001 - no count then, said once
+            self.mode, self.off = None, f"{type(e).__name__}: {e}"
+
+    def _close(self, step: int, d_ns: int) -> None:
+        mode, self.mode = self.mode, None
+        try:
+            mode.__exit__(None, None, None)
+        except Exception as e:  # noqa: BLE001 - the mode stack is not ours any more: stop counting
+            self.off = f"{type(e).__name__}: {e}"
+            return
+        p, t = self.probe, _now()
+        emit, tid, intern = p.emit, ring.thread_id(), p.intern
+        emit(L.GAUGE, 0, intern("ops.count"), tid, step, 0, t, float(self.total))
+        for k, n in enumerate(self.by_phase):
+            if n:
+                emit(L.GAUGE, 0, intern(f"ops.phase.{PHASES[k]}"), tid, step, 0, t, float(n))
+        for line, n in sorted(self.by_line.items(), key=lambda kv: -kv[1])[:LINES]:
+            emit(L.GAUGE, 0, intern(f"ops.line:{line}"), tid, step, 0, t, float(n))
+        cost = max(0.0, d_ns - self.usual_ns)
+        budget = COST_SHARE * max(self.usual_ns, 1.0)
+        self.every = int(min(EVERY_MAX, max(EVERY_MIN, cost / budget)))
+        self.left = self.every
+
+    def abandon(self) -> None:
+        """Leave a counted step without counting it (the probe switched off, a forked child)."""
+        mode, self.mode = self.mode, None
+        try:
+            mode.__exit__(None, None, None)
+        except Exception:  # noqa: BLE001
+            self.off = "its dispatch mode could not be left"
+        self.left = self.every
