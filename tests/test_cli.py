@@ -74,7 +74,9 @@ def test_run_shows_a_live_summary_and_cleans_up(shm_dir):
     lines = p.stdout.splitlines()
     assert all(x.startswith("pid ") for x in lines), lines[:3]  # only the monitor's: the job writes to its log
     assert len(lines) >= 3 and "step 30 |" in lines[-1] and lines[-1].endswith("[process exited]")
-    assert "data wait" in lines[-1] and "phases data" in lines[-1] and "verdict: input-bound" in lines[-1], lines[-1]
+    assert "data wait" in lines[-1] and "phases data" in lines[-1], lines[-1]
+    assert "verdict: exited: finished" in lines[-1] and "while it ran: input-bound" in lines[-1], lines[-1]
+    assert any("verdict: input-bound" in x for x in lines[:-1])  # (while it ran)
     assert p.stderr.splitlines()[-1] == "tuimon: the job exited with code 0"
     assert "no channel" not in p.stderr + p.stdout  # a job just started: "waiting for its channel"
     log = re.search(r"tuimon: started PID \d+; its output goes to (\S+)\n", p.stderr).group(1)

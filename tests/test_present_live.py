@@ -228,7 +228,9 @@ def test_a_killed_dataloader_worker(tmp_path):
         job.proc.wait(timeout=60)
         doc = job.once(0.2)
         assert doc["verdict"]["code"] == "exited", doc["verdict"]
-        assert f"DataLoader worker (pid(s) {worker.pid}) exited unexpectedly" in doc["job_end"]["exception"]
+        ended = doc["job_end"]["exception"]  # (torch says it one of two ways, as its watchdog or the fetch sees it first)
+        assert f"DataLoader worker (pid(s) {worker.pid}) exited unexpectedly" in ended or \
+            f"DataLoader worker (pid {worker.pid}) is killed by signal" in ended, ended
         assert "DataLoader worker died" in doc["verdict"]["next_step"]
         assert "present.py" in doc["job_end"]["frames"][0]  # (the job's own line first, then torch's)
     finally:

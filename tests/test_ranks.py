@@ -101,8 +101,9 @@ def test_a_ddp_job_with_a_straggler(tmp_path):
 
 
 def test_a_rank_that_exits_leaves_the_verdict_as_it_was(tmp_path):
-    """Rank 1 (the straggler) killed: torchrun ends rank 0 too. The verdict stays the straggler (the
-    ranks' last windows), and Prometheus gets no live series of the ended job, only that it is down."""
+    """Rank 1 (the straggler) killed: torchrun ends rank 0 too. The verdict is that the job exited, and
+    what it was while it ran stays the straggler (the ranks' last windows); Prometheus gets no live
+    series of the ended job, only that it is down."""
     from tuimon.export.metrics import families
     from tuimon.monitor.state import MonitorState
 
@@ -130,7 +131,8 @@ def test_a_rank_that_exits_leaves_the_verdict_as_it_was(tmp_path):
             time.sleep(0.2)
             state.apply(session.poll())
         after = state.view()
-        assert after.verdict.code == "straggler" and after.straggler.rank == 1, after.verdict
+        assert after.verdict.code == "exited" and after.straggler.rank == 1, after.verdict
+        assert "while it ran: straggler: rank 1" in after.verdict.evidence, after.verdict.evidence
         served = {(s.name, s.labels.get("rank")): s.value for f in families(after) for s in f.samples}
         assert served[("tuimon_rank_up", "0")] == 0 and served[("tuimon_rank_up", "1")] == 0
         assert not [k for k in served if k[0] in ("tuimon_verdict", "tuimon_steps_per_second",

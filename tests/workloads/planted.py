@@ -16,6 +16,9 @@ KIND (CPU and GPU):
   hotspot     a small model, then 20 ms of Python at one line outside it (its share: hot_share)
   wait        a small model, then 20 ms blocked in a native call outside it (a lock's acquire with a timeout)
   optimizer   SGD(foreach=False) over 600 small parameters: the optimizer step is most of the step
+KIND (GPU), the lines behind the time:
+  copies      a 64 MiB batch in pageable memory copied to the GPU each step (its share: hot_share)
+  outside     ~3,000 tiny ops per step from tensor code outside any nn.Module (their share: hot_share)
 KIND (GPU):
   launch      a deep narrow MLP (200 layers of 64x64, batch 16): ~1,000 tiny kernels a step
   sync        ~10 ms of matmuls, loss.item(), then 30 ms of Python
@@ -274,6 +277,32 @@ def run(kind: str, seconds: float, truth_path: str | None, device: str) -> None:
 
     assert cuda, f"{kind} needs a GPU"
     clock = GpuClock()
+
+    if kind in ("copies", "outside"):
+        net = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1)).to(dev)
+        opt = torch.optim.SGD(net.parameters(), lr=1e-4)
+        batch = torch.randn(16 * 2**20 // 1024, 1024)  # 64 MiB of float32 in pageable memory
+        on_gpu = batch.to(dev)
+        small = torch.ones(64, device=dev)
+        while time.monotonic() < end:
+            t0 = time.perf_counter()
+            if kind == "copies":
+                on_gpu = batch.to(dev)  # the hot line: a blocking copy from pageable memory
+                torch.cuda.current_stream().synchronize()
+            else:
+                y = small
+                for _ in range(1500):  # the hot loop: 3,000 tiny kernels, no module
+                    y = y * 1.0001 + 0.0001
+            a = time.perf_counter()
+            loss = net(on_gpu[:256]).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            loss.item()
+            truth.add(time.perf_counter() - t0, hot=a - t0)
+        truth.extra["copy_mb"] = 64 if kind == "copies" else 0
+        truth.write()
+        return
 
     if kind == "launch":
         net = nn.Sequential(*[m for _ in range(200) for m in (nn.Linear(64, 64), nn.ReLU())]).to(dev)

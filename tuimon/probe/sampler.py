@@ -59,6 +59,7 @@ class LoopSampler:
         self._step = 0
         self._flushed = _now()
         self.samples = 0
+        self._loop_tid: int | None = None
 
     paused = False  # (benchmarks switch the probe off and on: api.switch)
 
@@ -87,7 +88,8 @@ class LoopSampler:
         if frame is None:
             return
         phase, step = a.top, p.step_no
-        state = procinfo.thread_state(pid, self._native_id(a.loop))
+        self._loop_tid = self._native_id(a.loop)
+        state = procinfo.thread_state(pid, self._loop_tid)
         if state in ("S", "D"):  # asleep: blocked in a call (a thread holding the GIL runs, or waits for a core)
             how = L.HOW_WAITING
         else:  # on a CPU: Python when it held the GIL (the sampler came late), else a native call
@@ -103,7 +105,7 @@ class LoopSampler:
             self.flush()
 
     def flush(self) -> None:
-        t, emit, tid = _now(), self.probe.emit, self.probe.thread_id()
+        t, emit, tid = _now(), self.probe.emit, self._loop_tid or 0  # (the loop's samples: its thread id)
         for (phase, nid, how), n in self._counts.items():
             emit(L.HOT, phase, nid, tid, self._step, how, t, float(n))
         self._counts = {}

@@ -37,6 +37,16 @@ class SyntheticImages(Dataset):
         return x, y
 
 
+def die_with_the_loop(worker_id: int) -> None:
+    """A DataLoader worker of the demo ends when its loop does, however the loop ends (tuimon demo
+    kills the loop when tuimon dies; an orphaned worker can block for good on its full result pipe,
+    whose other end its sibling still holds)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
 def model(width: int) -> nn.Module:
     return nn.Sequential(
         nn.Conv2d(3, width, 3, padding=1), nn.ReLU(),
@@ -93,7 +103,7 @@ def train(argv=None):
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     data = SyntheticImages(10**9, batch, size, a.delay)
     loader = DataLoader(data, batch_size=None, shuffle=False, num_workers=a.workers,
-                        pin_memory=big, persistent_workers=a.workers > 0)
+                        pin_memory=big, persistent_workers=a.workers > 0, worker_init_fn=die_with_the_loop)
     print(f"demo workload on {device}: batch {batch}x3x{size}x{size}, {a.workers} workers", flush=True)
     start, step, times = time.monotonic(), 0, []
     t_last = time.perf_counter()
