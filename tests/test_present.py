@@ -110,12 +110,27 @@ def test_a_stalled_job_of_ranks_names_the_rank_the_others_wait_for():
     stall = Stall(stalled=True, quiet_s=95.0, limit_s=20.0, phase="comm", phase_s=95.0)
     v = diagnose(Evidence(steps=20, data_share=0.0, stall=stall, ranks=2,
                           stalled_ranks=[(0, "comm", 95.0, "train.py:60 in step"), (1, "other", 95.0, "train.py:58")],
-                          holding_ranks=[1]))
+                          holding_ranks=[1], waiting_ranks=[(0, "all_reduce")]))
     assert v.code == "stalled" and v.headline == "stalled: rank 1 holds the others"
-    assert v.next_step == "rank 1 never entered the collective rank 0 waits in: it is in other for 95 s"
+    assert v.next_step == "rank 1 never entered the collective rank 0 waits in (all_reduce): it is in other for 95 s"
 
 
 def test_the_probe_leaves_out_the_same_warm_up_as_the_stall_rule():
     from tuimon.probe import core
 
     assert core.WARMUP_STEPS == T.STALL_WARMUP_STEPS.value
+
+
+def test_on_nccl_the_waiting_rank_is_in_a_sync_and_the_one_behind_has_the_lowest_step():
+    """NCCL queues a collective and returns: the waiting rank blocks later, in a sync; when every
+    rank is in a wait, the rank whose step is lowest never reached the collective the others passed."""
+    waits = RankRow(rank=0, pid=10, steps=18, since_step_s=40.0, now_phase="sync", now_phase_s=40.0,
+                    collective="all_reduce")
+    sleeps = RankRow(rank=1, pid=11, steps=15, since_step_s=40.0, now_phase="other", now_phase_s=40.0)
+    holding, waiting = culprits([waits, sleeps])
+    assert [r.rank for r in holding] == [1] and [r.rank for r in waiting] == [0]
+    behind = RankRow(rank=1, pid=11, steps=15, since_step_s=40.0, now_phase="sync", now_phase_s=40.0)
+    holding, waiting = culprits([waits, behind])
+    assert [r.rank for r in holding] == [1] and [r.rank for r in waiting] == [0]
+    level = RankRow(rank=1, pid=11, steps=18, since_step_s=40.0, now_phase="comm", now_phase_s=40.0)
+    assert culprits([waits, level]) == ([], [waits, level])  # (the one missing is elsewhere)

@@ -141,7 +141,8 @@ def test_a_rank_sleeping_before_its_all_reduce_is_named_and_the_other_waits_in_i
           f"{doc['verdict']['next_step']}")
     assert time.monotonic() - stuck_at <= 30 + 5  # (+ the last attach's own time)
     assert doc["verdict"]["headline"] == "stalled: rank 1 holds the others"
-    assert doc["verdict"]["next_step"].startswith("rank 1 never entered the collective rank 0 waits in: it is in other")
+    assert doc["verdict"]["next_step"].startswith("rank 1 never entered the collective rank 0 waits in (all_reduce): "
+                                                  "it is in other"), doc["verdict"]["next_step"]
     ranks = {r["rank"]: r for r in doc["ranks"]}
     assert ranks[0]["stalled"] and ranks[0]["now"]["phase"] == "comm" and "all_reduce" in ranks[0]["now"]["waiting_in"]
     assert ranks[1]["now"]["phase"] == "other" and "present.py" in ranks[1]["now"]["where"]

@@ -8,6 +8,8 @@ CASE:
   sync-stuck      (GPU) a kernel that spins for hours, then .item(): STALLED in sync, how soon
   oom             (GPU) allocations growing until CUDA runs out of memory: EXITED with the OOM
   manual          hand-written SGD (no optimizer) on --device: tuimon's steps beside the loop's
+  ddp-hang        two ranks (torchrun; NCCL on --device cuda, gloo on cpu), rank 1 stops before an
+                  all_reduce: the rank named, the collective rank 0 waits in, how soon
   calm:KIND       a healthy loop for --seconds (planted.py KIND, or `checkpoint`: 10 s every 60 s):
                   every STALLED verdict it got (should be none), and what it showed during pauses
 """
@@ -103,6 +105,30 @@ def case_manual(out, a):
             "when": f"mid-run verdict: {mid.verdict.headline}", "gpu": ""}
 
 
+def case_ddp_hang(out, a):
+    """Two ranks (NCCL on two GPUs, gloo on the CPU): rank 1 stops before an all_reduce after 30 steps."""
+    t = os.path.join(out, "ddp-hang.truth.json")
+    log = open(os.path.join(out, "ddp-hang.out"), "w")
+    job = subprocess.Popen([PY, "-m", "tuimon", "run", "--headless", "--", PY, "-m", "torch.distributed.run",
+                            "--standalone", "--nproc-per-node", "2", PRESENT, "ddp-hang", "--steps", "30",
+                            "--device", a.device, "--truth", t], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    rec = subprocess.Popen([PY, "-m", "tuimon", "record", str(job.pid), "-o", os.path.join(out, "ddp_hang.jsonl"),
+                            "--seconds", "50", "--note", f"tests/workloads/present.py ddp-hang on {a.device}: rank 1 "
+                            "sleeps for good before an all_reduce after 30 steps"], cwd=ROOT)
+    seen = watch(job, 120, until=lambda v: v.verdict.code == "stalled" and len(v.ranks) == 2
+                 and any(r.stalled for r in v.ranks) and "holds" in v.verdict.headline)
+    stuck = truth(t + ".1").get("stuck") or {}
+    rec.wait(70)
+    job.kill()
+    subprocess.run(["pkill", "-f", "present.py ddp-hang"], check=False)
+    at, v = seen[-1]
+    ranks = "; ".join(f"rank {r.rank}: {r.now_phase} {r.now_phase_s or 0:.0f} s, steps {r.steps}, last {r.collective}"
+                      f"{' STALLED' if r.stalled else ''}" for r in v.ranks)
+    return {"case": f"ddp-hang ({a.device})", "truth": f"rank 1 {stuck.get('what')}",
+            "tuimon": f"{v.verdict.code}: {v.verdict.headline} | {v.verdict.next_step}",
+            "when": f"{at - stuck['at']:.1f} s after rank 1 stopped" if stuck else "n/a", "gpu": ranks}
+
+
 def case_calm(out, a, kind):
     t = os.path.join(out, f"calm-{kind}.truth.json")
     argv = [PRESENT, "checkpoint", "--every", "60", "--truth", t] if kind == "checkpoint" else \
@@ -135,7 +161,8 @@ def main():
         if c.startswith("calm:"):
             row = case_calm(a.out, a, c.split(":", 1)[1])
         else:
-            row = {"sync-stuck": case_sync_stuck, "oom": case_oom, "manual": case_manual}[c](a.out, a)
+            row = {"sync-stuck": case_sync_stuck, "oom": case_oom, "manual": case_manual,
+                   "ddp-hang": case_ddp_hang}[c](a.out, a)
         row["s"] = round(time.monotonic() - t0)
         rows.append(row)
         print(json.dumps(row), flush=True)

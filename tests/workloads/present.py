@@ -173,17 +173,21 @@ def checkpoint(truth, every):
                 last = time.monotonic()
 
 
-def ddp_hang(truth, steps):
+def ddp_hang(truth, steps, device="cpu"):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    dist.init_process_group("gloo")
+    cuda = device == "cuda"
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank()
-    model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)))
+    dev = torch.device(f"cuda:{os.environ.get('LOCAL_RANK', 0)}") if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(dev)
+    model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)).to(dev))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(rank)
     while True:
-        x, y = torch.randn(16, 32, generator=g), torch.randn(16, 1, generator=g)
+        x, y = torch.randn(16, 32, generator=g).to(dev), torch.randn(16, 1, generator=g).to(dev)
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()
         opt.step()
@@ -192,7 +196,9 @@ def ddp_hang(truth, steps):
             truth.stuck("sleeping before all_reduce")
             time.sleep(FOREVER)
         truth.phase("comm")
-        dist.all_reduce(loss.detach())  # (the loss for logging)
+        logged = loss.detach()
+        dist.all_reduce(logged)  # (the loss for logging: NCCL queues it and returns)
+        logged.item()  # (...and the host waits for it here)
         time.sleep(0.02)
         truth.step()
 
@@ -224,7 +230,7 @@ def main():
     elif a.kind == "checkpoint":
         checkpoint(truth, a.every)
     elif a.kind == "ddp-hang":
-        ddp_hang(truth, a.steps)
+        ddp_hang(truth, a.steps, a.device)
     elif a.kind == "sync-stuck":
         sync_stuck(truth, a.steps)
     elif a.kind == "oom":

@@ -78,6 +78,7 @@ class Evidence:
     stalled_ranks: list[tuple[int | None, str | None, float | None, str | None]] = field(default_factory=list)
     # ^ (rank, phase, its time there, where) of every stalled rank
     holding_ranks: list[int | None] = field(default_factory=list)  # ranks the others wait for in a collective
+    waiting_ranks: list[tuple[int | None, str | None]] = field(default_factory=list)  # (rank, its last collective)
     power_share: float | None = None  # the target GPUs' power over their limit, 0..1
     memory: Memory | None = None
     hot: list[HotLine] = field(default_factory=list)  # the loop thread's hottest lines (probe/sampler.py), largest first

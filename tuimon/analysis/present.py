@@ -127,16 +127,18 @@ def _ranks_words(e, evidence: str, gpu_words: str) -> tuple[str, str, str]:
                        + (f" at {w}" if w else "") for r, ph, t, w in stalled[:4])
     if e.holding_ranks:
         held = ", ".join(str(r) for r in e.holding_ranks)
-        waiting = [r for r, ph, _, _ in stalled if ph == "comm"]
+        waiting = [r for r, _ in e.waiting_ranks]
+        calls = sorted({c for _, c in e.waiting_ranks if c})
         phase_of = {r: (ph, t) for r, ph, t, _ in stalled}
         first = e.holding_ranks[0]
         ph, t = phase_of.get(first, (None, None))
         inside = f"it is in {ph}" + (f" for {t:,.0f} s" if t is not None else "") if ph else "it is gone"
+        call = f" ({', '.join(calls)})" if calls else ""
         return (f"stalled: rank{'s' if len(e.holding_ranks) > 1 else ''} {held} hold"
                 f"{'' if len(e.holding_ranks) > 1 else 's'} the others",
                 f"{listed} · {gpu_words}",
                 f"rank {first} never entered the collective rank{'s' if len(waiting) > 1 else ''} "
-                f"{', '.join(map(str, waiting))} wait{'' if len(waiting) > 1 else 's'} in: {inside}")
+                f"{', '.join(map(str, waiting))} wait{'' if len(waiting) > 1 else 's'} in{call}: {inside}")
     return ("stalled: every rank waits", f"{listed} · {gpu_words}",
             "every rank here waits in a collective: the rank they wait for is on another node, or the collective "
             "itself hangs (NCCL: TORCH_NCCL_TRACE_BUFFER_SIZE and the flight recorder name the missing rank)")

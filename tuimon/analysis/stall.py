@@ -12,6 +12,7 @@ from ..model import RankRow, TrainingSnapshot
 from . import thresholds as T
 
 WAITS = ("data", "sync", "comm")  # phases in which the loop waits for someone else
+WAITING_ON_PEERS = ("comm", "sync")  # ...for the other ranks, or for a collective queued on the GPU
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,13 +58,19 @@ def rank_check(r: RankRow) -> bool:
 
 
 def culprits(ranks: list[RankRow]) -> tuple[list[RankRow], list[RankRow]]:
-    """For a job whose ranks are stalled: (the ranks the others wait for, the ranks waiting in a
-    collective). A rank that is not in a collective while others wait in one holds them; when every
-    rank waits in a collective, the one missing is on another node (or the collective itself hangs)."""
+    """For a job whose ranks are stalled: (the ranks the others wait for, the ranks that wait). A
+    rank waiting on others is in a collective (gloo blocks in it) or in a sync behind one (NCCL's
+    queued collective makes the GPU, then the host, wait); a rank elsewhere while others wait holds
+    them. When every rank waits, the one behind is the one whose step is lowest (it never reached
+    the collective the others are past); when all are level, the one missing is on another node."""
     live = [r for r in ranks if r.state == "alive" and r.now_phase is not None]
-    waiting = [r for r in live if r.now_phase == "comm"]
-    if not waiting:
-        return [], []
-    holding = [r for r in live if r.now_phase != "comm"]
+    waiting = [r for r in live if r.now_phase in WAITING_ON_PEERS]
     exited = [r for r in ranks if r.state != "alive"]
-    return holding + exited, waiting
+    holding = [r for r in live if r.now_phase not in WAITING_ON_PEERS]
+    if waiting and (holding or exited):
+        return holding + exited, waiting
+    steps = {r.steps for r in live}
+    if len(steps) > 1:
+        behind = [r for r in live if r.steps == min(steps)]
+        return behind, [r for r in live if r not in behind]
+    return exited, waiting

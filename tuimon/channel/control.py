@@ -59,6 +59,7 @@ class Now:
     step: int
     source: str  # layout.STEP_SOURCES
     phase_id: int  # name id of the innermost open phase
+    collective_id: int  # name id of the last collective the loop called (0: none)
     phase_since_ns: int
     step_t0_ns: int  # 0: no step boundary yet
     moved_ns: int  # when the phase clock last moved
@@ -133,7 +134,7 @@ class ControlBlock:
         source = L.STEP_SOURCES.index(now.source) if now.source in L.STEP_SOURCES else 0
         self.view.write(L.CTL_WHERE_AT, where)
         self.view.write(L.CTL_WAITING_AT, waiting)
-        self.view.write(L.CTL_NOW_AT, L.CTL_NOW.pack(now.updated_ns, now.step, source, now.phase_id, 0,
+        self.view.write(L.CTL_NOW_AT, L.CTL_NOW.pack(now.updated_ns, now.step, source, now.phase_id, now.collective_id,
                                                      now.phase_since_ns, now.step_t0_ns, now.moved_ns,
                                                      now.longest_ns, len(where), len(waiting)))
 
@@ -148,7 +149,7 @@ class ControlBlock:
         if f[0] <= 0:
             return None
         source = L.STEP_SOURCES[f[2]] if f[2] < len(L.STEP_SOURCES) else "none"
-        return Now(f[0], f[1], source, f[3], f[5], f[6], f[7], f[8], where.decode("utf-8", "replace"),
+        return Now(f[0], f[1], source, f[3], f[4], f[5], f[6], f[7], f[8], where.decode("utf-8", "replace"),
                    waiting.decode("utf-8", "replace"))
 
     # -- how the job ended (probe: once, at its end) ---------------------------------------------

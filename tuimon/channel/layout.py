@@ -120,11 +120,12 @@ CTL_PATH_CAPACITY = 1024
 
 # The step in progress (control block, written by the probe's control thread every ~0.2 s, never
 # by the loop): when written (0: never), the step in progress, its source (STEP_SOURCES), the
-# innermost open phase (a name id), since when it is the innermost, when the step began (0: no
+# innermost open phase (a name id), the last collective the loop called (a name id; 0: none), since
+# when the phase is the innermost, when the step began (0: no
 # boundary yet), when the phase clock last moved, the longest step so far (its warm-up left out),
 # the two position texts' lengths. A reader reads
 # it twice until two reads agree.
-CTL_NOW = struct.Struct("<qIIIIqqqqII")  # updated, step, source, phase id, (pad), phase since,
+CTL_NOW = struct.Struct("<qIIIIqqqqII")  # updated, step, source, phase id, last collective id, phase since,
 CTL_NOW_AT = 1536                       # step t0, moved, longest step (ns), where length, waiting-in length
 CTL_WHERE_AT = 1600  # the loop thread's innermost frame in the job's own code: "train.py:41 in main"
 CTL_WAITING_AT = 1856  # ...and its innermost frame, when elsewhere: "queue.py:180 in get"

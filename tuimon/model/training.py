@@ -88,6 +88,7 @@ class RankRow:
     now_phase_s: float | None = None  # ...for this long
     where: str | None = None  # the rank's loop thread: its innermost frame in the job's own code
     waiting_in: str | None = None  # ...and its innermost frame, when elsewhere
+    collective: str | None = None  # the last collective it called
     stalled: bool = False  # no progress far beyond its own history (analysis/stall.py)
 
     @property
@@ -189,6 +190,7 @@ class StepInProgress:
     where: str | None = None  # the loop thread's innermost frame in the job's own code
     waiting_in: str | None = None  # ...and its innermost frame, when elsewhere (a library call)
     age_s: float = 0.0  # how old this reading was when sampled
+    collective: str | None = None  # the last collective the loop called (what a stalled rank may wait in)
 
 
 @dataclass(frozen=True, kw_only=True)

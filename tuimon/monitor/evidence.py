@@ -29,7 +29,7 @@ def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_
     kernels = _kernels(captures)
     target = next((r for r in (process.procs if process else []) if r.loop or r.role == "target"), None)
     stalled = [r for r in rows or [] if r.stalled]
-    holding, _ = stall.culprits(rows or []) if stalled else ([], [])
+    holding, waiting = stall.culprits(rows or []) if stalled else ([], [])
     return Evidence(
         has_channel=True,
         steps=t.window_steps,
@@ -63,6 +63,7 @@ def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_
         if t.dataloader_workers else [],
         stalled_ranks=[(r.rank, r.now_phase, r.now_phase_s, r.where) for r in stalled],
         holding_ranks=[r.rank for r in holding],
+        waiting_ranks=[(r.rank, r.collective) for r in waiting],
         power_share=power_share,
         memory=t.memory,
         hot=sorted(t.hot_lines, key=lambda h: -h.share) if t.samples >= T.HOT_MIN_SAMPLES.value else [],

@@ -57,6 +57,8 @@ class CommTiming:
         self._bytes_id, self._calls_id = intern("comm.bytes"), intern("comm.calls")
         self.gpu = None  # the probe's GpuTiming: its measured steps get event pairs (none without it)
         self._ddp_iteration = None  # the iteration of DDP's own timing last read (sample_ddp)
+        self.last_call = 0  # name id of the last collective the loop called (what a stalled rank waits in)
+        self._ddp_call = intern("all_reduce (DDP's gradient buckets)")
 
     # -- explicit collectives (the loop thread) -----------------------------------------------------
 
@@ -146,6 +148,7 @@ class CommTiming:
         self.bytes += self.reducing
         self.calls += 1
         self.reducing = 0
+        self.last_call = self._ddp_call
         t_final, start = final
         probe.anatomy.move(BACKWARD, COMM, t_final, t_end)
         if start is not None:
@@ -198,6 +201,8 @@ def _nbytes(x) -> int:
 
 
 def _collective(orig, compiling):
+    name = getattr(orig, "__name__", "collective")
+
     @functools.wraps(orig)
     def wrapper(*args, **kwargs):
         if compiling():  # (first: under torch.compile the wrapper traces to nothing)
@@ -211,6 +216,7 @@ def _collective(orig, compiling):
                                                     and getattr(first[0], "is_cuda", False))
         blocking = not kwargs.get("async_op", False)  # (async_op is passed by keyword in practice)
         comm.count(_nbytes(first))
+        comm.last_call = comm._name(name)
         start = comm.event() if cuda and blocking else None
         p.anatomy.enter(COMM)
         try:

@@ -126,6 +126,7 @@ class Present:
         where, waiting = loop_position(sys._current_frames().get(a.loop), self._library_dirs())
         self.ctl.write_now(Now(updated_ns=_now(), step=p.step_no, source=L.STEP_SOURCES[p.source],
                                phase_id=self.phase_ids[top] if 0 <= top < len(self.phase_ids) else 0,
+                               collective_id=p.comm.last_call if p.comm is not None else 0,
                                phase_since_ns=a.since, step_t0_ns=p.step_t0, moved_ns=a.t,
                                longest_ns=p.longest_ns, where=where,
                                waiting_in=waiting))
