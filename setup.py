@@ -5,6 +5,7 @@ ring writer (tuimon/channel/ring.py) and says so in `tuimon doctor`."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("tuimon.channel._fastring", ["tuimon/channel/_fastring.c", "tuimon/channel/_phases.c"],
+setup(ext_modules=[Extension("tuimon.channel._fastring", ["tuimon/channel/_fastring.c", "tuimon/channel/_phases.c",
+                                                                    "tuimon/channel/_sampler.c"],
                              depends=["tuimon/channel/_fastring.h"],
                              extra_compile_args=["-O2", "-Wall"], optional=True)])

@@ -138,17 +138,16 @@ def dataloader_workers(gauges: dict[int, float], name_of: Callable[[int], str]) 
     return int(v) if v is not None else None
 
 
-def hot_lines(steps: list[StepRecord], name_of: Callable[[int], str], phase_names: tuple[str, ...],
+def hot_lines(records, name_of: Callable[[int], str], phase_names: tuple[str, ...],
               per_phase: int = 5) -> tuple[list[HotLine], int]:
-    """The lines of the job's code where the loop thread's samples fell over the window: per phase
-    its top `per_phase`, the largest first, each with how the thread was there; and the window's
-    samples (hows: layout.HOWS order, python, native, waiting)."""
+    """The lines of the job's code where the loop thread's samples fell: records (t, phase, line id,
+    how, samples) of a span of time; per phase its top `per_phase`, the largest first, each with how
+    the thread was there (hows: layout.HOWS order, python, native, waiting); and their samples."""
     by: dict[tuple[int, int], list[float]] = {}  # (phase, line id) -> samples by how
-    for s in steps:
-        for (phase, nid, how), n in s.hot.items():
-            counts = by.setdefault((phase, nid), [0.0, 0.0, 0.0])
-            if 0 <= how < 3:
-                counts[how] += n
+    for _, phase, nid, how, n in records:
+        counts = by.setdefault((phase, nid), [0.0, 0.0, 0.0])
+        if 0 <= how < 3:
+            counts[how] += n
     total = sum(sum(c) for c in by.values())
     if not total:
         return [], 0

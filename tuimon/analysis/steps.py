@@ -14,6 +14,7 @@ F_KIND, F_DEPTH, F_NAME, F_TID, F_STEP, F_T0, F_T1, F_VALUE = 0, 1, 3, 4, 5, 6, 
 # Per step and range name, durations kept for percentiles; counts and totals stay exact beyond
 # it. Bounds the monitor's memory for loops with huge numbers of ranges per step, or no steps.
 RANGE_SAMPLES = 1024
+HOT_RECORDS = 20_000  # the sampler's records kept (a minute of a loop that moves across many lines)
 
 
 @dataclass
@@ -31,7 +32,6 @@ class StepRecord:
     phases: dict[int, float] = field(default_factory=dict)  # phase name id -> exclusive ns on the loop thread
     values: dict[int, float] = field(default_factory=dict)  # name id -> a number about the step (GPU, syncs)
     sites: dict[int, float] = field(default_factory=dict)  # sync call site name id -> estimated calls
-    hot: dict[tuple[int, int, int], float] = field(default_factory=dict)  # (phase index, line name id, how) -> samples
 
     @property
     def duration_ns(self) -> int:
@@ -48,6 +48,7 @@ class StepAccumulator:
         self.open: dict[int, StepRecord] = {}
         self.gauges: dict[int, float] = {}  # name id -> latest value (GAUGE records)
         self.gauge_steps: dict[int, int] = {}  # name id -> the step its latest value came in
+        self.hot: deque[tuple[int, int, int, int, float]] = deque(maxlen=HOT_RECORDS)  # (t, phase, line, how, samples)
 
     def _step(self, index: int) -> StepRecord:
         s = self._by_index.get(index) or self.open.get(index)
@@ -63,6 +64,9 @@ class StepAccumulator:
             if kind == GAUGE:
                 self.gauges[r[F_NAME]] = r[F_VALUE]
                 self.gauge_steps[r[F_NAME]] = r[F_STEP]
+                continue
+            if kind == HOT:  # (by time, not by step: a loop without steps has lines too)
+                self.hot.append((r[F_T1], r[F_DEPTH], r[F_NAME], r[F_T0], r[F_VALUE]))
                 continue
             s = self._step(r[F_STEP])
             if kind == RANGE:
@@ -87,9 +91,6 @@ class StepAccumulator:
                 s.values[r[F_NAME]] = r[F_VALUE]
             elif kind == SITE:
                 s.sites[r[F_NAME]] = s.sites.get(r[F_NAME], 0.0) + r[F_VALUE]
-            elif kind == HOT:
-                key = (r[F_DEPTH], r[F_NAME], r[F_T0])
-                s.hot[key] = s.hot.get(key, 0.0) + r[F_VALUE]
             elif kind == STEP:
                 s.t0, s.t1, s.tid = r[F_T0], r[F_T1], r[F_TID]
                 self.open.pop(s.index, None)

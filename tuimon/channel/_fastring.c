@@ -411,7 +411,8 @@ PyMODINIT_FUNC PyInit__fastring(void) {
     if (!m)
         return NULL;
     if (PyModule_AddObjectRef(m, "RingWriter", (PyObject *)&RingWriterType) < 0 ||
-        PyModule_AddObjectRef(m, "Range", (PyObject *)&RangeType) < 0 || phases_add_type(m) < 0) {
+        PyModule_AddObjectRef(m, "Range", (PyObject *)&RangeType) < 0 || phases_add_type(m) < 0 ||
+        sampler_add_functions(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

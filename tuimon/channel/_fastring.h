@@ -1,6 +1,6 @@
 /* What the C files of the _fastring extension share: the record layout, the ring writer and the
  * clock. _fastring.c: the ring writer, tuimon.range, the reader's unpacking; _phases.c: the step's
- * phase clock (probe/anatomy.py). */
+ * phase clock (probe/anatomy.py); _sampler.c: samples of the main thread's stack (probe/sampler.py). */
 #ifndef TUIMON_FASTRING_H
 #define TUIMON_FASTRING_H
 #define PY_SSIZE_T_CLEAN
@@ -92,6 +92,8 @@ static inline uint32_t current_step(RingWriter *w) {
 }
 
 extern PyTypeObject RingWriterType;
-int phases_add_type(PyObject *m); /* _phases.c */
+int phases_add_type(PyObject *m);        /* _phases.c */
+int phases_top(PyObject *o);             /* _phases.c: the innermost open phase, -1 if o is not a Phases */
+int sampler_add_functions(PyObject *m);  /* _sampler.c */
 
 #endif

@@ -365,6 +365,13 @@ static PyTypeObject PhasesType = {
     .tp_getset = Phases_getset,
 };
 
+int phases_top(PyObject *o) {
+    if (!PyObject_TypeCheck(o, &PhasesType))
+        return -1;
+    Phases *p = (Phases *)o;
+    return p->depth ? p->stack[p->depth - 1] : 0;
+}
+
 int phases_add_type(PyObject *m) {
     if (PyType_Ready(&PhasesType) < 0)
         return -1;

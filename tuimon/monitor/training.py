@@ -14,6 +14,7 @@ from ..model import StepInProgress, TrainingSnapshot
 from ..sources.channel import ChannelSource
 
 STACKS_KEEP_BYTES = 16 * 1024  # of a stacks dump, in a snapshot (and so in a recording)
+HOT_SPAN_S = 10.0  # the loop thread's samples over at least this much time (the step window's, when longer)
 
 
 class TrainingView:
@@ -65,7 +66,9 @@ class TrainingView:
         state = r.process_state()
         end_ns = _end_ns(r, state)
         last = self.steps.completed[-1] if self.steps.completed else None
-        hot, samples = anatomy.hot_lines(steps, name, L.PHASES)
+        span_ns = max(HOT_SPAN_S * 1e9, (steps[-1].t1 - steps[0].t0) if steps else 0)  # (the window's, at least)
+        since = time.monotonic_ns() - span_ns if state == "alive" else end_ns - span_ns
+        hot, samples = anatomy.hot_lines([h for h in self.steps.hot if h[0] >= since], name, L.PHASES)
         end = r.end()
         stacks = r.stacks() if self._stacks_asked else None
         now = r.now() if state == "alive" else None

@@ -129,7 +129,7 @@ def _start_capture_control(p: Probe) -> None:
     hz = sampler.rate()
     if hz > 0:
         p.sampler = sampler.LoopSampler(p, hz)
-        threading.Thread(target=p.sampler.run, args=(stop,), name="tuimon-sampler", daemon=True).start()
+        p.sampler.start(stop)
 
 
 def status() -> ProbeStatus:
@@ -148,7 +148,7 @@ def switch(p: Probe, on: bool) -> None:
     from . import torch_hooks
 
     if p.sampler is not None:
-        p.sampler.paused = not on
+        p.sampler.pause(not on)
     if not on and p.ops is not None and p.ops.mode is not None:
         p.ops.abandon()  # (a counted step in progress: its mode must not stay on while the probe is off)
     if on:
@@ -170,6 +170,8 @@ def _at_exit(p: Probe) -> None:
         stop = getattr(p, "_control_stop", None)
         if stop is not None:
             stop.set()
+        if p.sampler is not None:
+            p.sampler.stop()
         for last_word in (p.sample_memory, getattr(p.present, "ended", None)):  # (the allocator's last gauges)
             try:
                 if last_word is not None:

@@ -238,6 +238,13 @@ def control_thread(capturer: Capturer, writer, stop: threading.Event, present=No
     probe/present.py) and reads the GPU memory gauges, until the process ends."""
     memory_at = 0.0
     while not stop.wait(period):
+        sampler = capturer.probe.sampler
+        if sampler is not None:
+            try:
+                sampler.collect()
+            except Exception as e:  # noqa: BLE001 - no more hot lines, said once
+                print(f"tuimon: the line sampler stopped: {type(e).__name__}: {e}", file=sys.stderr)
+                capturer.probe.sampler = None
         if present is not None:
             try:
                 present.publish()

@@ -1,28 +1,29 @@
-"""Where the loop thread's time goes, line by line: a thread of the probe's own reads the loop
-thread's Python stack HZ times a second (sys._current_frames()), and counts each sample at the
-innermost line of the job's own code, under the phase open at that moment, and by what the thread
-was doing there:
+"""Where the loop thread's time goes, line by line: HZ times a second a sample of the loop thread's
+Python stack, counted at the innermost line of the job's own code (not the standard library, torch
+or tuimon), under the phase open at that moment, and by how the thread was there:
 
-- python: running Python. The sampler needs the GIL to read a stack; when the loop thread holds it
-  (it runs Python), the sampler waits for the interpreter's switch interval (5 ms) before it gets
-  it. A sample whose wake-up came late by more than LATE_NS is the loop running Python (Scalene
-  tells Python from native time by the same kind of delay, of a signal's delivery);
-- native: the GIL was free and the thread is running on a CPU (a torch op on the CPU, a copy, a
-  spin-wait on the GPU) (the kernel's state letter R, /proc/self/task/TID/stat);
-- waiting: the thread sleeps (S or D: a sleep, a lock, I/O, a blocking wait), whatever the GIL did.
-  (On a machine with more runnable threads than cores, the sampler can come late for a core rather
-  than the GIL: a native call then reads as Python; a sleeping thread never does.)
+- python: running Python;
+- native: inside a native call, on a CPU (a torch op on the CPU, a copy, a spin-wait on the GPU);
+- waiting: inside a native call, asleep (a sleep, a lock, I/O, a blocking wait on the GPU).
 
-A sample that waited for the GIL lands where the loop next let it go: a stretch of Python shorter
-than the interpreter's switch interval (5 ms) counts at the next call that releases the GIL (a
-torch op, a copy, a sleep) - usually the line that matters; a longer stretch counts where it runs.
+When the loop is the main thread (the usual case), a native thread of the probe's (channel/_sampler.c),
+which never takes the GIL, asks the interpreter each period for a pending call. Running Python, the
+main thread runs it within microseconds, at the line it is on: a python sample, exact, for the cost
+of a callback of a few microseconds on the loop. When the call has not run a millisecond later, the
+main thread is inside a native call and would run it only at its next check between bytecodes,
+lines later; so that period is sampled from outside instead, by this module's thread, which reads
+the main thread's stack with sys._current_frames(): the GIL is free while the call runs, so the
+sample is at the line of the call, native or waiting by the thread's state in /proc, and the loop
+pays nothing for it. (Scalene tells Python from native time by a similar delay, of a signal's.)
+
+Otherwise (the loop on another thread, or no C extension) this module's thread samples every period
+from outside; it needs the GIL, so while the loop runs Python it waits for the interpreter's switch
+interval (5 ms: a late wake-up is python) and the sample lands where the loop next let the GIL go.
 
 Rate: HZ (50) by default: at 50 Hz a 10 s window holds 500 samples, so a line's share is known
-within ~2 points (the binomial error at n = 500), a step of 20 ms gets one sample, and the loop
-thread pays only when it runs Python, one GIL hand-off (~tens of us) per sample (py-spy samples at
-100 Hz by default, Scalene at 100 Hz: 50 keeps the hand-offs to half). TUIMON_SAMPLE_HZ sets it (0:
-off). Lines are counted per step and written to the ring as HOT records when the step changes or
-every second. Nothing here runs on the loop's thread."""
+within ~2 points (the binomial error at n = 500) and a step of 20 ms gets one sample (py-spy and
+Scalene sample at 100 Hz by default). TUIMON_SAMPLE_HZ sets it (0: off). Samples are written to the
+ring as HOT records (the control thread's every ~0.2 s, step: the step in progress then)."""
 
 from __future__ import annotations
 
@@ -33,15 +34,22 @@ import threading
 from time import monotonic_ns as _now
 
 from ..channel import layout as L
-from ..channel import procinfo
+from ..channel import procinfo, ring
 from .anatomy import short_path
 from .present import library_dirs
 
 HZ = 50
-LATE_NS = 1_000_000  # a wake-up this late waited for the GIL (the switch interval is 5 ms; an idle wake-up ~0.1 ms)
+LATE_NS = 1_000_000  # a sample asked for and not taken within this: the thread was inside a native call
 MAX_LINES = 512  # distinct lines named; later ones count as "(other lines)"
 FLUSH_NS = 1_000_000_000
 CODE_CHARS = 60
+
+native = None  # channel/_sampler.c's functions, where the C extension is built and can wake the main thread
+if ring.IMPLEMENTATION == "c":
+    from ..channel import _fastring
+
+    if getattr(_fastring, "SAMPLE_PROMPT", 0):
+        native = _fastring
 
 
 def rate() -> float:
@@ -52,22 +60,100 @@ def rate() -> float:
 
 
 class LoopSampler:
+    paused = False  # (benchmarks switch the probe off and on: api.switch)
+
     def __init__(self, probe, hz: float = HZ):
-        self.probe, self.period = probe, 1.0 / hz
+        self.probe, self.hz, self.period = probe, hz, 1.0 / hz
         self.lines = LineNames(probe.intern)
-        self._counts: dict[tuple[int, int, int], int] = {}  # (phase, name id, how) -> samples, this step
+        self._counts: dict[tuple[int, int, int], int] = {}  # (phase, name id, how) -> samples, not yet written
         self._step = 0
         self._flushed = _now()
-        self.samples = 0
         self._loop_tid: int | None = None
+        self.samples = 0
+        self.by_main = False  # the main thread samples itself (channel/_sampler.c)
+        self._stop: threading.Event | None = None
+        self._outside = False  # the Python thread that samples from outside runs
+        self._lock = threading.Lock()  # (the counts: the control thread and the sampling thread)
 
-    paused = False  # (benchmarks switch the probe off and on: api.switch)
+    def start(self, stop: threading.Event) -> None:
+        self._stop = stop
+        main = threading.main_thread()
+        if native is not None and self.probe.anatomy.loop == main.ident and threading.current_thread() is main:
+            fd = native.sample_start(self.hz, main.native_id, self.lines.library(), self.probe.anatomy)
+            if fd >= 0:
+                self.by_main = True
+                threading.Thread(target=self._outside_on_request, args=(fd, stop), name="tuimon-sampler",
+                                 daemon=True).start()
+        if not self.by_main:
+            self._start_outside()
+
+    def pause(self, on: bool) -> None:
+        self.paused = on
+        if self.by_main:
+            native.sample_pause(on)
+
+    def stop(self) -> None:
+        if self.by_main:
+            native.sample_stop()
+
+    # -- the main thread: its own samples, and those it asks for from outside ----------------------
+
+    def collect(self) -> None:
+        """(the control thread, every ~0.2 s) The main thread's own samples to HOT records; a loop
+        that moved off the main thread is sampled from outside from then on."""
+        if not self.by_main:
+            return
+        p = self.probe
+        if p.anatomy.loop != threading.main_thread().ident:
+            native.sample_pause(True)
+            self.by_main = False
+            self._start_outside()
+            return
+        if self.lines.library_changed():
+            native.sample_library(self.lines.library())
+        self._loop_tid = threading.main_thread().native_id
+        self._step = p.step_no
+        taken = [(phase, self.lines.id_of_code(own, line), periods)
+                 for _, _, own, line, _, _, phase, periods in native.sample_take()]
+        with self._lock:
+            for phase, nid, periods in taken:
+                self._add(phase, nid, L.HOW_PYTHON, periods)
+        self.flush()
+
+    def _outside_on_request(self, fd: int, stop: threading.Event) -> None:
+        """The periods the main thread spent inside native calls, sampled from here (a byte a period)."""
+        pid, main = os.getpid(), threading.main_thread()
+        while not stop.is_set():
+            try:
+                asked = os.read(fd, 64)  # (blocks without the GIL)
+            except OSError:
+                return
+            if not asked:
+                return
+            frame = sys._current_frames().get(main.ident)
+            if frame is None or self.paused:
+                continue
+            state = procinfo.thread_state(pid, main.native_id)
+            how = L.HOW_WAITING if state in ("S", "D") else L.HOW_NATIVE
+            with self._lock:
+                self._add(self.probe.anatomy.top, self.lines.id_of(frame), how, len(asked))
+
+    def _add(self, phase: int, nid: int, how: int, n: int) -> None:
+        key = (phase, nid, how)
+        self._counts[key] = self._counts.get(key, 0) + n
+        self.samples += n
+
+    # -- from outside (a thread of Python's) ------------------------------------------------------------
+
+    def _start_outside(self) -> None:
+        if not self._outside and self._stop is not None:
+            self._outside = True
+            threading.Thread(target=self.run, args=(self._stop,), name="tuimon-sampler", daemon=True).start()
 
     def run(self, stop: threading.Event) -> None:
         """Samples on a fixed grid of times: a sample that came late (the loop held the GIL) does
         not push the next one later, which would sample Python less often than native code. Slots
-        missed altogether (the sampler starved of a core) are not counted: whatever the loop does
-        when the sampler gets to run again says nothing about them."""
+        missed altogether (the sampler starved of a core) are not counted."""
         pid, period = os.getpid(), int(self.period * 1e9)
         due = _now() + period
         while not stop.wait(max(0, due - _now()) / 1e9):
@@ -94,34 +180,31 @@ class LoopSampler:
             how = L.HOW_WAITING
         else:  # on a CPU: Python when it held the GIL (the sampler came late), else a native call
             how = L.HOW_PYTHON if late_ns > LATE_NS else L.HOW_NATIVE
-        nid = self._line(frame)
+        nid = self.lines.id_of(frame)
         if step != self._step:
             self.flush()
             self._step = step
-        key = (phase, nid, how)
-        self._counts[key] = self._counts.get(key, 0) + 1
-        self.samples += 1
+        with self._lock:
+            self._add(phase, nid, how, 1)
         if _now() - self._flushed >= FLUSH_NS:
             self.flush()
 
     def flush(self) -> None:
         t, emit, tid = _now(), self.probe.emit, self._loop_tid or 0  # (the loop's samples: its thread id)
-        for (phase, nid, how), n in self._counts.items():
+        with self._lock:
+            counts, self._counts = self._counts, {}
+        for (phase, nid, how), n in counts.items():
             emit(L.HOT, phase, nid, tid, self._step, how, t, float(n))
-        self._counts = {}
         self._flushed = t
 
     def _native_id(self, ident: int) -> int | None:
         t = threading._active.get(ident)  # (no lock: a read of a dict the interpreter keeps)
         return getattr(t, "native_id", None)
 
-    def _line(self, frame) -> int:
-        return self.lines.id_of(frame)
-
 
 class LineNames:
-    """The innermost frame of the job's own code (not the standard library, torch or tuimon),
-    named "train.py:41 in main `x = batch.to(device)`" and interned, MAX_LINES at most."""
+    """Lines of the job's own code (not the standard library, torch or tuimon), named
+    "train.py:41 in main `x = batch.to(device)`" and interned, MAX_LINES at most."""
 
     def __init__(self, intern):
         self._intern = intern
@@ -130,28 +213,44 @@ class LineNames:
         self._library: tuple[str, ...] = ()
         self._torch_seen = None
 
-    def name_of(self, frame) -> str:
+    def library_changed(self) -> bool:
+        return ("torch" in sys.modules) != self._torch_seen
+
+    def library(self) -> tuple[str, ...]:
+        """The prefixes of code that is not the job's own (torch's once it is imported)."""
         torch_now = "torch" in sys.modules
         if torch_now != self._torch_seen:
             self._library, self._torch_seen = library_dirs(), torch_now
+        return self._library
+
+    def name_of(self, frame) -> str:
+        library = self.library()
         f = frame
-        while f is not None and (f.f_code.co_filename.startswith(self._library) or f.f_code.co_filename.startswith("<")):
+        while f is not None and (f.f_code.co_filename.startswith(library) or f.f_code.co_filename.startswith("<")):
             f = f.f_back
         if f is None:
             f = frame
-        key = (f.f_code.co_filename, f.f_lineno)
+        return self._name(f.f_code, f.f_lineno)
+
+    def _name(self, code, line: int) -> str:
+        key = (code.co_filename, line)
         name = self._names.get(key)
         if name is None:
             if len(self._names) >= MAX_LINES:
                 return "(other lines)"
-            code = linecache.getline(key[0], key[1]).strip()
-            code = code if len(code) <= CODE_CHARS else code[: CODE_CHARS - 1] + "…"
-            name = self._names[key] = f"{short_path(key[0])}:{key[1]} in {f.f_code.co_name}" + (f" `{code}`" if code else "")
+            text = linecache.getline(key[0], line).strip()
+            text = text if len(text) <= CODE_CHARS else text[: CODE_CHARS - 1] + "…"
+            name = self._names[key] = f"{short_path(key[0])}:{line} in {code.co_name}" + (f" `{text}`" if text else "")
         return name
 
-    def id_of(self, frame) -> int:
-        name = self.name_of(frame)
+    def _id(self, name: str) -> int:
         nid = self._ids.get(name)
         if nid is None:
             nid = self._ids[name] = self._intern(name)
         return nid
+
+    def id_of(self, frame) -> int:
+        return self._id(self.name_of(frame))
+
+    def id_of_code(self, code, line: int) -> int:
+        return self._id(self._name(code, line))

@@ -1,0 +1,325 @@
+/* Samples of the main thread's Python stack, HZ a second, asked for by a native thread that never
+ * takes the GIL. Each period it asks the interpreter for a pending call (Py_AddPendingCall needs no
+ * GIL), which the main thread runs at its next check between bytecodes: within microseconds while it
+ * runs Python, and the callback notes where (the innermost frame of the job's own code, not under the
+ * library prefixes: the standard library, torch, tuimon), the innermost frame and the open phase.
+ * When the call has not run LATE_NS later and the main thread ran on a CPU meanwhile (its CPU clock) or
+ * sleeps, it is inside a native call (a torch op, a copy, a sleep, a wait) and would run the call
+ * only at its next check, wherever that is: so the request goes
+ * stale, and a byte on a pipe wakes probe/sampler.py's thread, which reads the main thread's stack
+ * from outside (the GIL is free while the call runs: no hand-off on the loop) at the line of the call.
+ * Until the stale call has run, each period goes to that thread. probe/sampler.py says more.
+ *
+ * The callback holds the GIL, never raises (an error is cleared: a raised one would surface in the
+ * job) and keeps only code objects (never frames, which would keep the job's locals alive). Pending
+ * calls run on the main thread only: a loop on another thread is sampled from outside altogether. */
+#include "_fastring.h"
+#include <fcntl.h>
+#include <pthread.h>
+
+/* Until Python 3.13, a pending call added by a thread other than the main one does not set the
+ * interpreter's "look between bytecodes" flag (its eval breaker): the main thread would notice the
+ * call only when it next gives up the GIL. So the flag is set here, as the interpreter's own signal
+ * handling sets it (an atomic store). That needs CPython's internal header; without it the sampler
+ * is not used (probe/sampler.py samples from outside instead): PROMPT says which. */
+#if PY_VERSION_HEX >= 0x030D0000
+#define PROMPT 1
+#define wake_main() ((void)0)
+#elif PY_VERSION_HEX >= 0x030A0000 && defined(__has_include)
+#if __has_include("internal/pycore_interp.h")
+#define Py_BUILD_CORE 1
+#undef _PyGC_FINALIZED
+#include "internal/pycore_interp.h"
+#undef Py_BUILD_CORE
+#define PROMPT 1
+static inline void wake_main(void) {
+    _Py_atomic_store_relaxed(&PyInterpreterState_Main()->ceval.eval_breaker, 1);
+}
+#endif
+#endif
+#ifndef PROMPT
+#define PROMPT 0
+#define wake_main() ((void)0)
+#endif
+
+#define SAMPLES 512
+
+#define LATE_NS 1000000 /* a request not run by then: the main thread is inside a native call... */
+#define PREEMPTED_MAX 20 /* ...unless it waited for a core (little CPU time meanwhile): LATE_NS more, this often */
+
+typedef struct {
+    int64_t asked, taken;
+    PyObject *own_code, *inner_code; /* strong references */
+    int own_line, inner_line, phase;
+    int periods; /* the periods it stands for (1: those the main thread spent waiting for a core are not
+                  * counted: the line it resumed at says nothing about them) */
+} Sample;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static Sample samples[SAMPLES];
+static int count;                /* samples waiting to be taken */
+static int pending;              /* a request queued and not yet run */
+static int stale;                /* ...which was sampled from outside instead: dropped when it runs */
+static int skipped;              /* periods a request not stale waited (the main thread waited for a core) */
+static int64_t asked_at;
+static PyObject *library = NULL; /* tuple of str prefixes */
+static PyObject *phases = NULL;  /* the probe's Phases, or None */
+static volatile int active;      /* the native thread runs while this is set */
+static volatile int paused;
+static int64_t period_ns;
+static int wake_fd = -1;         /* a byte here: sample the main thread from outside */
+static pid_t main_tid;
+static pthread_t thread;
+static int started;
+
+static int in_library(PyCodeObject *code) {
+    PyObject *file = code->co_filename;
+    if (!library || !PyUnicode_Check(file))
+        return 0;
+    if (PyUnicode_GET_LENGTH(file) > 0 && PyUnicode_READ_CHAR(file, 0) == '<')
+        return 1;
+    Py_ssize_t n = PyTuple_GET_SIZE(library);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t hit = PyUnicode_Tailmatch(file, PyTuple_GET_ITEM(library, k), 0, PY_SSIZE_T_MAX, -1);
+        if (hit == 1)
+            return 1;
+        if (hit < 0)
+            PyErr_Clear();
+    }
+    return 0;
+}
+
+/* The pending call, on the main thread with the GIL. */
+static int sample_now(void *unused) {
+    int64_t t = now_ns();
+    pthread_mutex_lock(&lock);
+    int64_t asked = asked_at;
+    int dropped = stale || count >= SAMPLES, periods = 1;
+    pending = stale = skipped = 0;
+    pthread_mutex_unlock(&lock);
+    PyFrameObject *f = dropped ? NULL : PyEval_GetFrame(); /* borrowed */
+    if (!f)
+        return 0;
+    PyCodeObject *inner = PyFrame_GetCode(f);
+    int inner_line = PyFrame_GetLineNumber(f);
+    Py_INCREF(f);
+    PyFrameObject *own = f; /* (a strong reference, walked outward) */
+    PyCodeObject *own_code = NULL;
+    while (own) {
+        PyCodeObject *c = PyFrame_GetCode(own);
+        if (!in_library(c)) {
+            own_code = c;
+            break;
+        }
+        Py_DECREF(c);
+        PyFrameObject *back = PyFrame_GetBack(own);
+        Py_DECREF(own);
+        own = back;
+    }
+    int own_line = own ? PyFrame_GetLineNumber(own) : inner_line;
+    Py_XDECREF(own);
+    int phase = phases && phases != Py_None ? phases_top(phases) : -1;
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    pthread_mutex_lock(&lock);
+    if (count < SAMPLES) {
+        Sample *s = &samples[count++];
+        s->asked = asked;
+        s->taken = t;
+        s->inner_code = (PyObject *)inner;
+        s->inner_line = inner_line;
+        s->own_code = own_code ? (PyObject *)own_code : Py_NewRef((PyObject *)inner);
+        s->own_line = own_line;
+        s->phase = phase;
+        s->periods = periods;
+        inner = NULL;
+        own_code = NULL;
+    }
+    pthread_mutex_unlock(&lock);
+    Py_XDECREF(inner);
+    Py_XDECREF(own_code);
+    return 0;
+}
+
+static clockid_t main_cpu;       /* the main thread's CPU-time clock */
+
+static int64_t main_cpu_ns(void) {
+    struct timespec ts;
+    if (clock_gettime(main_cpu, &ts) != 0)
+        return -1;
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Is the main thread asleep ('S' or 'D' in /proc/self/task/TID/stat)? */
+static int main_asleep(void) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)main_tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *end = strrchr(buf, ')'); /* (the command name may hold anything) */
+    return end && end[1] == ' ' && (end[2] == 'S' || end[2] == 'D');
+}
+
+static void outside(void) {
+    if (wake_fd >= 0 && write(wake_fd, "x", 1) < 0) { /* (the pipe is full: that thread is behind already) */
+    }
+}
+
+static void *sampler_thread(void *unused) {
+    struct timespec due;
+    clock_gettime(CLOCK_MONOTONIC, &due);
+    while (active) {
+        int64_t next = (int64_t)due.tv_sec * 1000000000LL + due.tv_nsec + period_ns;
+        int64_t now = now_ns();
+        if (next < now) /* (asleep for longer than a period: no catching up) */
+            next = now + period_ns;
+        due.tv_sec = next / 1000000000LL;
+        due.tv_nsec = next % 1000000000LL;
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &due, NULL);
+        if (!active)
+            break;
+        if (paused)
+            continue;
+        int ask = 0, out = 0;
+        pthread_mutex_lock(&lock);
+        if (!pending) {
+            pending = ask = 1;
+            stale = skipped = 0;
+            asked_at = now_ns();
+        } else if (stale) { /* still inside the native call: this period from outside too */
+            out = 1;
+        } else { /* still waiting for a core: this period is not counted */
+            skipped++;
+        }
+        pthread_mutex_unlock(&lock);
+        if (out)
+            outside();
+        if (!ask)
+            continue;
+        if (Py_AddPendingCall(sample_now, NULL) < 0) { /* (the interpreter's queue is full) */
+            pthread_mutex_lock(&lock);
+            pending = 0;
+            pthread_mutex_unlock(&lock);
+            continue;
+        }
+        wake_main();
+        int missed = 0;
+        for (int waits = 0; waits < PREEMPTED_MAX; waits++) {
+            int64_t before = main_cpu_ns();
+            struct timespec late = {0, LATE_NS};
+            nanosleep(&late, NULL);
+            int64_t ran = before >= 0 ? main_cpu_ns() - before : LATE_NS;
+            /* it ran (on a CPU) and did not take the call, or it sleeps: it is inside a native call;
+             * runnable with little CPU meanwhile, it waits for a core: the call runs once it has one */
+            int native_call = ran >= LATE_NS / 2 || main_asleep();
+            pthread_mutex_lock(&lock);
+            int still = pending && !stale;
+            if (still && native_call)
+                stale = missed = 1;
+            pthread_mutex_unlock(&lock);
+            if (!still || missed)
+                break;
+        }
+        if (missed)
+            outside();
+    }
+    return NULL;
+}
+
+/* sample_start(hz, main_native_id, library_prefixes: tuple[str], phases or None) -> the fd to read (a
+ * byte: sample the main thread from outside), or -1 */
+static PyObject *fr_sample_start(PyObject *m, PyObject *args) {
+    double hz;
+    int tid;
+    PyObject *lib, *ph;
+    int fds[2];
+    if (!PyArg_ParseTuple(args, "diO!O", &hz, &tid, &PyTuple_Type, &lib, &ph))
+        return NULL;
+    main_tid = (pid_t)tid;
+    if (pthread_getcpuclockid(pthread_self(), &main_cpu) != 0) /* (called on the main thread: probe/sampler.py) */
+        return PyLong_FromLong(-1);
+    if (started || hz <= 0 || pipe2(fds, O_CLOEXEC) < 0)
+        return PyLong_FromLong(-1);
+    fcntl(fds[1], F_SETFL, O_NONBLOCK);
+    Py_XSETREF(library, Py_NewRef(lib));
+    Py_XSETREF(phases, Py_NewRef(ph));
+    period_ns = (int64_t)(1e9 / hz);
+    wake_fd = fds[1];
+    active = 1;
+    paused = 0;
+    if (pthread_create(&thread, NULL, sampler_thread, NULL) != 0) {
+        active = 0;
+        close(fds[0]);
+        close(fds[1]);
+        wake_fd = -1;
+        return PyLong_FromLong(-1);
+    }
+    pthread_detach(thread);
+    started = 1;
+    return PyLong_FromLong(fds[0]);
+}
+
+/* sample_library(prefixes): the library prefixes change (torch imported later). */
+static PyObject *fr_sample_library(PyObject *m, PyObject *lib) {
+    if (!PyTuple_Check(lib)) {
+        PyErr_SetString(PyExc_TypeError, "a tuple of str");
+        return NULL;
+    }
+    Py_XSETREF(library, Py_NewRef(lib));
+    Py_RETURN_NONE;
+}
+
+static PyObject *fr_sample_pause(PyObject *m, PyObject *on) {
+    paused = PyObject_IsTrue(on) == 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *fr_sample_stop(PyObject *m, PyObject *unused) {
+    active = 0; /* (the thread ends at its next wake-up; a forked child never had it) */
+    Py_RETURN_NONE;
+}
+
+/* sample_take() -> [(asked ns, taken ns, own code, own line, inner code, inner line, phase, periods)] */
+static PyObject *fr_sample_take(PyObject *m, PyObject *unused) {
+    Sample taken[SAMPLES];
+    pthread_mutex_lock(&lock);
+    int n = count;
+    memcpy(taken, samples, (size_t)n * sizeof(Sample));
+    count = 0;
+    pthread_mutex_unlock(&lock);
+    PyObject *list = PyList_New(n);
+    for (int k = 0; k < n; k++) {
+        Sample *s = &taken[k];
+        PyObject *row = list ? Py_BuildValue("(LLOiOiii)", (long long)s->asked, (long long)s->taken, s->own_code,
+                                             s->own_line, s->inner_code, s->inner_line, s->phase, s->periods) : NULL;
+        Py_DECREF(s->own_code);
+        Py_DECREF(s->inner_code);
+        if (list && !row)
+            Py_CLEAR(list);
+        if (list)
+            PyList_SET_ITEM(list, k, row);
+    }
+    return list;
+}
+
+static PyMethodDef sampler_methods[] = {
+    {"sample_start", fr_sample_start, METH_VARARGS,
+     "sample_start(hz, main_native_id, library_prefixes, phases) -> the fd whose bytes ask for a sample from "
+     "outside, or -1"},
+    {"sample_library", fr_sample_library, METH_O, "sample_library(prefixes): frames under these are not the job's"},
+    {"sample_pause", fr_sample_pause, METH_O, "sample_pause(bool): no requests while paused"},
+    {"sample_stop", fr_sample_stop, METH_NOARGS, "sample_stop(): the thread ends at its next wake-up"},
+    {"sample_take", fr_sample_take, METH_NOARGS, "sample_take() -> the samples taken since the last take"},
+    {NULL}};
+
+int sampler_add_functions(PyObject *m) {
+    if (PyModule_AddIntConstant(m, "SAMPLE_PROMPT", PROMPT) < 0)
+        return -1;
+    return PyModule_AddFunctions(m, sampler_methods);
+}
