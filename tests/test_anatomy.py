@@ -91,8 +91,9 @@ def test_input_bound_with_idle_workers_names_them(shm_dir, tmp_path):
 
 def test_the_loop_threads_cpu_is_read(shm_dir, tmp_path):
     snap, _ = run_planted("python", tmp_path)
-    # the loop spins 30 ms of each ~35 ms step on one core
-    assert snap["process"]["loop_cpu"] is not None and snap["process"]["loop_cpu"] > 60
+    # the loop spins 30 ms of each ~35 ms step on one core: it uses it, or waits for it on a busy machine
+    p = snap["process"]
+    assert p["loop_cpu"] is not None and p["loop_cpu"] + (p["loop_cpu_wait"] or 0) > 60, p
     assert "loop thread at" in snap["verdict"]["evidence"]
 
 

@@ -165,7 +165,7 @@ def test_ops_counted_name_the_launches_and_where_they_come_from():
     from tuimon.model import HotLine, OpCounts
 
     outside = OpCounts(step=40, total=3100, by_phase={"other": 3004, "forward": 96},
-                       lines=[("train.py:41 in step `y = y * w + b`", 3000)])
+                       lines={"train.py:41 in step `y = y * w + b`": 3000})
     hot = [HotLine(phase="other", line="train.py:41 in step `y = y * w + b`", samples=90, share=0.9, phase_share=0.95,
                    native=0.8, python=0.2)]
     e = Evidence(**{**HOST, "step_ms": 40.0, "phases": {"forward": 0.05, "other": 0.95}}, **gpm(10), loop_cpu=99.0,

@@ -146,3 +146,29 @@ def test_poller_runs_one_poll_at_a_time_and_survives_errors():
     time.sleep(0.45)
     p.stop()
     assert p.error == "KeyError: 'gone'" and results[:2] == [2, 3]
+
+
+def test_every_field_of_a_training_snapshot_goes_to_json_and_back():
+    """A snapshot with every kind of field set (the present moment, hot lines, copies, ops, the
+    job's end) reads back equal: a field the codec cannot read drops whole cycles from recordings."""
+    from tuimon.model import (
+        CopyTimes,
+        HotLine,
+        OpCounts,
+        StepInProgress,
+        TrainingSnapshot,
+        from_json,
+        to_json,
+    )
+
+    snap = TrainingSnapshot(
+        pid=7, steps=12, step_source="backward", since_step_s=1.5, longest_step_ms=30.0,
+        now=StepInProgress(step=13, phase="sync", phase_s=1.2, step_s=1.5, still_s=1.2, where="t.py:3 in f",
+                           waiting_in="q.py:9 in get", collective="all_reduce"),
+        end="exception", end_text="RuntimeError: x\n  at t.py:3 in f", stacks="Thread 1", stacks_age_s=0.5,
+        hot_lines=[HotLine(phase="other", line="t.py:3 in f `x()`", samples=40, share=0.8, phase_share=1.0,
+                           python=0.5, native=0.25, waiting=0.25)], samples=50, optimizer="SGD foreach=False",
+        copies=CopyTimes(share=0.5, ms=10.0, h2d_mb=64.0, pageable=1.0, blocking=1.0, calls=1.0, d2h_mb=0.5),
+        ops=OpCounts(step=40, total=3000, by_phase={"other": 2990}, lines={"t.py:4 in g `y = y * 2`": 2990}))
+    back = from_json(TrainingSnapshot, json.loads(json.dumps(to_json(snap))))
+    assert back == snap

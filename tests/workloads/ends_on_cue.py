@@ -1,6 +1,7 @@
 """A real CPU training loop (DataLoader with 2 workers) that runs until a file appears, then ends
 the way it is told: `exit CODE` (sys.exit) or `raise` (an uncaught exception). With `nosteps` it
-never calls an optimizer (a loop without steps).
+is a loop with no steps at all: no optimizer, no backward, no model call, no DataLoader (each of
+those would count its steps: probe/core.py).
 
 usage: ends_on_cue.py CUE_FILE (exit CODE | raise) (steps | nosteps)
 """
@@ -28,12 +29,13 @@ def main():
     net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     print("training", flush=True)
-    for x, y in DataLoader(Batches(), batch_size=None, num_workers=2):
+    while not steps and not os.path.exists(cue):
+        time.sleep(0.02)
+    for x, y in DataLoader(Batches(), batch_size=None, num_workers=2) if steps else ():
         loss = torch.nn.functional.mse_loss(net(x), y)
-        if steps:
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
         time.sleep(0.02)
         if os.path.exists(cue):
             break

@@ -208,5 +208,5 @@ def op_counts(gauges: dict[int, float], steps_of: dict[int, int], name_of: Calla
     mine = {n: int(v) for n, (v, s) in named.items() if s == step}
     return OpCounts(step=step, total=int(total[0]),
                     by_phase={n.removeprefix("ops.phase."): v for n, v in mine.items() if n.startswith("ops.phase.")},
-                    lines=sorted(((n.removeprefix("ops.line:"), v) for n, v in mine.items() if n.startswith("ops.line:")),
-                                 key=lambda x: -x[1]))
+                    lines=dict(sorted(((n.removeprefix("ops.line:"), v) for n, v in mine.items()
+                                       if n.startswith("ops.line:")), key=lambda x: -x[1])))

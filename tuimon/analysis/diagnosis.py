@@ -481,7 +481,7 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     ops_out = e.ops.by_phase.get("other", 0) if e.ops else 0
     if other > model and ops_out and _native_share(e.hot, "other") >= 0.5 and c.busy is not None:
         us = other * (e.step_ms or 0.0) * 1e3 / ops_out
-        top = e.ops.lines[0] if e.ops.lines else None
+        top = next(iter(e.ops.lines.items()), None)
         return Verdict("host-bound", "host-bound: launches outside the model",
                        f"{gpu} · other {share(other)} of the step: {ops_out:,} ops per step outside any module, "
                        f"~{us:,.0f} us each on the host (step {e.ops.step} counted){at}",

@@ -134,7 +134,7 @@ class OpCounts:
     step: int  # the step counted
     total: int
     by_phase: dict[str, int] = field(default_factory=dict)
-    lines: list[tuple[str, int]] = field(default_factory=list)  # the job's lines that issued them, the most first
+    lines: dict[str, int] = field(default_factory=dict)  # the job's lines that issued them, the most first
 
 
 @dataclass(frozen=True, kw_only=True)
