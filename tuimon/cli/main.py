@@ -92,6 +92,9 @@ def parser() -> argparse.ArgumentParser:
     cap.add_argument("--wait", action="store_true", help="wait for the result and print its summary")
     cap.add_argument("--timeout", type=opt.TIMEOUT, default=300, help="with --wait: seconds to wait at most "
                                                                      "(default 300)")
+    cap.add_argument("--json", action="store_true", help="with --wait: the result as JSON on standard output "
+                                                         "(its state, summary and cost to the job; the rest goes "
+                                                         "to standard error)")
     cap.set_defaults(func=cmd_capture)
 
     rp = sub.add_parser("replay", help="show a recording (tuimon record) through the same UI")

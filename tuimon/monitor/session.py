@@ -11,6 +11,7 @@ from dataclasses import replace
 from ..analysis import stall as loop_stall
 from ..capture import nsys_session
 from ..capture.client import CaptureClient, CaptureRefused
+from ..capture.cost import window_cost
 from ..channel import ChannelError, NoSegment
 from ..model import NA, CaptureStatus, Cycle
 from ..sources.channel import ChannelSource
@@ -54,6 +55,7 @@ class LiveSession:
         self.ranks: job_ranks.RankSet | None = None  # every rank of a multi-process job
         self._want_rank: int | None = None  # the rank the UI asked to see in detail
         self._stacks_at = 0.0  # when the stalled loop's stacks were last asked for
+        self._costs: dict[tuple[int, int], object] = {}  # (pid, capture seq) -> its WindowCost, once known
 
     @property
     def gpus(self) -> DeviceSampler:
@@ -230,8 +232,19 @@ class LiveSession:
             problems["capture"] = str(e)
             return None
         if status.state == "done":
-            status = _with_summary(status, self.summaries.summary(status))
+            status = replace(_with_summary(status, self.summaries.summary(status)), cost=self._cost(status))
         return status
+
+    def _cost(self, status: CaptureStatus):
+        """What the done window cost the job, from the shown process's own step times (None until
+        the steps just past its end are in)."""
+        key = (self.training.source.reader.info.pid, status.seq)
+        cost = self._costs.get(key)
+        if cost is None:
+            cost = window_cost(self.training.step_log.steps, status.first_step, status.last_step, status.updated_ns)
+            if cost is not None:
+                self._costs[key] = cost
+        return cost
 
     # -- from the UI thread ---------------------------------------------------------------------
 

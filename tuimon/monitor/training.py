@@ -8,6 +8,7 @@ import time
 from ..analysis import anatomy, summary
 from ..analysis import thresholds as T
 from ..analysis.steps import StepAccumulator
+from ..capture.cost import StepLog
 from ..channel import layout as L
 from ..channel.control import open_control
 from ..model import StepInProgress, TrainingSnapshot
@@ -20,6 +21,7 @@ class TrainingView:
     def __init__(self, source: ChannelSource, history_steps: int = 256):  # >= the windows below
         self.source = source
         self.steps = StepAccumulator(history_steps)
+        self.step_log = StepLog()  # every step's times, further back: what a capture window cost (capture/cost.py)
         self.longest_ns = 0  # the longest step so far, the job's warm-up left out
         self._source_id: int | None = None  # the name id of the "step.source" gauge, once seen
         self._stacks_asked = 0  # the last stacks request this view made
@@ -29,6 +31,7 @@ class TrainingView:
         segment became unreadable."""
         batch = self.source.poll()
         done = self.steps.add(batch.records)
+        self.step_log.add(batch.records)
         if done:
             for s in list(self.steps.completed)[-done:]:
                 if s.index > T.STALL_WARMUP_STEPS.value and s.duration_ns > self.longest_ns:
