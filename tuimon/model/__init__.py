@@ -12,6 +12,7 @@ from .codec import BadValue, from_json, to_json
 from .cycle import Cycle
 from .gpu import GpuProcess, GpuSample
 from .process import HostSample, ProcessSample, ProcRow
+from .timeline import ProcessSteps, TimelineStep
 from .training import (
     CommTimes,
     GpuTimes,
@@ -32,5 +33,5 @@ from .values import NA, is_na, num, reason
 __all__ = [
     "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "CommTimes", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "JobEnd", "Memory",
     "PhaseRow", "ProcRow", "ProcessSample", "RangeRow", "RankRow", "StepInProgress", "StepTimes", "Straggler", "SyncSite", "Syncs", "TrainingSnapshot",
-    "WindowCost", "from_json", "is_na", "num", "reason", "to_json",
+    "ProcessSteps", "TimelineStep", "WindowCost", "from_json", "is_na", "num", "reason", "to_json",
 ]

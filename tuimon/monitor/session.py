@@ -25,6 +25,7 @@ from .target import describe, open_channel
 from .training import TrainingView
 
 REDISCOVER_S = 1.0  # how often to look for a channel that is not there (a /proc scan)
+TIMELINE_STEPS_PER_CYCLE = 1000  # of each process, in a cycle that keeps every step (recordings)
 STACKS_EVERY_S = 10.0  # while the loop is stalled, its threads' stacks are asked for this often
 TAIL_BYTES, TAIL_LINES = 64 * 1024, 40  # of the output of a job tuimon started, read once it exited
 
@@ -35,10 +36,12 @@ class LiveSession:
     fails is reported in the cycle's problems, with the reason, and tried again next cycle."""
 
     def __init__(self, pid: int | None, interval: float = 1.0, popen=None, devices=None,
-                 summaries: SummaryWorker | None = None, job_log: str | None = None, gpus: list[int] | None = None):
+                 summaries: SummaryWorker | None = None, job_log: str | None = None, gpus: list[int] | None = None,
+                 timeline: bool = False):
         """job_log: where the output of a job tuimon launched goes (its last lines are shown when it
-        exits); gpus: only these GPU indices (None: all)."""
-        self.pid, self.interval = pid, interval
+        exits); gpus: only these GPU indices (None: all); timeline: each cycle carries every
+        process's steps since the last one (Cycle.steps: what `tuimon record` keeps)."""
+        self.pid, self.interval, self.timeline = pid, interval, timeline
         self.job_log, self.only_gpus = job_log, gpus
         self._job_tail: list[str] | None = None
         self.names = ProcessNames()
@@ -109,12 +112,25 @@ class LiveSession:
         if process is not None and training is not None:  # mark the training process among the tree's
             process = replace(process, procs=[replace(r, loop=r.pid == training.pid) for r in process.procs])
         rows = []
+        snaps = {training.pid: training} if training is not None else {}
         if self.ranks is not None and view is not None:
             snaps = _guard(problems, "ranks", lambda: self.ranks.poll(view, training)) or {}
             rows = job_ranks.rows(snaps, gpus, set(self.ranks.exited_at))
+        steps = self._steps(view, snaps) if self.timeline and view is not None else []
         return Cycle(t, process, gpus, training, capture, self.channel,
                      view.source.reader.info.pid if view is not None and self.shown_why else None,
-                     self.shown_why, problems, note, host, self.job_log, self._tail(process), rows)
+                     self.shown_why, problems, note, host, self.job_log, self._tail(process), rows, steps)
+
+    def _steps(self, shown: TrainingView, snaps: dict) -> list:
+        """Every process's steps since the last cycle (the last of a process that ended, too)."""
+        views = list(self.ranks.views.items()) if self.ranks is not None else [(shown.source.reader.info.pid, shown)]
+        out = []
+        for pid, view in views:
+            snap = snaps.get(pid)
+            taken = view.take_steps(TIMELINE_STEPS_PER_CYCLE, final=snap is None or snap.state != "alive")
+            if taken.steps or taken.skipped:
+                out.append(taken)
+        return out
 
     def _ask_stacks_if_stalled(self, view: TrainingView, training) -> None:
         """A stalled loop: ask its probe for every thread's stack (answered by the next cycle), again
@@ -199,10 +215,11 @@ class LiveSession:
             problems["channel"] = self._unreadable = str(e)
             return None
         self.training = TrainingView(ChannelSource(reader))
+        self.training.timeline = self.timeline
         self.channel, self.shown_why = reader.path, why
         root = job_ranks.job_root(self.pid, reader)
         if root is not None:
-            self.ranks = job_ranks.RankSet(root, self.training)
+            self.ranks = job_ranks.RankSet(root, self.training, self.timeline)
         return self.training
 
     def _drop_channel(self) -> None:
