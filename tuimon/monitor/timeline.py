@@ -87,13 +87,6 @@ def from_recording(path: str) -> Timeline:
                     counters[key].points.append((c.t, v))
     if not procs and fallback:
         procs = fallback
-        for p in procs.values():  # (cycles' readings of the same steps differ by their rounding: back to back)
-            prev = None
-            for i in sorted(p.steps):
-                s = p.steps[i]
-                if prev is not None and s.t0 < prev.t1 < s.t1:
-                    s = p.steps[i] = TimelineStep(index=i, t0=prev.t1, t1=s.t1)
-                prev = s
         tl.notes.append("this recording keeps no steps one by one (made before tuimon kept them): the steps of the "
                         "process it showed, from its last step times, without their phases")
     if skipped:
@@ -106,16 +99,24 @@ def from_recording(path: str) -> Timeline:
 
 
 def _steps_from_snapshot(procs: dict, t: int, snap) -> None:
-    """A snapshot's last step times, back to back, ending when its last step ended."""
+    """The steps a snapshot says ended since the previous one (its step count grew by as many),
+    from its last step times: after the previous cycle's last step, back to back; or, the first
+    time (or past a gap longer than the times it keeps), ending when its last step ended."""
     p = procs.setdefault(snap.pid, ProcessTimeline(snap.pid, snap.rank, phases_known=False))
-    end = t - int((snap.since_step_s or 0.0) * 1e9)
-    for k, ms in enumerate(reversed(snap.recent_step_ms)):
-        index = snap.steps - k
-        if index < 1:
-            break
-        start = end - int(ms * 1e6)
-        p.steps.setdefault(index, TimelineStep(index=index, t0=start, t1=end))
-        end = start
+    last = p.steps[max(p.steps)] if p.steps else None
+    new = snap.steps - last.index if last is not None else len(snap.recent_step_ms)
+    if new <= 0:
+        return
+    times = snap.recent_step_ms[-new:]
+    first = snap.steps - len(times) + 1
+    if last is not None and new <= len(snap.recent_step_ms):
+        at = last.t1
+    else:
+        at = t - int((snap.since_step_s or 0.0) * 1e9) - sum(int(ms * 1e6) for ms in times)
+    for k, ms in enumerate(times):
+        if first + k >= 1:
+            p.steps[first + k] = TimelineStep(index=first + k, t0=at, t1=at + int(ms * 1e6))
+        at += int(ms * 1e6)
 
 
 def _order(p: ProcessTimeline):
