@@ -6,8 +6,9 @@ and the time the job lost (what those steps took beyond its typical step).
     python benchmarks/capture_cost.py [--job small-ops|demo] [--steps 10] [--windows 3]
         [--before REV] [--nsys] [-- training command...]
 
---before REV: the same job and windows first under tuimon as it was at REV (its files from git,
-run from a temporary folder), then under this tree: before and after, side by side in one run.
+--before REV: the same job and windows first under tuimon as it was at REV (its files from git, or
+a folder holding its tuimon/, run from a temporary copy), then under this tree: before and after,
+side by side in one run.
 Jobs: small-ops (tests/workloads/small_ops.py: ~1,500 small operators a step on the CPU, the kind
 of loop a window costs most) or demo (the bundled workload, no input delay; on the GPU when there
 is one). Under `--nsys` the window is an nsys session's start/stop, run from here.
@@ -38,16 +39,29 @@ JOBS = {
 
 
 def tree_at(rev: str) -> str:
-    """tuimon's files at rev in a temporary folder, with this tree's built C extensions where the
-    C sources are the same."""
-    d = tempfile.mkdtemp(prefix="tuimon-before-")
-    archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "tuimon"], capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", d], input=archive, check=True)
-    same_c = subprocess.run(["git", "-C", ROOT, "diff", "--quiet", rev, "--", "tuimon/channel/"]).returncode == 0
-    if same_c:
+    """tuimon as it was at rev: a folder holding its tuimon/ (a machine without git: made elsewhere
+    with `git archive REV tuimon | tar -x -C DIR`), or a git revision (extracted to a temporary
+    folder); with this tree's built C extensions where the C sources are the same."""
+    if os.path.isdir(os.path.join(rev, "tuimon")):
+        d = tempfile.mkdtemp(prefix="tuimon-before-")
+        shutil.copytree(os.path.join(rev, "tuimon"), os.path.join(d, "tuimon"))
+    else:
+        d = tempfile.mkdtemp(prefix="tuimon-before-")
+        archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "tuimon"], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", d], input=archive, check=True)
+    sources = sorted(glob.glob(os.path.join(ROOT, "tuimon", "channel", "*.[ch]")))
+    if all(_same(f, os.path.join(d, os.path.relpath(f, ROOT))) for f in sources):
         for so in glob.glob(os.path.join(ROOT, "tuimon", "channel", "*.so")):
             shutil.copy(so, os.path.join(d, "tuimon", "channel"))
     return d
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        with open(a, "rb") as x, open(b, "rb") as y:
+            return x.read() == y.read()
+    except OSError:
+        return False
 
 
 def measure(root: str, job_cmd: list[str], steps: int, windows: int, nsys: bool) -> list[dict]:
@@ -103,7 +117,8 @@ def main():
     ap.add_argument("--job", choices=sorted(JOBS), default="small-ops")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--windows", type=int, default=3)
-    ap.add_argument("--before", metavar="REV", help="also measure tuimon as it was at this git revision, first")
+    ap.add_argument("--before", metavar="REV", help="also measure tuimon as it was at this git revision (or in "
+                                                  "this folder, holding its tuimon/), first")
     ap.add_argument("--nsys", action="store_true")
     ap.add_argument("command", nargs="*")
     a = ap.parse_args()
