@@ -24,21 +24,21 @@ from ..channel.paths import capture_floor_bytes, captures_dir, free_bytes, progr
 
 class TorchWindow:
     """One Kineto (torch.profiler) window, driven through torch.autograd.profiler.profile rather
-    than torch.profiler.profile: the latter imports torch._inductor on its first start (3-6 s of a
-    CPU job here, most of it holding the GIL).
+    than torch.profiler.profile: the latter imports torch._inductor on its first start (3-6 s on the
+    CPU here, most of it holding the GIL, in a job that has not imported it yet: one whose optimizer
+    has stepped has).
 
     Where the time goes (docs/measurements.md): stopping (Kineto's flush and the building of its
     event lists), writing the trace and freeing the result are each one C++ call that holds the
-    GIL throughout, ~2-3 us per event recorded: whichever thread runs them, the loop waits. So
+    GIL throughout, a few us per event recorded: whichever thread runs them, the loop waits. So
     the most that can move off the loop moves: with a global profiler state (torch >= 2.7's
     profile_all_threads) the stop runs on tuimon's thread, with the CUDA sync it needs (the loop
     then never drains its queue for it), and the three calls run a few steps apart, so one step
-    carries at most one of them. trace_only (torch >= 2.10) skips the event tree tuimon never reads:
-    the stop costs half."""
+    carries at most one of them. trace_only (where torch has it) skips the event tree tuimon never reads:
+    the stop costs half. Without a global state (older torch) the profiler records the thread that
+    opened it alone (the control thread, for a window in seconds), and stops there."""
 
-    def __init__(self, base: str, all_threads: bool = False):
-        """all_threads: opened off the training thread (a window in seconds): without a global
-        state (older torch) the profiler records the opening thread alone."""
+    def __init__(self, base: str):
         import torch
         from torch.autograd import profiler as autograd_profiler
 
@@ -46,11 +46,10 @@ class TorchWindow:
             raise RuntimeError("the job's own torch.profiler is running: try again once it has stopped")
         self.trace = base + ".pt.trace.json.gz"
         config, self.stop_anywhere = _experimental_config()
-        cuda = torch.cuda.is_available()
-        self.device = torch.cuda.current_device() if cuda and torch.cuda.is_initialized() else None
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # (a job on the CPU gets no CUDA context)
+        self.device = torch.cuda.current_device() if cuda else None
         self.prof = autograd_profiler.profile(use_cpu=True, use_device="cuda" if cuda else None, use_kineto=True,
                                               experimental_config=config)
-        self.off_thread = all_threads
         self.held_ms: dict[str, float] = {}  # stop / write / free: each a call that holds the GIL
         self.stopped_on = ""
         t = time.perf_counter()
@@ -186,8 +185,7 @@ class Capturer:
         prog = safe_file_part(_program())
         base = os.path.join(captures_dir(), f"{prog}-{os.getpid()}-{self.seq}-{time.strftime('%Y%m%d-%H%M%S')}")
         try:
-            off_thread = self.mode == L.CAPTURE_SECONDS  # opened here, on the control thread
-            self.window = TorchWindow(base, all_threads=off_thread)
+            self.window = TorchWindow(base)
         except Exception as e:  # noqa: BLE001 - no torch, no CUDA, profiler busy: say so
             self.window = None
             return self._set(L.STATE_FAILED, message=f"could not start: {type(e).__name__}: {e}"[:250])

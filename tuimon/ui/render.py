@@ -656,8 +656,7 @@ def capture_panel(view: View, steps: int) -> Text:
         if covered:
             out.append("  " + covered)
         out.append("  " + safe_text(c.message, 80), "dim")
-        warn = _expected_pause(view, c.last_step - c.first_step + 1 if c.state != "armed" else steps)
-        if warn and c.state == "armed":
+        if c.state == "armed" and (warn := _expected_pause(view, steps)):
             out.append("\n" + warn, "yellow")
         return out
     out.append("c", "bold")
