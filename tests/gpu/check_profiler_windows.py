@@ -15,7 +15,9 @@ worst step in it and just after / the worst normal step, and the job's time lost
 
 On the GPU machine, from the repo root (the old tree made here first, where git is:
 `mkdir -p .before && git archive f64f6b8 tuimon | tar -x -C .before`, and `.before` carried):
-    python3 tests/gpu/check_profiler_windows.py [--before .before] [--windows 3] [--steps 20]
+    source tests/gpu/prelude.sh; python3 tests/gpu/check_profiler_windows.py [--before .before]
+        [--part A|B|both] [--jobs matmul,kernels,gpt] [--windows 3] [--steps 20]
+(--part A, then B a job or two at a time, keeps each run under 10 minutes.)
 --cpu: the same on the CPU (a check of this script; the numbers that count are the GPU's).
 """
 
@@ -194,18 +196,19 @@ def main():
     ap.add_argument("--windows", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--cpu", action="store_true", help="run on the CPU (a check of this script)")
-    ap.add_argument("--skip-jobs", action="store_true", help="part A alone")
+    ap.add_argument("--part", choices=("A", "B", "both"), default="both", help="A, B or both (default)")
     ap.add_argument("--jobs", default="matmul,kernels,gpt", help="of part B (default: all three)")
     a = ap.parse_args()
     import torch
 
     cuda = torch.cuda.is_available() and not a.cpu
     print(f"torch {torch.__version__}, {'GPU ' + torch.cuda.get_device_name() if cuda else 'CPU'}", flush=True)
-    rows_a = part_a(cuda, a.steps)
-    rows_b = [] if a.skip_jobs else part_b(cuda, a.before, a.windows, a.steps, a.jobs.split(","))
+    rows_a = part_a(cuda, a.steps) if a.part != "B" else []
+    rows_b = part_b(cuda, a.before, a.windows, a.steps, a.jobs.split(",")) if a.part != "A" else []
 
-    print(f"\n== A: one {a.steps}-step window of the ~3,000-kernel loop in one process: ms (ms of it holding the GIL)")
-    print(f"{'variant':<38}{'window':>9}{'stop':>16}{'write':>16}{'free':>14}{'events':>9}{'kernels':>9}")
+    if rows_a:
+        print(f"\n== A: one {a.steps}-step window of the ~3,000-kernel loop in one process: ms (ms of it holding the GIL)")
+        print(f"{'variant':<38}{'window':>9}{'stop':>16}{'write':>16}{'free':>14}{'events':>9}{'kernels':>9}")
     for r in rows_a:
         if "error" in r:
             print(f"{r['variant']:<38}  not available: {r['error']}")

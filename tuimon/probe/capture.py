@@ -35,7 +35,7 @@ class TorchWindow:
     profile_all_threads) the stop runs on tuimon's thread, with the CUDA sync it needs (the loop
     then never drains its queue for it), and the three calls run a few steps apart, so one step
     carries at most one of them. trace_only (where torch has it) skips the event tree tuimon never reads:
-    the stop costs half. Without a global state (older torch) the profiler records the thread that
+    a fifth to a half of the stop. Without a global state (older torch) the profiler records the thread that
     opened it alone (the control thread, for a window in seconds), and stops there."""
 
     def __init__(self, base: str):
