@@ -100,10 +100,13 @@ def test_the_session_and_the_panel_say_what_a_window_cost_the_job(tmp_path):
         judged = [steps[i] for i in range(st.first_step, st.first_step + cost.steps) if i in steps]
         worst, lost = wait_for(lambda: (t := truth_for(cost, st.first_step, job_log(log), judged[0][0], judged[-1][1]))
                                and t, timeout=10, what="the job's own log of those steps")
-        assert cost.worst_ms == pytest.approx(worst, rel=0.05, abs=1.0)  # the job's own worst step
-        assert cost.lost_ms == pytest.approx(lost, rel=0.1, abs=3.0)
+        # The job's own worst step. Its steps end a few microseconds after the probe's boundary, and
+        # the window's stop takes the GIL right at the boundary: the job counts that pause in the
+        # window's last step (slowed by the profiler), the probe in the next: up to a step apart.
+        assert cost.worst_ms == pytest.approx(worst, abs=4 * cost.typical_ms + 2.0)
+        assert cost.lost_ms == pytest.approx(lost, rel=0.1, abs=3.0)  # (the sum over the same steps: no such shift)
         panel = capture_panel(state.view(), 10).plain
-        assert describe(cost) in panel.replace("\n  ", " ") or describe(cost)[:60] in panel
+        assert "\n  " + describe(cost) in panel  # (under the last capture's line)
         if cost.ratio > BUDGET:  # said before the next window, with this job's number
             assert expected_pause(cost, 10) in panel
         else:
