@@ -347,3 +347,52 @@ def test_a_job_that_ends_while_its_trace_is_written_waits_for_it(shm_dir, captur
     assert (st.seq, st.state) == (seq, "done") and st.last_step - st.first_step + 1 == 3, st
     with gzip.open(st.path) as f:
         assert json.load(f)["traceEvents"]
+
+NO_OPTIMIZER = """
+import os, sys, time, torch, tuimon
+tuimon.instrument()
+print("up", flush=True)
+x = torch.randn(64, 64)
+while not os.path.exists(sys.argv[1]):
+    with tuimon.range("matmul"):
+        x = (x @ x).tanh()
+    tuimon.step()
+    time.sleep(0.002)
+print("torch._inductor imported" if "torch._inductor" in sys.modules else "torch._inductor not imported", flush=True)
+"""
+
+
+def test_a_window_imports_nothing_into_the_job_and_stops_off_its_loop(shm_dir, tmp_path):
+    """torch.profiler.profile imports torch._inductor at its first start (seconds of a job that
+    has not imported it, holding the GIL): a window goes through torch.autograd.profiler instead;
+    with a global profiler state (this torch), the window stops on tuimon's thread."""
+    done = tmp_path / "done"
+    job = subprocess.Popen([sys.executable, "-c", NO_OPTIMIZER, str(done)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "up"
+        c = client_for(shm_dir, job.pid)
+        st = c.wait(c.request(steps=3), 60)
+        assert st.state == "done" and "on tuimon's thread" in st.message, st.message
+        assert "aten::matmul" in [r["name"] for r in trace_summary(st.path)["top_host_self"]]  # (the loop's, recorded)
+        done.touch()
+        assert job.stdout.readline().strip() == "torch._inductor not imported"
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_a_request_while_the_last_window_is_written_waits_for_it(shm_dir):
+    """The next window cannot open while the last one's profiler is being stopped (one Kineto
+    session per process): the probe takes the request once the last window is done."""
+    job = start_job(PLANTED, 3000, 0.02, 0.004)
+    try:
+        ctl, _view = open_control(seg_path(shm_dir, job.pid))
+        ctl.write_request(1, L.CAPTURE_STEPS, steps=3)
+        wait_for(lambda: (s := ctl.read_state()).ack_seq == 1 and s.name == "writing", 60, "the window to end")
+        ctl.write_request(2, L.CAPTURE_STEPS, steps=3)  # (as a second monitor could, past the client's check)
+        st = wait_for(lambda: (s := ctl.read_state()).ack_seq == 2 and s.name in ("done", "failed") and s, 60,
+                      "the second window")
+        assert st.name == "done", st.message
+    finally:
+        job.kill()
+        job.wait()

@@ -81,12 +81,15 @@ class CaptureClient:
             self.ctl.write_request(seq, L.CAPTURE_SECONDS, seconds=seconds)
         return seq
 
-    def wait(self, seq: int, timeout: float, on_change=None) -> CaptureStatus:
+    def wait(self, seq: int, timeout: float, on_change=None, on_poll=None) -> CaptureStatus:
         """Until the window `seq` is done or failed. Raises CaptureRefused when the probe never
-        took the request within timeout; a window still running at timeout is returned as it is."""
+        took the request within timeout; a window still running at timeout is returned as it is.
+        on_poll: called every ~0.1 s while waiting (to drain the job's channel meanwhile)."""
         end = time.monotonic() + timeout
         last = None
         while True:
+            if on_poll is not None:
+                on_poll()
             st = self.status()
             if st.seq == seq and st != last and on_change is not None:
                 on_change(st)

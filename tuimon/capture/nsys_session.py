@@ -240,10 +240,12 @@ class SessionWindows:
             time.sleep(0.005)
         return False
 
-    def wait(self, seq: int, timeout: float, on_change=None) -> CaptureStatus:
+    def wait(self, seq: int, timeout: float, on_change=None, on_poll=None) -> CaptureStatus:
         end = time.monotonic() + timeout
         last = None
         while True:
+            if on_poll is not None:
+                on_poll()
             st = self._status
             if st.seq == seq and st != last and on_change is not None:
                 on_change(st)

@@ -2,46 +2,72 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
+from dataclasses import replace
 
 from ..capture import nsys_session
 from ..capture.client import CaptureClient, CaptureRefused, window_steps
+from ..capture.cost import StepLog, describe, expected_pause, window_cost
 from ..capture.summary import summarize
 from ..channel import ChannelError
 from ..channel.text import safe_text
+from ..model import to_json
 from ..monitor.target import open_channel
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+COST_WAIT_S = 15.0  # after a window: for the steps just past its end, whose times tell its cost
 
 
 def cmd_capture(args) -> int:
     reader = client = seq = st = None
     pid = args.pid
+    if args.json and not args.wait:
+        print("tuimon: --json goes with --wait (the result is there only once the window is done)", file=sys.stderr)
+        return 2
+    out = sys.stderr if args.json else sys.stdout  # (--json: standard output holds the JSON alone)
     try:
         reader, why = open_channel(args.pid)
         info, steps_seen = reader.info, reader.steps
         pid = info.pid
         if why:
             print(f"tuimon: {why}", file=sys.stderr)
+        log = StepLog()  # the job's steps, from as far back as its ring holds: what a window costs it
+        reader.seek_recent(info.ring_records)
+
+        def drain() -> None:
+            try:
+                log.add(reader.drain().records)
+            except ChannelError:
+                pass  # (the job went away: the wait says so)
+
+        drain()
         client = nsys_session.for_job(info, lambda: reader.steps) or CaptureClient(info.path, info.pid,
                                                                                    info.start_ticks)
         kind = safe_text(info.meta.capture_kind, 40)
         steps, seconds = args.steps, args.seconds
         if steps is None and seconds is None:  # as `c` does: steps if the loop has them, else 10 s
             steps, seconds = (10, None) if steps_seen else (None, 10.0)
+        before = client.status()  # the job's last window, whose cost tells what the next one will cost
         seq = client.request(steps=steps, seconds=seconds)
         what = f"{seconds:g} s" if seconds is not None else f"{steps} steps"
         if seconds is not None and args.seconds is None:
             what += " (no steps seen yet)"
-        print(f"asked PID {info.pid} for {'an' if kind == 'nsys' else 'a'} {kind} capture of {what} (request {seq})", flush=True)
+        print(f"asked PID {info.pid} for {'an' if kind == 'nsys' else 'a'} {kind} capture of {what} (request {seq})",
+              file=out, flush=True)
+        last_cost = window_cost(log.steps, before.first_step, before.last_step, before.updated_ns) \
+            if before.state == "done" and steps else None
+        if last_cost is not None and (note := expected_pause(last_cost, steps)):
+            print(f"  ({note})", file=out, flush=True)
         session = isinstance(client, nsys_session.SessionWindows)
         if session:
-            print(f"  ({nsys_session.COST_NOTE})", flush=True)
+            print(f"  ({nsys_session.COST_NOTE})", file=out, flush=True)
         if not args.wait and not session:
             return 0  # (the probe runs the window; an nsys session's window is run from here: it waits)
-        st = client.wait(seq, args.timeout, on_change=lambda s: print("  " + progress_line(s), flush=True))
+        st = client.wait(seq, args.timeout, on_change=lambda s: print("  " + progress_line(s), file=out, flush=True),
+                         on_poll=drain)
         if st.busy and session:
             print(f"tuimon: nsys window {seq} is still {st.state} after {args.timeout:g} s: stopping it (nsys still "
                   "writes its report)", file=sys.stderr)
@@ -53,16 +79,24 @@ def cmd_capture(args) -> int:
         if st.state != "done":
             print(f"tuimon: capture {seq} failed: {safe_text(st.message, 300)}", file=sys.stderr)
             return 1
+        cost = _cost(st, log, drain, reader)
+        st = replace(st, cost=cost)
+        print("  cost: " + (describe(cost) if cost is not None else "not known (the job's steps just past the "
+                            "window did not come in time)"), file=out, flush=True)
         if kind == "nsys" and not session and not _wait_for_report(st.path, min(args.timeout, 15)):
-            print(safe_text(st.path, 1000))
-            print("nsys writes the report when the job exits; then: nsys stats --report nvtx_sum <report>")
+            print(safe_text(st.path, 1000), file=out)
+            print("nsys writes the report when the job exits; then: nsys stats --report nvtx_sum <report>", file=out)
+            if args.json:
+                print(json.dumps(to_json(st)))
             return 0
         result = summarize(st)
-        print(safe_text(result.file or "", 1000))
+        print(safe_text(result.file or "", 1000), file=out)
         if result.error:
             print(f"tuimon: {result.error}", file=sys.stderr)
         for line in result.lines:
-            print(line)
+            print(line, file=out)
+        if args.json:
+            print(json.dumps(to_json(replace(st, summary=result))))
         return 0 if result.state == "done" else 1
     except (ChannelError, CaptureRefused) as e:
         print(f"tuimon: {e}", file=sys.stderr)
@@ -84,6 +118,18 @@ def cmd_capture(args) -> int:
             client.close()  # (a window cut short by --timeout or Ctrl-C: nsys still writes its report)
         if reader is not None:
             reader.close()
+
+
+def _cost(st, log: StepLog, drain, reader):
+    """What the done window cost the job, from its step times (waits for the steps just past its
+    end, COST_WAIT_S at most, or less when the job stops)."""
+    end = time.monotonic() + COST_WAIT_S
+    while True:
+        drain()
+        cost = window_cost(log.steps, st.first_step, st.last_step, st.updated_ns)
+        if cost is not None or time.monotonic() >= end or reader.process_state() != "alive":
+            return cost
+        time.sleep(0.1)
 
 
 def progress_line(st) -> str:

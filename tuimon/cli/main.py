@@ -15,6 +15,7 @@ from .doctor import run_doctor
 from .export import cmd_export
 from .record import record
 from .run import cmd_demo, cmd_run
+from .trace import cmd_trace
 
 
 def parser() -> argparse.ArgumentParser:
@@ -94,6 +95,9 @@ def parser() -> argparse.ArgumentParser:
     cap.add_argument("--wait", action="store_true", help="wait for the result and print its summary")
     cap.add_argument("--timeout", type=opt.TIMEOUT, default=300, help="with --wait: seconds to wait at most "
                                                                      "(default 300)")
+    cap.add_argument("--json", action="store_true", help="with --wait: the result as JSON on standard output "
+                                                         "(its state, summary and cost to the job; the rest goes "
+                                                         "to standard error)")
     cap.set_defaults(func=cmd_capture)
 
     rp = sub.add_parser("replay", help="show a recording (tuimon record) through the same UI")
@@ -111,6 +115,16 @@ def parser() -> argparse.ArgumentParser:
     rec.add_argument("--note", default="", help="what was running, stored in the file's header")
     interval(rec)
     rec.set_defaults(func=lambda a: record(a.pid, a.output, a.seconds, a.interval, a.note, a.force))
+
+    tr = sub.add_parser("trace", help="a job's steps and phases per rank (and GPU metrics) as a Chrome/Perfetto "
+                                      "trace: the last minutes of a live job, or a recording")
+    tr.add_argument("pid", type=int, nargs="?", help="a live job (its ranks on this node, from their channels)")
+    tr.add_argument("--recording", metavar="FILE", help="a recording (tuimon record) instead of a live job")
+    tr.add_argument("--minutes", type=opt.MINUTES, default=5.0, help="of a live job: the last this many minutes "
+                                                                      "that its channels still hold (default 5)")
+    tr.add_argument("-o", "--output", required=True, help="the trace (JSON; .gz: gzip); - for standard output")
+    tr.add_argument("--force", action="store_true", help="overwrite the output if it exists")
+    tr.set_defaults(func=cmd_trace)
 
     ex = sub.add_parser("export", help="serve GPU and training metrics to Prometheus (no screen)")
     ex.add_argument("pid", type=int, nargs="?", help="the job (any PID; its loop's numbers need the probe); "

@@ -32,6 +32,7 @@ SPEED = number(0.01, 1000)  # replay
 TIMEOUT = number(0.1, 86400, "seconds")
 CAPTURE_STEPS = number(1, 500, "steps", whole=True)
 CAPTURE_SECONDS = number(0.1, 300, "seconds")
+MINUTES = number(0.01, 10**6, "minutes")  # tuimon trace: of a live job
 BASELINE_SECONDS = number(1, 86400, "seconds")
 PORT = number(0, 65535, whole=True)  # 0: any free port (said at start)
 

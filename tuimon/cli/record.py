@@ -24,7 +24,7 @@ def record(pid: int, path: str, seconds: float, interval: float, note: str = "",
     except OSError as e:
         print(f"tuimon: cannot write {path}: {e.strerror or e}", file=sys.stderr)
         return 2
-    session = LiveSession(pid, interval)
+    session = LiveSession(pid, interval, timeline=True)  # (every step, one by one: what `tuimon trace` reads)
     if session.gpus.error:
         print(f"tuimon: recording without GPU metrics: {session.gpus.error}", file=sys.stderr)
     failed: list[OSError] = []

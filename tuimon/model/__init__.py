@@ -7,11 +7,12 @@ Every type is a frozen dataclass that goes to JSON and back (codec.py): recordin
 NA carrying its reason, never a made-up number."""
 
 from .baseline import BASELINE_VERSION, Baseline, Comparison, PhaseDelta
-from .capture import CaptureStatus, CaptureSummary
+from .capture import CaptureStatus, CaptureSummary, WindowCost
 from .codec import BadValue, from_json, to_json
 from .cycle import Cycle
 from .gpu import GpuProcess, GpuSample
 from .process import HostSample, ProcessSample, ProcRow
+from .timeline import ProcessSteps, TimelineStep
 from .training import (
     CommTimes,
     CopyTimes,
@@ -35,5 +36,5 @@ from .values import NA, is_na, num, reason
 __all__ = [
     "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "CommTimes", "CopyTimes", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "HotLine", "JobEnd", "Memory", "OpCounts",
     "PhaseRow", "ProcRow", "ProcessSample", "RangeRow", "RankRow", "StepInProgress", "StepTimes", "Straggler", "SyncSite", "Syncs", "TrainingSnapshot",
-    "from_json", "is_na", "num", "reason", "to_json",
+    "ProcessSteps", "TimelineStep", "WindowCost", "from_json", "is_na", "num", "reason", "to_json",
 ]

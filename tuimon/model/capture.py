@@ -16,6 +16,24 @@ class CaptureSummary:
     kernel_us: float | None = None  # their mean duration
 
 
+@dataclass(frozen=True, kw_only=True)
+class WindowCost:
+    """What a capture window cost the job, from the job's own step times (capture/cost.py): the
+    steps from the window's first to just past its end (its trace written), against the normal
+    steps before it."""
+
+    normal_steps: int  # the steps before the window it is judged against
+    worst_normal_ms: float
+    typical_ms: float  # their median
+    window_steps: int  # the steps the window covered
+    steps: int  # the steps judged: the window's and those after it until its work ended
+    worst_ms: float  # the longest of them
+    worst_step: int  # ...its number
+    over: int  # how many of them broke the budget (longer than 1.2x the worst normal step)
+    ratio: float  # worst_ms / worst_normal_ms (the budget: 1.2)
+    lost_ms: float  # the time the job lost: what those steps took beyond the typical step
+
+
 @dataclass(frozen=True)
 class CaptureStatus:
     seq: int  # the request this state answers (0: none yet)
@@ -27,6 +45,7 @@ class CaptureStatus:
     path: str = ""
     updated_ns: int = 0
     summary: CaptureSummary | None = None
+    cost: WindowCost | None = None  # a done window's cost to the job, once the steps after it are in
 
     @property
     def busy(self) -> bool:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from .capture import CaptureStatus
 from .gpu import GpuSample
 from .process import HostSample, ProcessSample
+from .timeline import ProcessSteps
 from .training import RankRow, TrainingSnapshot
 from .values import NA
 
@@ -27,3 +28,4 @@ class Cycle:
     job_log: str | None = None  # where the output of a job tuimon launched goes
     job_tail: list[str] = field(default_factory=list)  # its last lines, once it has exited
     ranks: list[RankRow] = field(default_factory=list)  # every rank of the job on this node (2 or more)
+    steps: list[ProcessSteps] = field(default_factory=list)  # each process's steps since the last cycle (recordings)

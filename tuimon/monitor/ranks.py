@@ -31,8 +31,9 @@ def job_root(pid: int, shown: SegmentReader) -> int | None:
 
 
 class RankSet:
-    def __init__(self, root: int, shown: TrainingView):
-        self.root = root
+    def __init__(self, root: int, shown: TrainingView, timeline: bool = False):
+        """timeline: every rank's view keeps its steps one by one (TrainingView.take_steps)."""
+        self.root, self.timeline = root, timeline
         self.views: dict[int, TrainingView] = {shown.source.reader.info.pid: shown}
         self.exited_at: dict[int, float] = {}
         self._looked_at = 0.0
@@ -50,7 +51,8 @@ class RankSet:
             except ChannelError:
                 continue  # (not readable yet: its writer may be starting)
             if reader.info.meta.rank is not None:
-                self.views[f.pid] = TrainingView(ChannelSource(reader))
+                view = self.views[f.pid] = TrainingView(ChannelSource(reader))
+                view.timeline = self.timeline
             else:
                 reader.close()
 

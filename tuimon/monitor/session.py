@@ -13,6 +13,7 @@ from typing import Protocol
 from ..analysis import stall as loop_stall
 from ..capture import nsys_session
 from ..capture.client import CaptureClient, CaptureRefused
+from ..capture.cost import window_cost
 from ..channel import ChannelError, NoSegment
 from ..model import NA, CaptureStatus, Cycle
 from ..sources.channel import ChannelSource
@@ -26,6 +27,7 @@ from .target import describe, open_channel
 from .training import TrainingView
 
 REDISCOVER_S = 1.0  # how often to look for a channel that is not there (a /proc scan)
+TIMELINE_STEPS_PER_CYCLE = 1000  # of each process, in a cycle that keeps every step (recordings)
 STACKS_EVERY_S = 10.0  # while the loop is stalled, its threads' stacks are asked for this often
 TAIL_BYTES, TAIL_LINES = 64 * 1024, 40  # of the output of a job tuimon started, read once it exited
 
@@ -60,10 +62,12 @@ class LiveSession:
     ranks_switchable = True
 
     def __init__(self, pid: int | None, interval: float = 1.0, popen=None, devices=None,
-                 summaries: SummaryWorker | None = None, job_log: str | None = None, gpus: list[int] | None = None):
+                 summaries: SummaryWorker | None = None, job_log: str | None = None, gpus: list[int] | None = None,
+                 timeline: bool = False):
         """job_log: where the output of a job tuimon launched goes (its last lines are shown when it
-        exits); gpus: only these GPU indices (None: all)."""
-        self.pid, self.interval = pid, interval
+        exits); gpus: only these GPU indices (None: all); timeline: each cycle carries every
+        process's steps since the last one (Cycle.steps: what `tuimon record` keeps)."""
+        self.pid, self.interval, self.timeline = pid, interval, timeline
         self.job_log, self.only_gpus = job_log, gpus
         self._job_tail: list[str] | None = None
         self.names = ProcessNames()
@@ -80,6 +84,7 @@ class LiveSession:
         self.ranks: job_ranks.RankSet | None = None  # every rank of a multi-process job
         self._want_rank: int | None = None  # the rank the UI asked to see in detail
         self._stacks_at = 0.0  # when the stalled loop's stacks were last asked for
+        self._costs: dict[tuple[int, int], object] = {}  # (pid, capture seq) -> its WindowCost, once known
 
     @property
     def gpus(self) -> DeviceSampler:
@@ -131,6 +136,7 @@ class LiveSession:
                 if self.procs is not None and training.pid == self.pid:
                     self.procs.follow_loop(training.loop_tid)  # its CPU is read from the next cycle on
         rows = []
+        snaps = {training.pid: training} if training is not None else {}
         if self.ranks is not None and view is not None:
             snaps = _guard(problems, "ranks", lambda: self.ranks.poll(view, training)) or {}
             rows = job_ranks.rows(snaps, gpus, set(self.ranks.exited_at))
@@ -138,9 +144,21 @@ class LiveSession:
             rank_of = self.ranks.rank_of_pid() if self.ranks is not None else {}
             process = replace(process, procs=[replace(r, loop=r.pid == training.pid, rank=rank_of.get(r.pid))
                                               for r in process.procs])
+        steps = self._steps(view, snaps) if self.timeline and view is not None else []
         return Cycle(t, process, gpus, training, capture, self.channel,
                      view.source.reader.info.pid if view is not None and self.shown_why else None,
-                     self.shown_why, problems, note, host, self.job_log, self._tail(process), rows)
+                     self.shown_why, problems, note, host, self.job_log, self._tail(process), rows, steps)
+
+    def _steps(self, shown: TrainingView, snaps: dict) -> list:
+        """Every process's steps since the last cycle (the last of a process that ended, too)."""
+        views = list(self.ranks.views.items()) if self.ranks is not None else [(shown.source.reader.info.pid, shown)]
+        out = []
+        for pid, view in views:
+            snap = snaps.get(pid)
+            taken = view.take_steps(TIMELINE_STEPS_PER_CYCLE, final=snap is None or snap.state != "alive")
+            if taken.steps or taken.skipped:
+                out.append(taken)
+        return out
 
     def _ask_stacks_if_stalled(self, view: TrainingView, training) -> None:
         """A stalled loop: ask its probe for every thread's stack (answered by the next cycle), again
@@ -231,10 +249,11 @@ class LiveSession:
 
     def _show(self, reader, why: str | None) -> TrainingView:
         self.training = TrainingView(ChannelSource(reader))
+        self.training.timeline = self.timeline
         self.channel, self.shown_why = reader.path, why
         root = job_ranks.job_root(self.pid, reader)
         if root is not None:
-            self.ranks = job_ranks.RankSet(root, self.training)
+            self.ranks = job_ranks.RankSet(root, self.training, self.timeline)
         return self.training
 
     def _shows_a_launcher(self) -> bool:
@@ -287,8 +306,19 @@ class LiveSession:
             problems["capture"] = str(e)
             return None
         if status.state == "done":
-            status = _with_summary(status, self.summaries.summary(status))
+            status = replace(_with_summary(status, self.summaries.summary(status)), cost=self._cost(status))
         return status
+
+    def _cost(self, status: CaptureStatus):
+        """What the done window cost the job, from the shown process's own step times (None until
+        the steps just past its end are in)."""
+        key = (self.training.source.reader.info.pid, status.seq)
+        cost = self._costs.get(key)
+        if cost is None:
+            cost = window_cost(self.training.step_log.steps, status.first_step, status.last_step, status.updated_ns)
+            if cost is not None:
+                self._costs[key] = cost
+        return cost
 
     # -- from the UI thread ---------------------------------------------------------------------
 

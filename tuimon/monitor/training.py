@@ -8,33 +8,65 @@ import time
 from ..analysis import anatomy, summary
 from ..analysis import thresholds as T
 from ..analysis.steps import StepAccumulator
+from ..capture.cost import StepLog
 from ..channel import layout as L
 from ..channel.control import open_control
-from ..model import StepInProgress, TrainingSnapshot
+from ..model import ProcessSteps, StepInProgress, TimelineStep, TrainingSnapshot
 from ..sources.channel import ChannelSource
 
 STACKS_KEEP_BYTES = 16 * 1024  # of a stacks dump, in a snapshot (and so in a recording)
 HOT_SPAN_S = 10.0  # the loop thread's samples over at least this much time (the step window's, when longer)
+TIMELINE_CHUNK_STEPS = 128  # records are folded in chunks of this many steps: none leaves the history unseen
+TIMELINE_HOLD_STEPS = 3  # the newest steps wait a cycle: their GPU values come a step or two late
+TIMELINE_MAX_PENDING = 20_000
 
 
 class TrainingView:
     def __init__(self, source: ChannelSource, history_steps: int = 256):  # >= the windows below
         self.source = source
         self.steps = StepAccumulator(history_steps)
+        self.step_log = StepLog()  # every step's times, further back: what a capture window cost (capture/cost.py)
         self.longest_ns = 0  # the longest step so far, the job's warm-up left out
         self._source_id: int | None = None  # the name id of the "step.source" gauge, once seen
         self._stacks_asked = 0  # the last stacks request this view made
+        self.timeline = False  # keep every step for take_steps() (recordings)
+        self._pending: list = []  # completed StepRecords not yet taken
+        self._skipped = 0
 
     def poll(self) -> int:
         """Drain what is new; returns the number of records read. Raises ChannelError when the
         segment became unreadable."""
         batch = self.source.poll()
-        done = self.steps.add(batch.records)
-        if done:
-            for s in list(self.steps.completed)[-done:]:
-                if s.index > T.STALL_WARMUP_STEPS.value and s.duration_ns > self.longest_ns:
-                    self.longest_ns = s.duration_ns
+        for chunk in _chunks(batch.records) if self.timeline else (batch.records,):
+            done = self.steps.add(chunk)
+            if done:
+                completed = list(self.steps.completed)[-done:]
+                for s in completed:
+                    if s.index > T.STALL_WARMUP_STEPS.value and s.duration_ns > self.longest_ns:
+                        self.longest_ns = s.duration_ns
+                if self.timeline:
+                    self._pending.extend(completed)
+        self.step_log.add(batch.records)
+        if len(self._pending) > TIMELINE_MAX_PENDING:
+            drop = len(self._pending) - TIMELINE_MAX_PENDING
+            self._skipped += drop
+            del self._pending[:drop]
         return len(batch.records)
+
+    def take_steps(self, limit: int, final: bool = False) -> ProcessSteps:
+        """The steps completed since the last take, up to `limit` (the newest; the rest counted as
+        skipped); the newest TIMELINE_HOLD_STEPS wait for the next take unless final (the process
+        ended)."""
+        r = self.source.reader
+        newest = self._pending[-1].index if self._pending else 0
+        cut = len(self._pending) if final else sum(1 for s in self._pending if s.index <= newest - TIMELINE_HOLD_STEPS)
+        ready, self._pending = self._pending[:cut], self._pending[cut:]
+        skipped, self._skipped = self._skipped + max(0, len(ready) - limit), 0
+        ready = ready[-limit:] if limit else []
+        name = r.name
+        steps = [TimelineStep(index=s.index, t0=s.t0, t1=s.t1, phases={name(k): int(v) for k, v in s.phases.items()},
+                              values={name(k): v for k, v in s.values.items()}) for s in ready]
+        return ProcessSteps(pid=r.info.pid, rank=r.info.meta.rank, steps=steps, skipped=skipped)
 
     def _step_source(self, name) -> tuple[str | None, int]:
         """What counts the steps now, and the first step it counted (0: from the start)."""
@@ -120,6 +152,19 @@ class TrainingView:
             copies=anatomy.copies(steps, name),
             ops=anatomy.op_counts(self.steps.gauges, self.steps.gauge_steps, name),
         )
+
+
+def _chunks(records: list) -> list[list]:
+    """records cut after every TIMELINE_CHUNK_STEPS STEP records."""
+    out, start, n = [], 0, 0
+    for i, r in enumerate(records):
+        if r[0] == L.STEP:
+            n += 1
+            if n == TIMELINE_CHUNK_STEPS:
+                out.append(records[start:i + 1])
+                start, n = i + 1, 0
+    out.append(records[start:])
+    return out
 
 
 def _in_progress(n, name) -> StepInProgress | None:

@@ -1,8 +1,7 @@
 """Capture windows inside the training process, asked for through the control block.
 
 A window opens at the next step boundary and closes after N steps, or runs T seconds (loops
-without steps): a torch.profiler window whose trace is exported on a background thread, off the
-training step. (Under `tuimon run --nsys` the job runs in an nsys session whose windows the monitor
+without steps): a torch.profiler window (TorchWindow: what of it runs where, and why). (Under `tuimon run --nsys` the job runs in an nsys session whose windows the monitor
 starts and stops itself: requests that reach the probe are refused.) One window at a time; lengths are capped; a window is
 refused when the captures folder has less free space than the floor.
 
@@ -17,7 +16,9 @@ from __future__ import annotations
 
 import atexit
 import gzip
+import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -29,56 +30,106 @@ from ..channel.paths import capture_floor_bytes, captures_dir, free_bytes, progr
 
 
 class TorchWindow:
-    def __init__(self, base: str, all_threads: bool = False):
-        """all_threads: the window is opened off the training thread (a window in seconds, from
-        the control thread): the profiler only records the thread that started it unless told
-        otherwise (torch >= 2.7's profile_all_threads); older torch records that thread only."""
+    """One Kineto (torch.profiler) window, driven through torch.autograd.profiler.profile rather
+    than torch.profiler.profile: the latter imports torch._inductor on its first start (3-6 s on the
+    CPU here, most of it holding the GIL, in a job that has not imported it yet: one whose optimizer
+    has stepped has).
+
+    Where the time goes (docs/measurements.md): stopping (Kineto's flush and the building of its
+    event lists), writing the trace and freeing the result are each one C++ call that holds the
+    GIL throughout, a few us per event recorded: whichever thread runs them, the loop waits. So
+    the most that can move off the loop moves: with a global profiler state (torch >= 2.7's
+    profile_all_threads) the stop runs on tuimon's thread, with the CUDA sync it needs (the loop
+    then never drains its queue for it), and the three calls run a few steps apart, so one step
+    carries at most one of them. trace_only (where torch has it) skips the event tree tuimon never reads:
+    a fifth to a half of the stop. Without a global state (older torch) the profiler records the thread that
+    opened it alone (the control thread, for a window in seconds), and stops there."""
+
+    def __init__(self, base: str):
         import torch
-        from torch.profiler import ProfilerActivity, profile
+        from torch.autograd import profiler as autograd_profiler
 
-        if torch.autograd.profiler._is_profiler_enabled:  # one Kineto session per process
+        if autograd_profiler._is_profiler_enabled:  # one Kineto session per process
             raise RuntimeError("the job's own torch.profiler is running: try again once it has stopped")
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
         self.trace = base + ".pt.trace.json.gz"
-        self.prof = profile(activities=acts, **_all_threads_config() if all_threads else {})
-        self.off_thread = all_threads
-        self.prof.start()
-        self.stop_ms = 0.0
-        self.stopped_where = ""
-
-    def stop(self, at_exit: bool = False) -> None:
+        config, self.stop_anywhere = _experimental_config()
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # (a job on the CPU gets no CUDA context)
+        self.device = torch.cuda.current_device() if cuda else None
+        self.prof = autograd_profiler.profile(use_cpu=True, use_device="cuda" if cuda else None, use_kineto=True,
+                                              experimental_config=config)
+        self.held_ms: dict[str, float] = {}  # stop / write / free: each a call that holds the GIL
+        self.stopped_on = ""
         t = time.perf_counter()
-        self.prof.stop()  # on the training thread: torch needs it where it started
-        self.stop_ms = (time.perf_counter() - t) * 1e3
-        self.stopped_where = "at exit" if at_exit else "off the loop" if self.off_thread else "on the training step"
+        self.prof._prepare_trace()
+        self.prof._start_trace()
+        self.held_ms["start"] = (time.perf_counter() - t) * 1e3
+        _add_distributed_info(torch, autograd_profiler)
 
-    def finish(self) -> tuple[str, str]:
-        """Export (background thread); returns (path, message). The summary is the monitor's job,
-        read from the trace: key_averages() here would hold the GIL for the training thread."""
+    def stop(self, where: str) -> None:
+        """On the thread that opened the window unless stop_anywhere; where: which, in words."""
+        self.stopped_on = where
+        if self.device is not None:
+            import torch
+
+            torch.cuda.set_device(self.device)  # (a thread's own: the sync below waits for the loop's GPU)
         t = time.perf_counter()
+        self.prof.__exit__(None, None, None)  # CUDA sync, then Kineto's flush and event lists
+        self.held_ms["stop"] = (time.perf_counter() - t) * 1e3
+
+    def finish(self, pause, at_exit: bool = False) -> tuple[str, str]:
+        """Writes the trace (gzip) and frees the result, pause() between the calls that hold the
+        GIL; returns (path, message). The summary is the monitor's job, read from the trace."""
         tmp = self.trace[: -len(".gz")]
+        t = time.perf_counter()
         self.prof.export_chrome_trace(tmp)
+        self.held_ms["write"] = (time.perf_counter() - t) * 1e3
+        pause()
+        t = time.perf_counter()
+        self.prof = None  # (the result's destructor: every event recorded)
+        self.held_ms["free"] = (time.perf_counter() - t) * 1e3
         with open(tmp, "rb") as src, gzip.open(self.trace, "wb", compresslevel=3) as dst:
-            dst.write(src.read())
+            shutil.copyfileobj(src, dst, 1 << 20)  # (zlib lets the GIL go)
         os.unlink(tmp)
-        export_ms = (time.perf_counter() - t) * 1e3
-        self.prof = None
         size = os.path.getsize(self.trace)
-        return self.trace, (f"trace {_size(size)}; stopped in {self.stop_ms:.0f} ms {self.stopped_where}, "
-                            f"exported in {export_ms:.0f} ms" + (" off it" if self.stopped_where != "at exit" else ""))
+        h = self.held_ms
+        return self.trace, (f"trace {_size(size)}; stopped in {h.get('stop', 0):.0f} ms on {self.stopped_on}, "
+                            f"written in {h.get('write', 0):.0f} ms and freed in {h.get('free', 0):.0f} ms on "
+                            + ("it too" if at_exit else "tuimon's, steps apart (each holds the GIL: the loop waits)"))
 
 
 def _size(n: int) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.0f} KiB"
 
 
-def _all_threads_config() -> dict:
+def _experimental_config():
+    """(the config, whether the profiler state is global): trace_only and profile_all_threads
+    where this torch has them."""
     try:
         from torch._C._profiler import _ExperimentalConfig
+    except ImportError:
+        return None, False
+    for kw, global_state in (({"trace_only": True, "profile_all_threads": True}, True),
+                             ({"profile_all_threads": True}, True), ({}, False)):
+        try:
+            return _ExperimentalConfig(**kw), global_state
+        except TypeError:  # a torch without it
+            continue
+    return None, False
 
-        return {"experimental_config": _ExperimentalConfig(profile_all_threads=True)}
-    except (ImportError, TypeError):  # a torch without it
-        return {}
+
+def _add_distributed_info(torch, autograd_profiler) -> None:
+    """The rank in the trace's metadata, as torch.profiler writes it (for multi-rank tools)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            info = {"backend": dist.get_backend(), "rank": dist.get_rank(), "world_size": dist.get_world_size()}
+            torch.autograd._add_metadata_json("distributedInfo", json.dumps(info))
+    except Exception:  # noqa: BLE001 - metadata only
+        pass
+
+
+GAP_MIN_S, GAP_MAX_S = 0.05, 1.0  # between the calls that hold the GIL after a window
 
 
 class Capturer:
@@ -92,6 +143,9 @@ class Capturer:
         self.window = None
         self.first = self.mode = self.length = 0
         self.started = 0.0
+        self.step_ns: list[int] = []  # the window's steps (their durations), for the gaps after it
+        self.boundary_ns = 0
+        self.finishing = False  # the last window is being stopped or written: the next waits
         self.exporting: threading.Thread | None = None
         self.exited = False  # the interpreter is exiting: no window opens any more
         self.pid = os.getpid()  # a forked child inherits the atexit hook: its exit closes nothing
@@ -109,12 +163,12 @@ class Capturer:
         with self.lock:
             if self.exited:
                 return
-            if req.seq != self.seq and self.window is None and self.pending is None:
+            if req.seq != self.seq and self.window is None and self.pending is None and not self.finishing:
                 self.seq = req.seq
                 self._take(req)
             if self.window is not None and self.mode == L.CAPTURE_SECONDS and \
                     time.monotonic() - self.started >= self.length:
-                self._close(self.probe.step_no - 1)
+                self._close(self.probe.step_no - 1, on_loop=False)
 
     def _take(self, req) -> None:
         if self.kind == KIND_NSYS:  # nsys start/stop come from the monitor (tuimon/capture/nsys_session.py)
@@ -144,8 +198,7 @@ class Capturer:
         prog = safe_file_part(_program())
         base = os.path.join(captures_dir(), f"{prog}-{os.getpid()}-{self.seq}-{time.strftime('%Y%m%d-%H%M%S')}")
         try:
-            off_thread = self.mode == L.CAPTURE_SECONDS  # opened here, on the control thread
-            self.window = TorchWindow(base, all_threads=off_thread)
+            self.window = TorchWindow(base)
         except Exception as e:  # noqa: BLE001 - no torch, no CUDA, profiler busy: say so
             self.window = None
             return self._set(L.STATE_FAILED, message=f"could not start: {type(e).__name__}: {e}"[:250])
@@ -155,28 +208,53 @@ class Capturer:
             # (atexit runs last-registered first); the probe's own (api._at_exit) runs later.
             atexit.register(self.at_exit)
             self._exit_hook = True
+        self.step_ns, self.boundary_ns = [], 0
         if self.mode == L.CAPTURE_SECONDS:  # no step of it has completed yet
             self._set(L.STATE_CAPTURING, first_step, first_step - 1, message=f"capturing {self.length:g} s")
         else:
             self._set(L.STATE_CAPTURING, first_step, first_step, message="capturing")
 
-    def _close(self, last_step: int, ended: str = "") -> None:
-        """ended: why the window closes before its length (the job is exiting), said first in
-        its state; the export then runs here, on the exiting thread."""
+    def _close(self, last_step: int, on_loop: bool, ended: str = "") -> None:
+        """The window ends after last_step: stopped here, or on a thread of its own where the
+        profiler state is global; then written and freed there, steps apart (TorchWindow says why).
+        ended: why the window closes before its length (the job is exiting), said first in its
+        state; all of it then runs here, on the exiting thread, with no pauses."""
         window, self.window = self.window, None
-        try:
-            window.stop(at_exit=bool(ended))
-        except Exception as e:  # noqa: BLE001
-            return self._set(L.STATE_FAILED, self.first, last_step, message=f"{ended}stop failed: {e}"[:250])
         first, seq = self.first, self.seq
-        self._set(L.STATE_WRITING, first, last_step, message=f"{ended}writing")
+        gap = 0.0 if ended else self._gap_s()
+
+        def pause():
+            time.sleep(gap)
+
+        def stop(where: str) -> bool:
+            try:
+                window.stop(where)
+                return True
+            except Exception as e:  # noqa: BLE001
+                self._set(L.STATE_FAILED, first, last_step, message=f"{ended}stop failed: {e}"[:250], seq=seq)
+                return False
+
+        elsewhere = window.stop_anywhere and not ended
+        if not elsewhere:
+            where = "the exiting thread, at exit" if ended else "the training thread" if on_loop else "tuimon's control thread"
+            if not stop(where):
+                return
+        self.finishing = True
+        self._set(L.STATE_WRITING, first, last_step, message=ended + ("stopping" if elsewhere else "writing"))
 
         def finish():
             try:
-                path, msg = window.finish()
+                if elsewhere:
+                    if not stop("tuimon's thread"):
+                        return
+                    self._set(L.STATE_WRITING, first, last_step, message="writing", seq=seq)
+                pause()
+                path, msg = window.finish(pause, at_exit=bool(ended))
                 self._set(L.STATE_DONE, first, last_step, message=f"{ended}{msg}"[:250], path=path, seq=seq)
             except Exception as e:  # noqa: BLE001
                 self._set(L.STATE_FAILED, first, last_step, message=f"{ended}export failed: {e}"[:250], seq=seq)
+            finally:
+                self.finishing = False
 
         if ended:
             return finish()
@@ -200,16 +278,26 @@ class Capturer:
                 self._set(L.STATE_FAILED, message=f"the job ended at step {done}, before the window opened")
             elif self.window is not None:
                 asked = f"{self.length} steps" if self.mode == L.CAPTURE_STEPS else f"{self.length:g} s"
-                self._close(done, ended=f"the job ended inside the window at step {done} (asked: {asked}); ")
+                self._close(done, on_loop=False, ended=f"the job ended inside the window at step {done} (asked: {asked}); ")
         exporting = self.exporting
         if exporting is not None:
             exporting.join(EXPORT_AT_EXIT_S)
+
+    def _gap_s(self) -> float:
+        """How long the loop runs between two calls that hold the GIL: two of its steps."""
+        steps = sorted(self.step_ns[-20:])
+        typical = steps[len(steps) // 2] / 1e9 if steps else 0.0
+        return min(GAP_MAX_S, max(GAP_MIN_S, 2 * typical))
 
     # -- from the training thread, at each step boundary (cheap when nothing is asked) --------
 
     def on_step(self, completed: int) -> None:
         if self.pending is None and self.window is None:
             return
+        t = time.monotonic_ns()
+        if self.boundary_ns:
+            self.step_ns.append(t - self.boundary_ns)
+        self.boundary_ns = t
         with self.lock:
             if self.exited:
                 return
@@ -219,7 +307,7 @@ class Capturer:
             elif self.window is not None and self.mode == L.CAPTURE_STEPS:
                 self._set(L.STATE_CAPTURING, self.first, completed, message="capturing")
                 if completed - self.first + 1 >= self.length:
-                    self._close(completed)
+                    self._close(completed, on_loop=True)
 
 
 def _program() -> str:

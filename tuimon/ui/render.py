@@ -14,6 +14,7 @@ from ..analysis import thresholds as T
 from ..analysis.anatomy import how_of
 from ..analysis.diagnosis import Verdict
 from ..capture.client import window_steps
+from ..capture.cost import BUDGET, describe, expected_pause
 from ..channel.procinfo import how_it_ended
 from ..channel.text import safe_text
 from ..model import NA, Comparison, num
@@ -696,9 +697,14 @@ def capture_panel(view: View, steps: int) -> Text:
         if covered:
             out.append("  " + covered)
         out.append("  " + safe_text(c.message, 80), "dim")
+        if c.state == "armed" and (warn := _expected_pause(view, steps)):
+            out.append("\n" + warn, "yellow")
         return out
     out.append("c", "bold")
     out.append(f": capture {what} with {kind}  (+/- steps, l: list)", "dim")
+    warn = _expected_pause(view, steps) if t.steps > 0 else None
+    if warn:
+        out.append("\n" + warn, "yellow")  # (said before the window: measured on this job's last one)
     if c.state == "idle" and c.kind == "nsys" and c.message:
         out.append("\n" + safe_text(c.message, 120), "dim")  # (what a window costs the job, said before the first)
     if c.state == "failed":
@@ -711,11 +717,22 @@ def capture_panel(view: View, steps: int) -> Text:
         out.append(safe_text(((s.file if s else None) or c.path).rsplit("/", 1)[-1], 90))
         if s and s.size:
             out.append(f"  {human_bytes(s.size)}")
+        if c.cost is not None:
+            out.append("\n  " + describe(c.cost), "red" if c.cost.ratio > BUDGET else "dim")
         if s and s.error:
             out.append("\n  " + safe_text(s.error, 200), "red")
         for line in (s.lines if s else [])[:4]:
             out.append("\n  " + safe_text(str(line), 110), "dim")
     return out
+
+
+def _expected_pause(view: View, steps: int) -> str | None:
+    """What a window of `steps` steps will cost the job, from the newest window it took whose cost
+    is known, when that one was over budget."""
+    for c in reversed(view.captures):
+        if c.cost is not None:
+            return expected_pause(c.cost, steps)
+    return None
 
 
 def explain(v: Verdict, width: int) -> Text:

@@ -1,0 +1,147 @@
+"""What a capture window cost the job, from the job's own step times: checked against a real
+training loop's own log of its steps (tests/workloads/small_ops.py --log), through the monitor's
+session and capture panel and through `tuimon capture --wait --json`; the pure rules on steps
+made up to the millisecond."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, tuimon_cmd, wait_for
+from tuimon.capture.cost import BUDGET, describe, expected_pause, window_cost
+
+SMALL_OPS = str(ROOT / "tests" / "workloads" / "small_ops.py")
+
+
+@pytest.fixture(autouse=True)
+def capture_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUIMON_CAPTURE_DIR", str(tmp_path / "captures"))
+
+
+def steps_of(durations_ms, first_index=1, t0=1_000_000_000):
+    """(index, t0, t1) of back-to-back steps of these durations."""
+    out, t = [], t0
+    for i, d in enumerate(durations_ms, first_index):
+        out.append((i, t, t + int(d * 1e6)))
+        t += int(d * 1e6)
+    return out
+
+
+def test_a_window_costs_its_worst_step_against_the_worst_normal_one():
+    # 60 normal steps of 10 ms, one of 12; the window is steps 61..65 (11 ms each: the profiler's
+    # overhead); its work ends during step 67 (64 ms: the stop); step 68 is back to normal.
+    steps = steps_of([10] * 59 + [12] + [11] * 5 + [10, 64, 10, 10])
+    done = steps[66][1] + 30_000_000  # inside step 67
+    c = window_cost(steps, 61, 65, done)
+    assert c.normal_steps == 50 and c.worst_normal_ms == 12 and c.typical_ms == 10
+    assert c.window_steps == 5 and c.steps == 8  # 61..67, and one more
+    assert c.worst_ms == 64 and c.worst_step == 67 and c.over == 1 and c.ratio == pytest.approx(64 / 12, abs=1e-3)
+    assert c.lost_ms == pytest.approx(5 * 1 + 54, abs=1e-6)
+    assert describe(c) == ("the window cost the job one step of 64 ms, 5.3x its worst (12 ms in the 50 steps "
+                           f"before it; budget {BUDGET}x); 59 ms lost")
+    assert expected_pause(c, 10) == "a window of 10 steps will pause this job ~118 ms (5.3x its worst step last time)"
+
+
+def test_within_budget_no_warning():
+    steps = steps_of([10] * 30 + [10.5] * 12)
+    c = window_cost(steps, 31, 40, steps[40][1] + 1)
+    assert c.over == 0 and c.ratio == 1.05 and describe(c).startswith("within budget: its worst step 10.5 ms, 1.05x")
+    assert expected_pause(c, 10) is None
+
+
+def test_not_known_until_the_steps_after_it_are_in():
+    steps = steps_of([10] * 40)
+    assert window_cost(steps, 31, 35, steps[-1][2] + 1) is None  # its work ended after the last step known
+    assert window_cost(steps[:3] + steps[30:], 31, 35, steps[35][1]) is None  # too few normal steps known
+    lost = steps[:36] + steps[37:]  # a step lost to the ring is skipped, not waited for
+    assert window_cost(lost, 31, 35, steps[35][1]).steps == 37 - 31
+
+
+def job_log(path):
+    """The job's own steps: [(end ns, duration ms)]."""
+    return [(int(a), int(b) / 1e6) for a, b in (line.split() for line in open(path) if line.strip())]
+
+
+def truth_for(cost, first, log, judged_t0, judged_t1):
+    """The worst step and the time lost by the job's own log over the same steps."""
+    own = [d for end, d in log if judged_t0 < end <= judged_t1 + 1_000_000]
+    if not log or log[-1][0] < judged_t1:
+        return None  # (the job writes its log every 0.5 s)
+    return max(own), sum(max(0.0, d - cost.typical_ms) for d in own)
+
+
+def start(tmp_path):
+    log = tmp_path / "steps.log"
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, SMALL_OPS, "--seconds", "300",
+                                      "--log", log), stdout=subprocess.PIPE, text=True)
+    assert job.stdout.readline().strip() == "training"
+    return job, log
+
+
+def test_the_session_and_the_panel_say_what_a_window_cost_the_job(tmp_path):
+    from tuimon.monitor.session import LiveSession
+    from tuimon.monitor.state import MonitorState
+    from tuimon.ui.render import capture_panel
+
+    job, log = start(tmp_path)
+    session = LiveSession(job.pid, 0.5)
+    state = MonitorState()
+    try:
+        wait_for(lambda: (c := session.poll()).training is not None and c.training.steps > 80, timeout=60, what="steps")
+        session.request_capture(5, None)
+        st = wait_for(lambda: (c := session.poll()) and state.apply(c) is None and c.capture.cost is not None
+                      and c.capture, timeout=120, what="the window's cost")
+        cost = st.cost
+        assert st.state == "done" and cost.window_steps == 5 and cost.normal_steps == 50
+        view = session.training
+        steps = {i: (t0, t1) for i, t0, t1 in view.step_log.steps}
+        judged = [steps[i] for i in range(st.first_step, st.first_step + cost.steps) if i in steps]
+        worst, lost = wait_for(lambda: (t := truth_for(cost, st.first_step, job_log(log), judged[0][0], judged[-1][1]))
+                               and t, timeout=10, what="the job's own log of those steps")
+        # The job's own worst step. Its steps end a few microseconds after the probe's boundary, and
+        # the window's stop takes the GIL right at the boundary: the job counts that pause in the
+        # window's last step (slowed by the profiler), the probe in the next: up to a step apart.
+        assert cost.worst_ms == pytest.approx(worst, abs=4 * cost.typical_ms + 2.0)
+        assert cost.lost_ms == pytest.approx(lost, rel=0.1, abs=3.0)  # (the sum over the same steps: no such shift)
+        panel = capture_panel(state.view(), 10).plain
+        assert "\n  " + describe(cost) in panel  # (under the last capture's line)
+        if cost.ratio > BUDGET:  # said before the next window, with this job's number
+            assert expected_pause(cost, 10) in panel
+        else:
+            assert "will pause this job" not in panel
+    finally:
+        session.stop()
+        job.kill()
+        job.wait()
+
+
+def test_capture_wait_json_has_the_cost_and_the_next_window_is_warned(tmp_path):
+    job, log = start(tmp_path)
+    try:
+        wait_for(lambda: sum(1 for _ in open(log)) > 80, timeout=60, what="steps")
+        p = subprocess.run(tuimon_cmd("capture", job.pid, "--steps", 5, "--wait", "--json"), capture_output=True,
+                           text=True, timeout=180)
+        assert p.returncode == 0, p.stderr
+        out = json.loads(p.stdout)  # standard output: the JSON alone
+        cost = out["cost"]
+        assert out["state"] == "done" and out["summary"]["state"] == "done" and cost["window_steps"] == 5
+        assert cost["worst_ms"] >= cost["worst_normal_ms"] * cost["ratio"] - 0.01
+        assert "  cost: " in p.stderr and "lost" in p.stderr  # the words, on standard error
+        p2 = subprocess.run(tuimon_cmd("capture", job.pid, "--steps", 10), capture_output=True, text=True, timeout=60)
+        assert p2.returncode == 0, p2.stderr
+        lines = p2.stdout.splitlines()
+        assert lines[0].startswith(f"asked PID {job.pid} for a torch.profiler capture of 10 steps (request 2)")
+        if cost["ratio"] > BUDGET:
+            pause = cost["lost_ms"] * 10 / 5
+            assert lines[1].startswith("  (a window of 10 steps will pause this job ~"), lines
+            said = lines[1].split("~")[1].split()[0:2]
+            assert float(said[0]) * (1000 if said[1] == "s" else 1) == pytest.approx(pause, rel=0.06, abs=1)
+        else:
+            assert len(lines) == 1
+        p3 = subprocess.run(tuimon_cmd("capture", job.pid, "--json"), capture_output=True, text=True, timeout=60)
+        assert p3.returncode == 2 and "--json goes with --wait" in p3.stderr
+    finally:
+        job.kill()
+        job.wait()

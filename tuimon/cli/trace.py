@@ -1,0 +1,72 @@
+"""`tuimon trace`: a job's steps and phases as a Chrome/Perfetto trace (JSON): the last minutes of
+a live job (its channels' rings), or a recording (tuimon record). monitor/timeline.py says what
+each source gives."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import sys
+
+from ..channel import ChannelError
+from ..channel.text import safe_text
+from ..monitor.chrome_trace import chrome_trace
+from ..monitor.timeline import Timeline, from_live, from_recording
+from ..sources.recording import RecordingError
+
+
+def cmd_trace(args) -> int:
+    if (args.pid is None) == (args.recording is None):
+        print("tuimon: trace a live job (PID) or a recording (--recording FILE): one of them", file=sys.stderr)
+        return 2
+    if args.output != "-" and os.path.isfile(args.output) and not args.force:
+        print(f"tuimon: {args.output} exists: --force to overwrite it, or another -o", file=sys.stderr)
+        return 2
+    try:
+        tl = from_recording(args.recording) if args.recording else from_live(args.pid, args.minutes * 60)
+    except (ChannelError, RecordingError) as e:
+        print(f"tuimon: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"tuimon: cannot read {args.recording}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    if not any(p.steps for p in tl.processes):
+        print(f"tuimon: no steps in {tl.source}" + (f" ({'; '.join(tl.notes)})" if tl.notes else ""), file=sys.stderr)
+        return 1
+    try:
+        write(chrome_trace(tl), args.output)
+    except BrokenPipeError:
+        raise  # (the reader of standard output left: main() ends quietly)
+    except OSError as e:
+        print(f"tuimon: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    say = sys.stderr if args.output == "-" else sys.stdout
+    print(describe(tl, args.output), file=say)
+    for note in tl.notes:
+        print("  " + safe_text(note, 300), file=say)
+    return 0
+
+
+def write(trace: dict, path: str) -> None:
+    """JSON (gzip when the name ends in .gz); '-': standard output."""
+    if path == "-":
+        json.dump(trace, sys.stdout, separators=(",", ":"))
+        sys.stdout.write("\n")
+        return
+    tmp = path + ".tmp"
+    with (gzip.open(tmp, "wt", encoding="utf-8") if path.endswith(".gz") else open(tmp, "w", encoding="utf-8")) as f:
+        json.dump(trace, f, separators=(",", ":"))
+    os.replace(tmp, path)
+
+
+def describe(tl: Timeline, path: str) -> str:
+    """'wrote t.json: ranks 0, 1; 2,468 steps over 8.2 s; 4 GPU counter tracks (open it in Perfetto: ...)'."""
+    who = [f"rank {p.rank}" if p.rank is not None else f"PID {p.pid}" for p in tl.processes if p.steps]
+    steps = sum(len(p.steps) for p in tl.processes)
+    lo, hi = tl.span_ns()
+    parts = [", ".join(who), f"{steps:,} steps over {(hi - lo) / 1e9:.1f} s"]
+    if tl.counters:
+        parts.append(f"{len(tl.counters)} GPU counter track{'s' if len(tl.counters) != 1 else ''}")
+    where = "standard output" if path == "-" else path
+    return f"wrote {where}: {'; '.join(parts)} (open it in Perfetto, ui.perfetto.dev, or chrome://tracing)"
