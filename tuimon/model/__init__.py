@@ -6,7 +6,7 @@ Every type is a frozen dataclass that goes to JSON and back (codec.py): recordin
 --once --json` and the replay path all use that one codec. A value that could not be read is an
 NA carrying its reason, never a made-up number."""
 
-from .baseline import BASELINE_VERSION, Baseline, Comparison, PhaseDelta
+from .baseline import BASELINE_VERSION, Baseline, Comparison, PeakMemory, PhaseDelta
 from .capture import CaptureStatus, CaptureSummary
 from .codec import BadValue, from_json, to_json
 from .cycle import Cycle
@@ -30,7 +30,7 @@ from .training import (
 from .values import NA, is_na, num, reason
 
 __all__ = [
-    "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "CommTimes", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "JobEnd", "Memory",
+    "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PeakMemory", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "CommTimes", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "JobEnd", "Memory",
     "PhaseRow", "ProcRow", "ProcessSample", "RangeRow", "RankRow", "StepInProgress", "StepTimes", "Straggler", "SyncSite", "Syncs", "TrainingSnapshot",
     "from_json", "is_na", "num", "reason", "to_json",
 ]
