@@ -153,7 +153,8 @@ def header(view: View, source_label: str, rates: View | None = None, width: int 
     if t:
         rest.append(f" · up {duration(t.uptime_s)} · step {t.steps:,}")
         rates = [f" · {step_time(r.step_time_ms.mean)}/step{_gpu_beside(r)}"] if r.step_time_ms else []
-        rates += [f" · {r.steps_per_s:.3g} steps/s"] if r.steps_per_s else []
+        if r.steps_per_s:  # (the same number, inverted: beside it)
+            rates = [rates[0] + f" ({r.steps_per_s:.3g}/s)"] if rates else [f" · {r.steps_per_s:.3g} steps/s"]
         rates += [f" · {per_s:,.0f} {safe_text(str(name), 24)}/s" for name, per_s in list(r.throughput_per_s.items())[:2]]
         if view.stall is not None and view.stall.stalled:  # (the rates are the steps before it stopped)
             rates = [f" · no step for {seconds(view.stall.quiet_s)}"]
