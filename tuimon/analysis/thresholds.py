@@ -71,14 +71,14 @@ REGRESSION_FACTOR = Threshold(1.10, "x", "airspeed velocity (asv compare / conti
 REGRESSION_P = Threshold(0.002, "p", "airspeed velocity's statistics.is_different decides at p < 0.002; here a "
                                      "one-sided Welch t-test on batch means at that level (pyperf's compare_to "
                                      "t-tests means of runs the same way, at p < 0.05 two-sided)")
-REGRESSION_BATCH_S = Threshold(0.9, "s", "batch means for autocorrelated series (Conway 1963; Schmeiser, 'Batch "
+REGRESSION_BATCH_S = Threshold(0.5, "s", "batch means for autocorrelated series (Conway 1963; Schmeiser, 'Batch "
                                          "size effects in the analysis of simulation output', Oper. Res. 1982): a "
                                          "batch is consecutive steps spanning at least this, or one step where steps "
-                                         "are longer: long against a DataLoader's bursts (4 workers: a wait every "
-                                         "4th step), one monitor cycle of steps at the default 1 s interval (less "
-                                         "its jitter)")
+                                         "are longer; long against a DataLoader's rounds (4 workers of 320 ms "
+                                         "batches: a round of 4 steps every 320 ms); steps too short for the "
+                                         "monitor to see each one make a batch a monitor cycle (1 s) long")
 REGRESSION_BATCHES = Threshold(10, "batches", "Schmeiser (1982): 10 to 30 batches; the newest 10 are compared, so "
-                                              "the window spans at least 10 steps and at least 9 s")
+                                              "the window spans at least 10 steps and at least 5 s")
 REGRESSION_WARMUP_STEPS = Threshold(5, "steps", "NVIDIA Resiliency Extension's num_warmup_iterations = 5 (the first "
                                                 "iterations run slower: compilation, autotuning, workers starting), "
                                                 "left out of baselines and windows alike")
