@@ -3,7 +3,7 @@
 
     python regressing.py [--seconds S] [--slow-after S] [--slow-by F] [--truth FILE] [--device cpu|cuda]
                          [--workers N] [--batch-ms MS] [--slow-data-by F] [--backward-ms MS] [--other-ms MS]
-                         [--fake-peak-mib A:B]
+                         [--grow-mib N] [--fake-peak-mib A:B]
 
 Each step: a batch from a DataLoader with 2 workers, a small model's forward, a backward that
 spends 10 ms in its autograd function, the optimizer, 6 ms of other work, and loss.item(). On
@@ -18,6 +18,8 @@ Other shapes of loop (the slowdowns people have):
                                4th waits for the next round (mean ~80 ms, median a few ms);
                                --slow-data-by 1 makes batches 2x slower after --slow-after
   --backward-ms 2000 --other-ms 0   2 s steps (--slow-by 0.5 after --slow-after: 3 s steps)
+  --grow-mib 4096              from --slow-after on, the loop keeps 4 GiB more on its device (on a
+                               GPU: the caching allocator's peak allocated grows by that)
   --fake-peak-mib 1000:1200    on a CPU (no CUDA allocator), the probe's allocator gauges are fed
                                fake numbers at their one boundary (Probe.sample_memory): a peak
                                allocated of 1000 MiB, 1200 MiB from --slow-after on
@@ -117,6 +119,7 @@ def main():
     ap.add_argument("--slow-data-by", type=float, default=0)
     ap.add_argument("--backward-ms", type=float, default=10)
     ap.add_argument("--other-ms", type=float, default=6)
+    ap.add_argument("--grow-mib", type=float, default=0)
     ap.add_argument("--fake-peak-mib", help="A:B, see above")
     a = ap.parse_args()
     WaitingBackward.ms = a.backward_ms
@@ -158,6 +161,8 @@ def main():
         if slow_at is not None and truth["slowed_at"] is None and now >= slow_at and truth["steps_before"] > 10:
             WaitingBackward.ms += a.slow_by * truth["ms_before"] / truth["steps_before"]
             truth["slowed_at"] = now
+            if a.grow_mib:
+                kept = torch.ones(int(a.grow_mib * 2**20 / 4), device=dev)  # noqa: F841 - held to the end
             print(f"slowed: backward now waits {WaitingBackward.ms:.1f} ms", flush=True)
         if now - last_write >= 0.5:
             last_write = now
