@@ -39,6 +39,7 @@ class Reference:
             pairs = [(x.steps, x.ms) for x in batched([v for v in b.step_ms if v > 0 and math.isfinite(v)])]
         self.batches = len(pairs)
         self.means = [ms / n for n, ms in pairs]
+        self.means_mean, self.means_var = mean_var(self.means) if len(self.means) > 1 else (0.0, 0.0)
         steps, ms = sum(n for n, _ in pairs), sum(ms for _, ms in pairs)
         self.mean_ms = ms / steps if steps else None
         self.sorted = sorted(v for v in b.step_ms if v > 0 and math.isfinite(v))
@@ -57,16 +58,18 @@ def welch(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
     Welch-Satterthwaite degrees of freedom (as scipy.stats.ttest_ind with equal_var=False)."""
     if len(x) < 2 or len(y) < 2:
         return 1.0, 1.0
-    mx, vx = mean_var(x)
-    my, vy = mean_var(y)
-    ax, ay = vx / len(x), vy / len(y)
+    return welch_from(*mean_var(x), len(x), *mean_var(y), len(y))
+
+
+def welch_from(mx: float, vx: float, nx: int, my: float, vy: float, ny: int) -> tuple[float, float]:
+    """welch() from each side's mean, variance and count."""
+    ax, ay = vx / nx, vy / ny
     se2 = ax + ay
     if se2 <= 0:  # no spread on either side: the means say it all
         return (0.0, 1.0) if mx > my else (1.0, 0.0) if mx < my else (1.0, 1.0)
     t = (mx - my) / math.sqrt(se2)
-    df = se2 ** 2 / (ax ** 2 / (len(x) - 1) + ay ** 2 / (len(y) - 1))
-    upper = student_t_sf(t, df)
-    return upper, student_t_sf(-t, df)
+    df = se2 ** 2 / (ax ** 2 / (nx - 1) + ay ** 2 / (ny - 1))
+    return student_t_sf(t, df), student_t_sf(-t, df)
 
 
 def student_t_sf(t: float, df: float) -> float:
@@ -145,7 +148,8 @@ def compare(baseline: Baseline, file: str, t: TrainingSnapshot | None, batches: 
                           baseline_p95_ms=_round(ref.p95, 3), peak_memory=memory, notes=notes)
     mean = sum(b.ms for b in window) / sum(b.steps for b in window)
     ratio = mean / ref.mean_ms
-    slower, faster = welch([b.mean_ms for b in window], ref.means)
+    slower, faster = welch_from(*mean_var([b.mean_ms for b in window]), len(window), ref.means_mean, ref.means_var,
+                                ref.batches)
     if ratio >= T.REGRESSION_FACTOR.value and slower < T.REGRESSION_P.value:
         state, p = "regression", slower
     elif ratio <= 1 / T.REGRESSION_FACTOR.value and faster < T.REGRESSION_P.value:
