@@ -29,7 +29,7 @@ now > "$LOGS/a2.start"
 python3 -m tuimon run --plain --baseline "$OUT/a8.json" -- python3 $I --workers 2 --seconds 100 \
   --step-log "$LOGS/a2.steps" 2>/dev/null | stamp > "$OUT/a2_plain.txt" &
 sleep 70
-JOB=$(pgrep -f "^python3 $I --workers 2" | head -1)  # (the job, not its tuimon run)
+JOB=$(python3 -m tuimon ls | awk '$2 == "alive" {print $1; exit}')  # (the job's channel: the one alive here)
 python3 -m tuimon attach $JOB --once --json --window 20 --baseline "$OUT/a8.json" > "$OUT/a2_once.json"
 echo "rc $?" > "$LOGS/a2_once.rc"
 wait
@@ -52,7 +52,7 @@ JOB=$!; sleep 2
 python3 -m tuimon baseline save $JOB --seconds 30 -o "$OUT/c.json" | tee "$OUT/c_baseline.txt"
 python3 -m tuimon attach $JOB --plain --baseline "$OUT/c.json" 2>/dev/null | stamp > "$OUT/c_plain.txt" &
 sleep 25
-python3 -m tuimon attach $JOB --once --json --window 2 --baseline "$OUT/c.json" > "$OUT/c_once.json"
+python3 -m tuimon attach $JOB --once --json --window 6 --baseline "$OUT/c.json" > "$OUT/c_once.json"
 echo "rc $?" > "$LOGS/c_once.rc"
 wait $JOB; sleep 1; pkill -P $$ 2>/dev/null
 

@@ -76,6 +76,7 @@ def main():
     print(f"training: {'resnet50' if torchvision is not None else 'small CNN'}, batch {a.batch}, "
           f"{a.workers} workers, on {dev}", flush=True)
     end = time.monotonic() + a.seconds
+    flushed = time.monotonic()
     t0 = time.perf_counter()
     for step, (x, y) in enumerate(loader):
         x = x.to(dev, non_blocking=True).to(memory_format=torch.channels_last)
@@ -90,6 +91,9 @@ def main():
         t1 = time.perf_counter()
         if log is not None:
             log.write(f"{time.monotonic():.4f} {(t1 - t0) * 1e3:.3f}\n")
+            if time.monotonic() - flushed >= 0.5:  # (a job killed keeps its log but for the last 0.5 s)
+                log.flush()
+                flushed = time.monotonic()
         t0 = t1
         if time.monotonic() >= end:
             break
