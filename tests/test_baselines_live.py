@@ -1,9 +1,19 @@
-"""Baselines on real training loops (torch, DataLoader workers, the probe via `tuimon run`): a
-baseline saved from a running job; a copy of the loop that slows by 30% mid-run is flagged within
-10 s, naming the phase that grew; the steady loop is not flagged over a minute; `attach --once
---json --baseline` exits 3 on the regression; the exporter serves the regression series."""
+"""Baselines on real training loops (torch, DataLoader workers, the probe via `tuimon run`), the
+slowdowns people have:
+- a loop that slows by 30% mid-run is flagged, naming the phase that grew; a steady copy is not;
+- a bursty input-bound loop (4 workers, most steps find a batch ready) whose batches are 2x slower
+  to make is flagged within 30 s of its start, though its median step did not move; a steady
+  bursty loop is not flagged;
+- a loop of 2 s steps that becomes 3 s steps is flagged within 60 s;
+- a loop whose peak memory grows is flagged (on a CPU there is no CUDA allocator: the workload
+  feeds the probe's allocator gauges fake numbers, at that one boundary; tests/gpu/check_regression.sh
+  is the real GPU check).
+`attach --once --json --baseline` exits 3 on a regression; the exporter serves the series. Jobs of
+a test run at once; every step time is mostly sleeps, so a loaded 2-core machine changes them little,
+and where it does (the loop's own timer says so) an alert is right, not false."""
 
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -15,8 +25,8 @@ from tests.conftest import ROOT, tuimon_cmd, wait_for
 from tests.test_export import free_port
 
 LOOP = str(ROOT / "tests" / "workloads" / "regressing.py")
-SLOW_AFTER_S = 25  # (the baseline is saved in the slowing loop's first seconds, ~10 s)
-STEADY_WATCH_S = 62
+BURSTY = ("--workers", 4, "--batch-ms", 320, "--backward-ms", 2, "--other-ms", 2)  # mean ~80 ms, median ~5 ms
+LONG = ("--backward-ms", 2000, "--other-ms", 0)  # 2 s steps
 
 
 def job(*args) -> subprocess.Popen:
@@ -37,52 +47,80 @@ class Lines:
         for line in self.proc.stdout:
             self.lines.append((time.monotonic(), line.rstrip("\n")))
 
-
-def once_json(pid: int, baseline: str):
-    p = subprocess.run(tuimon_cmd("attach", pid, "--once", "--json", "--window", 1.5, "--baseline", baseline),
-                       capture_output=True, text=True, timeout=60)
-    return p.returncode, json.loads(p.stdout)
+    def first(self, words: str, since: float = 0.0):
+        return next((t for t, line in self.lines if words in line and t >= since), None)
 
 
-def false_alarms(lines, step_log, ref: tuple[float, float], until: float = float("inf")) -> list[str]:
-    """REGRESSION lines (before `until`) at a time when the loop's own timer says it was not slower.
-    On 2 cores shared by two loops, their monitors and one-shot attaches, a loop is at times really
-    slower for a few seconds (a full-suite run saw the steady loop +11%, its data phase 2.0 -> 3.2
-    ms): an alert then is right. False: the loop's own median step over the 6 s before the line is
-    under 1.05x its median while the baseline was saved (half the 10% threshold: the monitor's 5 s
-    window and this one need not line up)."""
-    steps = [tuple(map(float, row.split())) for row in open(step_log) if row.strip()]
-    ref_ms = statistics.median(ms for t, ms in steps if ref[0] <= t <= ref[1])
-    out = []
-    for t, line in lines:
-        if "REGRESSION" in line and t < until:
-            own = statistics.median([ms for end, ms in steps if t - 6 <= end <= t] or [ref_ms])
-            if own < 1.05 * ref_ms:
-                out.append(f"{own / ref_ms:.3f}x own: {line[-140:]}")
+def watch(pid: int, base: str) -> Lines:
+    return Lines(subprocess.Popen(tuimon_cmd("attach", pid, "--plain", "--baseline", base), stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True))
+
+
+def save_baseline(pid: int, seconds: float, out: str) -> subprocess.Popen:
+    return subprocess.Popen(tuimon_cmd("baseline", "save", pid, "--seconds", seconds, "-o", out),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def saved(p: subprocess.Popen) -> str:
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
     return out
 
 
-def test_a_planted_regression_is_caught_and_a_steady_run_is_not(tmp_path):
+def once_json(pid: int, baseline: str, window: float = 10):
+    p = subprocess.run(tuimon_cmd("attach", pid, "--once", "--json", "--window", window, "--baseline", baseline),
+                       capture_output=True, text=True, timeout=120)
+    return p.returncode, json.loads(p.stdout)
+
+
+def steps_of(step_log) -> list[tuple[float, float]]:
+    return [tuple(map(float, row.split())) for row in open(step_log) if row.strip()]
+
+
+def own_mean(steps, since: float, until: float) -> float:
+    """The loop's own mean step over a span (its timer: end to end)."""
+    return statistics.mean([ms for t, ms in steps if since <= t <= until] or [float("nan")])
+
+
+def false_alarms(lines: Lines, step_log, ref: tuple[float, float], until: float = float("inf")) -> list[str]:
+    """REGRESSION lines (before `until`) at a time when the loop's own timer says it was not slower.
+    On 2 cores shared by several loops, their monitors and one-shot attaches, a loop is at times
+    really slower for a few seconds: an alert then is right. False: the loop's own mean step over
+    the 20 s before the line (the monitor's window is 10 batches of ~1 s) is under 1.05x its mean
+    while the baseline was saved (half the 10% threshold)."""
+    steps = steps_of(step_log)
+    ref_ms = own_mean(steps, *ref)
+    out = []
+    for t, line in lines.lines:
+        if "REGRESSION" in line and t < until:
+            own = own_mean(steps, t - 20, t)
+            if not own >= 1.05 * ref_ms:
+                out.append(f"{own / ref_ms:.3f}x own: {line[-160:]}")
+    return out
+
+
+def stop(procs):
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def test_a_loop_slowing_by_30_percent_mid_run_is_caught_and_a_steady_copy_is_not(tmp_path):
     logs = {name: str(tmp_path / f"{name}.steps") for name in ("steady", "slowing")}
-    steady = job("--seconds", 120, "--step-log", logs["steady"])
+    truth = tmp_path / "truth.json"
+    # Both loops run while the baseline is saved: on 2 cores the second loop alone slows the first.
+    steady = job("--seconds", 130, "--step-log", logs["steady"])
     procs = [steady]
     try:
-        # Both loops run while the baseline is saved: on 2 cores the second loop alone slows the
-        # first (a full-suite run once saw the steady loop +11% against a baseline saved without it).
-        truth = tmp_path / "truth.json"
-        slowing = job("--seconds", 80, "--slow-after", SLOW_AFTER_S, "--truth", truth, "--step-log", logs["slowing"])
+        slowing = job("--seconds", 90, "--slow-after", 32, "--truth", truth, "--step-log", logs["slowing"])
         procs.append(slowing)
         base = str(tmp_path / "baseline.json")
         saving = (time.monotonic(), None)
-        saved = subprocess.run(tuimon_cmd("baseline", "save", steady.pid, "--seconds", 8, "-o", base),
-                               capture_output=True, text=True, timeout=60)
+        out = saved(save_baseline(steady.pid, 22, base))
         saving = (saving[0], time.monotonic())
-        assert saved.returncode == 0, saved.stderr
-        assert "saved to" in saved.stdout and "phases: data" in saved.stdout
-        watch = {name: Lines(subprocess.Popen(tuimon_cmd("attach", p.pid, "--plain", "--baseline", base),
-                                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
-                 for name, p in (("steady", steady), ("slowing", slowing))}
-        procs += [w.proc for w in watch.values()]
+        assert "saved to" in out and "phases: data" in out and "step time mean" in out
+        watching = {name: watch(p.pid, base) for name, p in (("steady", steady), ("slowing", slowing))}
+        procs += [w.proc for w in watching.values()]
         port = free_port()
         exporter = subprocess.Popen(tuimon_cmd("export", slowing.pid, "--port", port, "--baseline", base),
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -90,23 +128,23 @@ def test_a_planted_regression_is_caught_and_a_steady_run_is_not(tmp_path):
         started = time.monotonic()
 
         slowed_at = wait_for(lambda: truth.exists() and json.loads(truth.read_text())["slowed_at"],
-                             timeout=SLOW_AFTER_S + 30, what="the loop to slow down")
-        flagged = wait_for(lambda: next((t for t, line in watch["slowing"].lines
-                                         if "REGRESSION" in line and t >= slowed_at), None),
-                           timeout=20, what="the regression alert")
-        print(f"\nflagged {flagged - slowed_at:.1f} s after the slowdown")  # (pytest -s shows it)
-        assert flagged - slowed_at <= 10, f"flagged {flagged - slowed_at:.1f} s after the slowdown"
-        assert not false_alarms(watch["slowing"].lines, logs["slowing"], saving, until=slowed_at)
-        line = next(line for t, line in watch["slowing"].lines if "REGRESSION" in line and t >= slowed_at)
+                             timeout=60, what="the loop to slow down")
+        flagged = wait_for(lambda: watching["slowing"].first("REGRESSION", slowed_at), timeout=40,
+                           what="the regression alert")
+        before = sum("REGRESSION" in line for t, line in watching["slowing"].lines if t < slowed_at)
+        print(f"\n30% mid-run: flagged {flagged - slowed_at:.1f} s after the slowdown ({before} regression lines "
+              "before it, each one the loop's own timer confirms)")  # (pytest -s shows it)
+        assert flagged - slowed_at <= 20, f"flagged {flagged - slowed_at:.1f} s after the slowdown"
+        assert not false_alarms(watching["slowing"], logs["slowing"], saving, until=slowed_at)
+        line = next(line for t, line in watching["slowing"].lines if "REGRESSION" in line and t >= slowed_at)
         assert "backward grew" in line, line
 
-        time.sleep(3)  # a few seconds of slow steps: the window is all slow now
+        time.sleep(max(0.0, slowed_at + 12 - time.monotonic()))  # the window all slow steps now
         code, doc = once_json(slowing.pid, base)
         assert code == 3 and doc["baseline"]["state"] == "regression" and doc["baseline"]["grown"]["name"] == "backward"
         t = json.loads(truth.read_text())
         true_ratio = (t["ms_after"] / t["steps_after"]) / (t["ms_before"] / t["steps_before"])
-        print(f"ratio {doc['baseline']['ratio']:.3f}, the loop's own {true_ratio:.3f}; grown "
-              f"{doc['baseline']['grown']}")
+        print(f"ratio {doc['baseline']['ratio']:.3f}, the loop's own {true_ratio:.3f}; grown {doc['baseline']['grown']}")
         assert abs(doc["baseline"]["ratio"] - true_ratio) < 0.1, (doc["baseline"]["ratio"], true_ratio)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             metrics = r.read().decode()
@@ -115,12 +153,112 @@ def test_a_planted_regression_is_caught_and_a_steady_run_is_not(tmp_path):
 
         code, doc = once_json(steady.pid, base)
         assert code == 0 and doc["baseline"]["state"] == "same", doc["baseline"]
-        time.sleep(max(0.0, started + STEADY_WATCH_S - time.monotonic()))
-        steady_lines = [line for t, line in watch["steady"].lines if "baseline" in line or "REGRESSION" in line]
-        assert len(steady_lines) >= STEADY_WATCH_S - 5  # a line a second, each with its comparison
-        assert not false_alarms(watch["steady"].lines, logs["steady"], saving)
-        assert sum("as baseline" in line for line in steady_lines) >= STEADY_WATCH_S - 10
+        time.sleep(max(0.0, started + 62 - time.monotonic()))
+        lines = [line for _, line in watching["steady"].lines if "baseline" in line or "REGRESSION" in line]
+        assert len(lines) >= 57  # a line a second, each with its comparison
+        assert not false_alarms(watching["steady"], logs["steady"], saving)
+        said = {w: sum(w in line for line in lines) for w in ("as baseline", "faster", "REGRESSION", "collecting")}
+        print(f"the steady copy over {len(lines)} lines: {said}")
+        assert said["as baseline"] + said["faster"] >= 52, [line[-150:] for line in lines if "as baseline" not in line]
     finally:
-        for p in procs:
-            p.kill()
-            p.wait()
+        stop(procs)
+
+
+def test_a_bursty_loop_whose_batches_got_2x_slower_is_flagged_within_30_s_and_a_steady_one_is_not(tmp_path):
+    """The issue's CPU case: mean 80.8 -> 161.1 ms while the median step got faster. (Here the
+    median can move too: on a loaded machine the quick steps slow as well; tests/test_regression.py
+    shows a median that stays put.)"""
+    logs = {name: str(tmp_path / f"{name}.steps") for name in ("base", "steady", "slow")}
+    base_job = job("--seconds", 150, "--step-log", logs["base"], *BURSTY)
+    procs = [base_job]
+    try:
+        steady = job("--seconds", 150, "--step-log", logs["steady"], *BURSTY)
+        procs.append(steady)
+        base = str(tmp_path / "bursty.json")
+        saving = (time.monotonic(), None)
+        out = saved(save_baseline(base_job.pid, 24, base))
+        saving = (saving[0], time.monotonic())
+        assert "data wait 9" in out, out  # (input-bound: the loop waits for batches ~93% of its time)
+        doc = json.loads(open(base).read())
+        mean, p50 = doc["step_time_ms"]["mean"], doc["step_time_ms"]["p50"]
+        assert 70 < mean < 95 and p50 < 20, (mean, p50)  # bursty: the median is no step time
+
+        started = time.monotonic()  # the slower job, its monitor from its start
+        slower = ("--workers", 4, "--batch-ms", 640, "--backward-ms", 2, "--other-ms", 2)  # (BURSTY, 2x the batch time)
+        slow = subprocess.Popen(tuimon_cmd("run", "--plain", "--baseline", base, "--", sys.executable, LOOP,
+                                           "--seconds", 100, "--step-log", logs["slow"], *slower),
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        procs.append(slow)
+        slow_lines = Lines(slow)
+        steady_lines = watch(steady.pid, base)
+        procs.append(steady_lines.proc)
+        watched = time.monotonic()
+        flagged = wait_for(lambda: slow_lines.first("REGRESSION"), timeout=60, what="the regression alert")
+        marks = {w: slow_lines.first(w) for w in ("| step ", "warm-up", "collecting: 0 s", "collecting: 5 s")}
+        print(f"\nbursty 2x slower batches: flagged {flagged - started:.1f} s after the job started ("
+              + ", ".join(f"{w.strip('| ')!r} at {t - started:.1f} s" for w, t in marks.items() if t) + ")")
+        assert flagged - started <= 30, f"flagged {flagged - started:.1f} s after the job started"
+        collecting = [line for _, line in slow_lines.lines if "baseline: collecting" in line]
+        assert any("warm-up" in line for line in collecting) and any(re.search(r"collecting: \d+ s of \d+", line)
+                                                                      for line in collecting), collecting
+
+        time.sleep(max(0.0, watched + 60 - time.monotonic()))  # the steady twin over 6 windows
+        code, doc = once_json(slow.pid, base)
+        c = doc["baseline"]
+        own = own_mean(steps_of(logs["slow"]), flagged - 5, time.monotonic()) / own_mean(steps_of(logs["base"]), *saving)
+        print(f"ratio {c['ratio']:.3f} (mean {c['mean_ms']} vs {c['baseline_mean_ms']} ms), the loops' own {own:.3f}; "
+              f"p50 {c['p50_ms']} vs {c['baseline_p50_ms']}, p95 {c['p95_ms']} vs {c['baseline_p95_ms']}")
+        assert code == 3 and c["state"] == "regression" and abs(c["ratio"] - own) < 0.15 * own
+        assert c["grown"]["name"] == "data", c["grown"]
+        lines = [line for t, line in steady_lines.lines if "baseline" in line or "REGRESSION" in line]
+        assert sum("as baseline" in line for line in lines) >= 30, lines[-3:]
+        assert not false_alarms(steady_lines, logs["steady"], saving)
+        assert once_json(steady.pid, base)[0] == 0
+    finally:
+        stop(procs)
+
+
+def test_2_s_steps_that_become_3_s_are_flagged_within_a_minute_and_a_peak_memory_that_grows_is_flagged(tmp_path):
+    truth = {name: tmp_path / f"{name}.json" for name in ("long", "memory")}
+    long = job("--seconds", 150, "--slow-after", 44, "--slow-by", 0.5, "--truth", truth["long"], *LONG)
+    procs = [long]
+    try:
+        memory = job("--seconds", 90, "--slow-after", 32, "--slow-by", 0, "--truth", truth["memory"],
+                     "--fake-peak-mib", "1000:1200")
+        procs.append(memory)
+        bases = {name: str(tmp_path / f"{name}-baseline.json") for name in ("long", "memory")}
+        saving = [save_baseline(long.pid, 34, bases["long"]), save_baseline(memory.pid, 22, bases["memory"])]
+        memory_out = saved(saving[1])
+        assert "peak memory 0.98 GiB" in memory_out, memory_out
+        memory_lines = watch(memory.pid, bases["memory"])
+        procs.append(memory_lines.proc)
+        long_out = saved(saving[0])
+        assert "step time mean 20" in long_out and "no peak memory (no CUDA allocator" in long_out, long_out
+        long_lines = watch(long.pid, bases["long"])
+        procs.append(long_lines.proc)
+
+        grew_at = wait_for(lambda: truth["memory"].exists() and json.loads(truth["memory"].read_text())["slowed_at"],
+                           timeout=60, what="the peak to grow")
+        flagged = wait_for(lambda: memory_lines.first("REGRESSION", grew_at), timeout=20, what="the memory alert")
+        line = next(line for t, line in memory_lines.lines if "REGRESSION" in line)
+        print(f"\npeak memory: flagged {flagged - grew_at:.1f} s after it grew: {line[-120:]}")
+        assert "REGRESSION: peak memory +20%: 1.0 -> 1.2 GiB; step time" in line, line
+        assert not any("REGRESSION" in line for t, line in memory_lines.lines if t < grew_at)
+        code, doc = once_json(memory.pid, bases["memory"], window=2)
+        assert code == 3 and doc["baseline"]["peak_memory"]["grew"] and doc["baseline"]["state"] != "regression"
+
+        slowed_at = wait_for(lambda: truth["long"].exists() and json.loads(truth["long"].read_text())["slowed_at"],
+                             timeout=80, what="the 2 s steps to slow down")
+        flagged = wait_for(lambda: long_lines.first("REGRESSION", slowed_at), timeout=75, what="the 3 s steps' alert")
+        print(f"2 s -> 3 s steps: flagged {flagged - slowed_at:.1f} s after the slowdown")
+        assert flagged - slowed_at <= 60, f"flagged {flagged - slowed_at:.1f} s after the slowdown"
+        assert not any("REGRESSION" in line for t, line in long_lines.lines if t < slowed_at)
+        assert "as baseline" in long_lines.lines[0][1]  # (attached late: it has the job's history at once)
+        code, doc = once_json(long.pid, bases["long"], window=2)  # (its history: the last 120 steps, at once)
+        t = json.loads(truth["long"].read_text())
+        own = (t["ms_after"] / t["steps_after"]) / (t["ms_before"] / t["steps_before"])
+        print(f"ratio {doc['baseline']['ratio']} (mean {doc['baseline']['mean_ms']} vs "
+              f"{doc['baseline']['baseline_mean_ms']} ms), the loop's own {own:.3f}")
+        assert code == 3 and doc["baseline"]["state"] == "regression" and doc["baseline"]["ratio"] > 1.2
+    finally:
+        stop(procs)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import urllib.parse
 import urllib.request
+from dataclasses import replace
 
 import pytest
 
@@ -41,12 +42,39 @@ def test_the_h100_recording_as_metrics():
     job = (("pid", str(view.training.pid)), ("rank", ""))
     q = [got[("tuimon_step_time_seconds", *job[:1], ("quantile", x), *job[1:])] for x in ("0.5", "0.95", "0.99")]
     assert 0.01 < q[0] <= q[1] <= q[2] < 0.2 and q[0] == view.training.step_time_ms.p50 / 1e3
+    assert got[("tuimon_step_time_mean_seconds", *job)] == view.training.step_time_ms.mean / 1e3  # (the headline)
     phases = {dict(k[1:])["phase"]: v for k, v in got.items() if k[0] == "tuimon_phase_ratio"}
     assert set(phases) >= {"data", "forward", "backward", "optimizer", "other"} and abs(sum(phases.values()) - 1) < 0.02
     assert got[("tuimon_data_wait_ratio", *job)] == phases["data"]
     assert got[("tuimon_steps_total", *job)] == view.training.steps  # (a counter: exposed as _total)
     verdict = {dict(k[1:])["verdict"]: v for k, v in got.items() if k[0] == "tuimon_verdict"}
     assert set(verdict) == set(VERDICTS) and verdict["input-bound"] == 1 and sum(verdict.values()) == 1
+
+
+def test_the_baseline_series():
+    """tuimon_regression is 1 for a slower job and for a peak memory that grew (on its own); the
+    ratio is the mean step time's; while the step time is collecting there is no ratio."""
+    from tests.test_ui import h100_baseline
+
+    fixture = str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl")
+
+    def baseline_series(base, upto=None):
+        view = state_from_recording(fixture, upto=upto, baseline=("good.json", base)).view()
+        return view, {k[0]: v for k, v in samples(view).items() if "baseline" in k[0] or k[0] == "tuimon_regression"}
+
+    view, got = baseline_series(h100_baseline(0.7))
+    assert view.baseline.state == "regression" and got["tuimon_regression"] == 1
+    assert got["tuimon_baseline_step_time_ratio"] == view.baseline.ratio == pytest.approx(
+        view.baseline.mean_ms / view.baseline.baseline_mean_ms, abs=1e-3)
+    assert got["tuimon_baseline_step_time_seconds"] == pytest.approx(view.baseline.baseline_mean_ms / 1e3, abs=1e-9)
+    assert got["tuimon_baseline_peak_memory_ratio"] == 1.0
+    base = h100_baseline()
+    view, got = baseline_series(replace(base, peak_allocated=int(base.peak_allocated / 1.2)))
+    assert view.baseline.state == "same" and got["tuimon_regression"] == 1  # the peak grew 20%: a regression
+    assert got["tuimon_baseline_peak_memory_ratio"] == pytest.approx(1.2, abs=1e-3)
+    view, got = baseline_series(base, upto=5)
+    assert view.baseline.state == "collecting" and set(got) == {"tuimon_baseline_step_time_seconds",
+                                                                "tuimon_baseline_peak_memory_ratio"}
 
 
 def free_port() -> int:
@@ -272,9 +300,12 @@ def test_the_grafana_dashboard_asks_only_for_series_the_exporter_serves():
     live.apply(Cycle(1, ProcessSample(1, procs=[]), training=TrainingSnapshot(
         pid=1, steps=20, since_step_s=0.4, longest_step_ms=30.0,
         now=StepInProgress(step=21, phase="forward", phase_s=0.1, step_s=0.4, still_s=0.1))))
-    served = {s.name for v in (view, ddp, live.view()) for fam in families(v) for s in fam.samples}
+    # (a newer probe than the recordings': the GPU's mean step time)
+    newer = replace(view, training=replace(view.training, gpu=replace(view.training.gpu, step_mean_ms=24.0)))
+    served = {s.name for v in (view, ddp, live.view(), newer) for fam in families(v) for s in fam.samples}
     assert len(wanted) >= 12 and wanted <= served, wanted - served
-    assert {"tuimon_regression", "tuimon_baseline_step_time_ratio", "tuimon_phase_delta_seconds"} <= wanted
+    assert {"tuimon_regression", "tuimon_baseline_step_time_ratio", "tuimon_phase_delta_seconds",
+            "tuimon_baseline_peak_memory_ratio", "tuimon_step_time_mean_seconds", "tuimon_gpu_step_time_mean_seconds"} <= wanted
     assert {"tuimon_rank_own_work_seconds", "tuimon_rank_comm_ratio", "tuimon_straggler_ratio"} <= wanted
 
 

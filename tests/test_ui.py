@@ -245,7 +245,10 @@ def h100_baseline(scale: float = 1.0, upto: int = 18):
         if k < upto:
             b.add(c)
     base = b.build()
-    return replace(base, step_ms=[v * scale for v in base.step_ms],
+    return replace(base, step_ms=[v * scale for v in base.step_ms], batch_ms=[v * scale for v in base.batch_ms],
+                   steps_per_s=base.steps_per_s / scale,
+                   throughput_per_s={k: v / scale for k, v in base.throughput_per_s.items()},
+                   step_time_ms=replace(base.step_time_ms, mean=base.step_time_ms.mean * scale),
                    phases=[replace(p, mean_ms=p.mean_ms * (scale if p.name == "data" else 1)) for p in base.phases])
 
 
@@ -257,13 +260,14 @@ async def test_the_baseline_panel_shows_deltas_and_the_alert():
         panel = app.screen.query_one("#baseline", Panel)
         assert panel.display
         line = text(app, "#baseline")
-        assert line.startswith(" AS BASELINE ") and "no regression from good.json (bar: 1.1x and p < 0.002)" in line and "steps/s" in line
+        assert line.startswith(" AS BASELINE ") and "no regression from good.json (bar 1.1x, p < 0.002)" in line
+        assert "mean step 2" in line and "steps/s" in line and "p50 " in line and "p95 " in line
     app = make_app(None, "replay", state_from_recording(H100, baseline=("good.json", h100_baseline(0.7))))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         line = text(app, "#baseline")
         assert line.startswith(" REGRESSION ") and "slower than good.json" in line
-        assert "data grew most" in line and "p < 0.001" in line
+        assert "data grew most" in line and "p < 0.001" in line and "mean step 2" in line
     app = make_app(None, "replay", state_from_recording(H100))  # no baseline: no panel
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)

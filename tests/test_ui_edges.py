@@ -160,7 +160,7 @@ def test_without_colour_each_part_of_the_bar_has_its_own_fill():
 def test_the_header_fits_its_width(width):
     view = state_from_recording(V2).view()
     out = render.header(view, "tuimon run, every 1 s", width=width).plain
-    assert len(out) <= width and "step" in out and "steps/s" in out
+    assert len(out) <= width and "step" in out and "ms/step" in out and "/s)" in out  # (the mean step time, steps/s beside)
 
 
 def test_the_gpu_chart_counts_whole_samples():

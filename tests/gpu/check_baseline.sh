@@ -31,7 +31,7 @@ import sys, time, psutil
 p = psutil.Process(int(sys.argv[1])); c0 = sum(p.cpu_times()[:2]); t0 = time.monotonic(); time.sleep(20)
 print(f"{100 * (sum(p.cpu_times()[:2]) - c0) / (time.monotonic() - t0):.2f} {p.memory_info().rss / 2**20:.0f}")
 PY
-python3 -m tuimon attach $JOB --once --json --window 2 --baseline "$OUT/good.json" > "$OUT/slow_once.json"
+python3 -m tuimon attach $JOB --once --json --window 8 --baseline "$OUT/good.json" > "$OUT/slow_once.json"
 echo "rc $?" > "$LOGS/slow_once.rc"
 python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9464/metrics').read().decode())" \
   > "$OUT/metrics.txt"
@@ -42,7 +42,7 @@ python3 -m tuimon run --headless -- python3 $W --device cuda --seconds 75 > "$LO
 JOB=$!; sleep 1
 python3 -m tuimon attach $JOB --plain --baseline "$OUT/good.json" 2>/dev/null | stamp > "$OUT/steady_plain.txt" &
 sleep 68
-python3 -m tuimon attach $JOB --once --json --window 2 --baseline "$OUT/good.json" > "$LOGS/steady_once.json"
+python3 -m tuimon attach $JOB --once --json --window 8 --baseline "$OUT/good.json" > "$LOGS/steady_once.json"
 echo "rc $?" > "$LOGS/steady_once.rc"
 wait $JOB  # (the next job must not overlap this one: it would slow it, truly)
 
@@ -77,7 +77,7 @@ reg = re.search(r"^tuimon_regression\{[^}]*\} (\S+)", m, re.M)
 gpu_series = sorted({x for x in re.findall(r"^(tuimon_gpu_\w+)\{", m, re.M)})
 cpu, rss = open(f"{logs}/export_cpu.txt").read().split()
 print("\n=== table")
-print(f"baseline: {len(base['step_ms'])} steps, p50 {base['step_time_ms']['p50']} ms, GPU {base['gpu_models']}, "
+print(f"baseline: {base['steps']} steps, mean {base['step_time_ms']['mean']} ms (p50 {base['step_time_ms']['p50']}), GPU {base['gpu_models']}, "
       f"GPU step {base['gpu_step_ms']} ms, activity {base['gpu_activity']}")
 print(f"slowing loop: own mean step {truth['ms_before'] / truth['steps_before']:.2f} -> "
       f"{truth['ms_after'] / truth['steps_after']:.2f} ms (x{true_ratio:.3f})")

@@ -70,6 +70,7 @@ def gpu_times(steps: list[StepRecord], name_of: Callable[[int], str]) -> GpuTime
     share = min(1.0, sum(b for b, _ in busy) / sum(d for _, d in busy))
     return GpuTimes(steps=len(busy),
                     step_ms=round(percentile(step_ns, 50) / 1e6, 3) if step_ns else None,
+                    step_mean_ms=round(sum(step_ns) / len(step_ns) / 1e6, 3) if step_ns else None,
                     busy_share=round(share, 4),
                     idle_share=round(1 - share, 4),
                     lag_ms=round(percentile(lag_ns, 50) / 1e6, 3) if lag_ns else None)

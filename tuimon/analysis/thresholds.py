@@ -11,7 +11,7 @@ from dataclasses import dataclass
 class Threshold:
     value: float
     unit: str  # '' for a share of step time (0..1), '%' for a percentage, 'points' (of a %), 'steps', 's',
-    # 'x' (a factor), 'p' (a p-value)
+    # 'batches', 'x' (a factor), 'p' (a p-value)
     source: str
 
     def show(self) -> str:
@@ -71,19 +71,29 @@ HOT_MIN_SAMPLES = Threshold(20, "samples", "the binomial error of a share measur
                                            "1/(2 sqrt(n)): 0.11 at 20 samples, the issue's bar for a hot line's share "
                                            "(within 0.1 of the loop's own timers); fewer samples name no line")
 
-# Regressions against a baseline (tuimon/analysis/regression.py).
+# Regressions against a baseline (tuimon/analysis/regression.py, tuimon/analysis/batches.py).
 REGRESSION_FACTOR = Threshold(1.10, "x", "airspeed velocity (asv compare / continuous): a result 1.1x slower than "
-                                         "its reference is a regression (its default --factor)")
-REGRESSION_P = Threshold(0.002, "p", "airspeed velocity's statistics.is_different: a Mann-Whitney U test at "
-                                     "p < 0.002 decides that two sets of timings differ")
-REGRESSION_MIN_STEPS = Threshold(20, "steps", "the normal approximation of Mann-Whitney's U is the textbook's for "
-                                              "samples above 20; fewer recent steps are not compared")
-REGRESSION_WARMUP_STEPS = Threshold(50, "steps", "tuimon: a job's first steps are its warm-up (DataLoader workers "
-                                                  "starting, cuDNN autotuning, the allocator growing), in baselines "
-                                                  "and windows alike; seen: the first ~10 steps of a CPU loop with 2 "
-                                                  "workers ran 1.2x slow, so 5x that")
-REGRESSION_WINDOW_S = Threshold(5, "s", "tuimon: the recent steps compared span this much time (at least the "
-                                        "minimum number of steps): a slowdown holds the window's median after "
-                                        "half of it, within the 10 s the regression alert promises")
+                                         "its reference is a regression (its default --factor); here the mean step "
+                                         "time, what the job pays per step (1 / steps per second)")
+REGRESSION_P = Threshold(0.002, "p", "airspeed velocity's statistics.is_different decides at p < 0.002; here a "
+                                     "one-sided Welch t-test on batch means at that level (pyperf's compare_to "
+                                     "t-tests means of runs the same way, at p < 0.05 two-sided)")
+REGRESSION_BATCH_S = Threshold(0.5, "s", "batch means for autocorrelated series (Conway 1963; Schmeiser, 'Batch "
+                                         "size effects in the analysis of simulation output', Oper. Res. 1982): a "
+                                         "batch is consecutive steps spanning at least this, or one step where steps "
+                                         "are longer; long against a DataLoader's rounds (4 workers of 320 ms "
+                                         "batches: a round of 4 steps every 320 ms); steps too short for the "
+                                         "monitor to see each one make a batch a monitor cycle (1 s) long")
+REGRESSION_BATCHES = Threshold(10, "batches", "Schmeiser (1982): 10 to 30 batches; the newest 10 are compared, so "
+                                              "the window spans at least 10 steps and at least 5 s")
+REGRESSION_WARMUP_STEPS = Threshold(5, "steps", "NVIDIA Resiliency Extension's num_warmup_iterations = 5 (the first "
+                                                "iterations run slower: compilation, autotuning, workers starting), "
+                                                "left out of baselines and windows alike")
+REGRESSION_WARMUP_S = Threshold(10, "s", "JMH's default warm-up iterations last 10 s each: the job's first 10 s "
+                                         "(DataLoader workers starting and their prefetched batches drained, the "
+                                         "allocator growing) are left out too, whatever the step time")
+PEAK_MEMORY_FACTOR = Threshold(1.10, "x", "airspeed velocity compares its peakmem benchmarks with the same --factor "
+                                          "1.1: a peak allocated (the caching allocator's) 1.1x the baseline's is a "
+                                          "regression of its own")
 
 ALL = {name: t for name, t in globals().items() if isinstance(t, Threshold)}

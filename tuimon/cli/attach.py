@@ -43,10 +43,10 @@ def cmd_attach(args) -> int:
                 print(f"tuimon: no channel: {safe_text(view.channel.reason, 500)}", file=sys.stderr)
             for source, why in view.problems.items():
                 print(f"tuimon: {source}: {safe_text(why, 500)}", file=sys.stderr)
-        if view.baseline is not None and view.baseline.state == "too few steps":
-            print(f"tuimon: {view.baseline.window_steps} steps in the window: too few to compare with the "
-                  "baseline (a longer --window)", file=sys.stderr)
-        return REGRESSED if view.baseline is not None and view.baseline.state == "regression" else 0
+        if view.baseline is not None and view.baseline.state == "collecting":
+            print(f"tuimon: baseline {view.baseline.progress}: no decision on the step time yet (a longer "
+                  "--window)", file=sys.stderr)
+        return REGRESSED if view.baseline is not None and view.baseline.regressed else 0
     if not args.plain and not has_terminal():
         print("tuimon: no terminal here: one line per interval instead (--plain); --once --json for one "
               "snapshot", file=sys.stderr)

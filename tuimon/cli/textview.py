@@ -20,8 +20,10 @@ def summary_line(view: View, channel_pending: bool = False) -> str:
     if t is not None:
         parts.append(f"step {t.steps}")
         st = t.step_time_ms
-        if st:
-            parts.append(f"step {st.p50:.1f} ms p50 / {st.p95:.1f} p95 / {st.p99:.1f} p99")
+        if st:  # the mean first: what the job pays per step (1 / steps per second)
+            gpu = t.gpu.step_mean_ms if t.gpu is not None else None
+            parts.append(f"step {st.mean:.1f} ms mean" + (f" (GPU {gpu:.1f} ms)" if gpu is not None else "")
+                         + f" / {st.p50:.1f} p50 / {st.p95:.1f} p95 / {st.p99:.1f} p99")
         if view.stall is not None and view.stall.stalled:  # (its rates are those of the steps before)
             parts.append(f"no step for {view.stall.quiet_s:,.0f} s")
         elif t.steps_per_s:
@@ -66,16 +68,28 @@ def summary_line(view: View, channel_pending: bool = False) -> str:
 
 
 def baseline_words(c: Comparison) -> str:
-    """The comparison with a baseline in a few words: 'REGRESSION: step p50 +31% ...'."""
-    if c.state == "too few steps":
-        return f"baseline: {c.window_steps} recent steps, too few to compare" + notes(c)
-    pct = f"{c.ratio - 1:+.0%}" if c.ratio is not None else "?"
-    head = {"regression": "REGRESSION", "faster": "faster than baseline", "same": "as baseline"}[c.state]
-    words = f"{head}: step p50 {c.p50_ms:.1f} ms vs {c.baseline_p50_ms:.1f} ({pct})"
-    if c.gpu_grown is not None:
-        words += f", the GPU's work grew {c.gpu_grown.baseline_ms:.1f} -> {c.gpu_grown.now_ms:.1f} ms"
-    if c.grown is not None:
-        words += f", {safe_text(c.grown.name, 24)} grew {c.grown.baseline_ms:.1f} -> {c.grown.now_ms:.1f} ms"
+    """The comparison with a baseline in a few words: 'REGRESSION: mean step 161.1 ms vs 80.8 ...'."""
+    from ..ui.render import peak_memory_words, vs  # (formatting only: textual is not started)
+
+    memory = peak_memory_words(c).replace("→", "->")
+    grew = c.peak_memory is not None and c.peak_memory.grew
+    if c.state == "collecting":
+        step = c.progress
+    else:
+        head = {"regression": "REGRESSION", "faster": "faster than baseline", "same": "as baseline"}[c.state]
+        p = "" if c.state == "same" else ", p < 0.001" if c.p_value < 0.001 else f", p = {c.p_value:.3f}"
+        step = f"{head}: mean step {vs(c.mean_ms, c.baseline_mean_ms)} ({c.ratio - 1:+.0%}{p}"
+        if None not in (c.p50_ms, c.baseline_p50_ms, c.p95_ms, c.baseline_p95_ms):
+            step += f"; p50 {vs(c.p50_ms, c.baseline_p50_ms)}, p95 {vs(c.p95_ms, c.baseline_p95_ms)}"
+        step += ")"
+        if c.gpu_grown is not None:
+            step += f", the GPU's work grew {c.gpu_grown.baseline_ms:.1f} -> {c.gpu_grown.now_ms:.1f} ms"
+        if c.grown is not None:
+            step += f", {safe_text(c.grown.name, 24)} grew {c.grown.baseline_ms:.1f} -> {c.grown.now_ms:.1f} ms"
+    if grew and c.state != "regression":  # (a regression of its own)
+        words = f"REGRESSION: {memory}; step time {step}"
+    else:
+        words = ("baseline: " if c.state == "collecting" else "") + step + (f", {memory}" if grew else "")
     return words + notes(c)
 
 

@@ -134,6 +134,8 @@ def _job(f: _Families, view: View) -> None:
             f.add("tuimon_stall_limit_seconds", "A stall is named past this: 5x the longest step so far, at least 20 s",
                   labels, view.stall.limit_s)
     if t.step_time_ms is not None:
+        f.add("tuimon_step_time_mean_seconds", "Mean step time over the window (the last steps): 1 / steps per second, "
+              "what the job pays per step", labels, t.step_time_ms.mean, scale=1e-3)
         for q, v in (("0.5", t.step_time_ms.p50), ("0.95", t.step_time_ms.p95), ("0.99", t.step_time_ms.p99)):
             f.add("tuimon_step_time_seconds", "Step time over the window (the last steps), by quantile",
                   {**labels, "quantile": q}, v, scale=1e-3)
@@ -150,6 +152,8 @@ def _job(f: _Families, view: View) -> None:
               labels, t.gpu.idle_share)
         f.add("tuimon_gpu_step_time_seconds", "Median GPU time between step boundaries (CUDA events)", labels,
               t.gpu.step_ms, scale=1e-3)
+        f.add("tuimon_gpu_step_time_mean_seconds", "Mean GPU time between step boundaries (CUDA events), beside "
+              "tuimon_step_time_mean_seconds", labels, t.gpu.step_mean_ms, scale=1e-3)
     if t.syncs is not None:
         f.add("tuimon_syncs_per_step", "Device-to-host syncs per step", labels, t.syncs.per_step)
     if t.memory is not None:
@@ -198,18 +202,24 @@ def _ranks_up(f: _Families, view: View) -> None:
 
 
 def _baseline(f: _Families, view: View, labels: dict[str, str]) -> None:
-    """Only with --baseline; while too few recent steps were seen to decide, no regression series."""
+    """Only with --baseline. While the step time is collecting (no decision yet), no step time
+    ratio; tuimon_regression is there once anything is decided (a peak memory that grew is)."""
     c = view.baseline
     if c is None:
         return
-    f.add("tuimon_baseline_step_time_seconds", "The baseline's median step time", labels, c.baseline_p50_ms, scale=1e-3)
-    if c.state == "too few steps":
+    f.add("tuimon_baseline_step_time_seconds", "The baseline's mean step time", labels, c.baseline_mean_ms, scale=1e-3)
+    if c.peak_memory is not None:
+        f.add("tuimon_baseline_peak_memory_ratio", f"Peak allocated (caching allocator) over the baseline's (a "
+              f"regression from {T.PEAK_MEMORY_FACTOR.show()})", labels, c.peak_memory.ratio)
+    if c.state == "collecting" and not c.regressed:
         return
-    f.add("tuimon_regression", f"1 while the recent steps are measurably slower than the baseline's (median "
-          f"{T.REGRESSION_FACTOR.show()} and a Mann-Whitney U test at {T.REGRESSION_P.show()})", labels,
-          int(c.state == "regression"))
-    f.add("tuimon_baseline_step_time_ratio", "Median step time of the recent steps over the baseline's (1.3: 30% "
-          "slower)", labels, c.ratio)
+    f.add("tuimon_regression", f"1 while the job is measurably slower than its baseline (mean step time "
+          f"{T.REGRESSION_FACTOR.show()} and a Welch t-test on batch means at {T.REGRESSION_P.show()}) or its peak "
+          f"memory grew {T.PEAK_MEMORY_FACTOR.show()}", labels, int(c.regressed))
+    if c.state == "collecting":
+        return
+    f.add("tuimon_baseline_step_time_ratio", "Mean step time of the recent steps over the baseline's (1.3: 30% "
+          "slower, 30% fewer steps per second)", labels, c.ratio)
     for d in c.phases:
         f.add("tuimon_phase_delta_seconds", "Time per step of each phase minus the baseline's (which phase grew)",
               {**labels, "phase": d.name}, d.delta_ms, scale=1e-3)

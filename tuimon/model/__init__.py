@@ -6,7 +6,7 @@ Every type is a frozen dataclass that goes to JSON and back (codec.py): recordin
 --once --json` and the replay path all use that one codec. A value that could not be read is an
 NA carrying its reason, never a made-up number."""
 
-from .baseline import BASELINE_VERSION, Baseline, Comparison, PhaseDelta
+from .baseline import BASELINE_VERSION, Baseline, Comparison, PeakMemory, PhaseDelta
 from .capture import CaptureStatus, CaptureSummary, WindowCost
 from .codec import BadValue, from_json, to_json
 from .cycle import Cycle
@@ -34,7 +34,7 @@ from .training import (
 from .values import NA, is_na, num, reason
 
 __all__ = [
-    "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "CommTimes", "CopyTimes", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "HotLine", "JobEnd", "Memory", "OpCounts",
+    "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PeakMemory", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "CommTimes", "CopyTimes", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "HotLine", "JobEnd", "Memory", "OpCounts",
     "PhaseRow", "ProcRow", "ProcessSample", "RangeRow", "RankRow", "StepInProgress", "StepTimes", "Straggler", "SyncSite", "Syncs", "TrainingSnapshot",
     "ProcessSteps", "TimelineStep", "WindowCost", "from_json", "is_na", "num", "reason", "to_json",
 ]

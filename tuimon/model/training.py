@@ -40,6 +40,7 @@ class GpuTimes:
 
     steps: int  # steps measured in the window (short steps are sampled)
     step_ms: float | None = None  # median GPU time between a step's boundary events
+    step_mean_ms: float | None = None  # ...and their mean (beside the host's mean step time)
     busy_share: float | None = None  # at least this share of step time the GPU had work queued
     idle_share: float | None = None  # at most this share it had none (1 - busy_share)
     lag_ms: float | None = None  # median queued GPU work when the host finished a step (0: the GPU waited)

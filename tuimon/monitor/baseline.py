@@ -11,13 +11,15 @@ import time
 from collections import deque
 
 from ..analysis import thresholds as T
+from ..analysis.batches import StepBatches
+from ..analysis.regression import Reference
 from ..analysis.summary import percentile
 from ..channel.text import safe_text
 from ..model import BASELINE_VERSION, BadValue, Baseline, Cycle, PhaseRow, StepTimes, from_json, num, to_json
-from .state import new_step_times
 
 FORMAT = "tuimon-baseline"
-MAX_SAMPLES = 5000  # step times kept: the distribution compared against (the newest ones)
+MAX_SAMPLES = 5000  # step times kept (the newest): their median and p95 are compared beside the mean
+MAX_BATCHES = 5000  # batches kept (the newest): ~1.4 h of fast steps
 ACTIVITY_FIELDS = ("sm_active", "tensor_active", "dram_bw", "util_gpu")
 
 
@@ -26,19 +28,25 @@ class BaselineError(Exception):
 
 
 class BaselineBuilder:
-    """Folds cycles into a Baseline. Per-window numbers (phases, data wait, throughput) are
-    averaged weighted by the steps each cycle added, so a long run counts every part of itself."""
+    """Folds cycles into a Baseline. The step time is counted exactly (batches.py: every step past
+    the job's warm-up, its time end to end); per-window numbers (phases, data wait, counters, the
+    GPU's step time) are averaged weighted by the steps each cycle added, so a long run counts
+    every part of itself."""
 
     def __init__(self, source: str):
         self.source = source
         self.step_ms: deque[float] = deque(maxlen=MAX_SAMPLES)
-        self.steps = 0
-        self._last_steps = 0
+        self.batches = StepBatches(MAX_BATCHES)
         self._weighted: dict[str, list[float]] = {}  # key -> [sum of value * steps, steps]
-        self._gpu_step_ms: list[float] = []
+        self._peak: int | None = None
         self._activity: dict[str, list[float]] = {f: [] for f in ACTIVITY_FIELDS}
         self._gpu_models: set[str] = set()
         self._training = None
+
+    @property
+    def steps(self) -> int:
+        """Steps measured past the job's warm-up (the open batch's too)."""
+        return self.batches.counted
 
     def _add(self, key: str, value, weight: int) -> None:
         if value is None:
@@ -54,24 +62,26 @@ class BaselineBuilder:
     def add(self, c: Cycle) -> None:
         t = c.training
         if t is not None:
-            added, self._last_steps = new_step_times(self._last_steps, t), t.steps
-            warmup = int(T.REGRESSION_WARMUP_STEPS.value) - (t.steps - len(added))  # of these, the job's first steps
-            if warmup > 0:
-                added = added[warmup:]  # (left out of windows too: see regression.past_warmup)
-            self.step_ms.extend(added)
-            self.steps += len(added)
-            self._training = t
-            n = len(added)
-            if n:
-                self._add("steps_per_s", t.steps_per_s, n)
+            before = self.batches.counted
+            self.batches.add(t)
+            n = self.batches.counted - before  # (steps past the warm-up this cycle)
+            if n > 0:
+                self.step_ms.extend(self.batches.added)
+                self._training = t
                 self._add("data_wait_share", t.data_wait_share, n)
                 for ph in t.phases:
                     self._add("phase:" + ph.name, ph.mean_ms, n)
                     self._add("share:" + ph.name, ph.share, n)
                 for name, per_s in t.throughput_per_s.items():
-                    self._add("count:" + name, per_s, n)
-                if t.gpu is not None and t.gpu.step_ms is not None:
-                    self._gpu_step_ms.append(t.gpu.step_ms)
+                    if t.steps_per_s:  # (per step, then per second of the run's own steps)
+                        self._add("count:" + name, per_s / t.steps_per_s, n)
+                if t.gpu is not None:
+                    gpu = t.gpu.step_mean_ms if t.gpu.step_mean_ms is not None else t.gpu.step_ms
+                    self._add("gpu_step_ms", gpu, n)
+            if t.memory is not None and t.memory.peak_allocated:  # (the allocator's peak so far: warm-up too)
+                self._peak = max(self._peak or 0, t.memory.peak_allocated)
+            if self._training is None:
+                self._training = t
         gpus = c.gpus or []
         used = [g for g in gpus if g.uses_target] or ([] if t is not None else gpus)
         for g in used:
@@ -83,18 +93,23 @@ class BaselineBuilder:
                     self._activity[f].append(v)
 
     def build(self) -> Baseline:
+        batches = list(self.batches.batches)
+        need = int(T.REGRESSION_BATCHES.value)
+        if len(batches) < need:
+            seen = sum(b.ms for b in batches) / 1e3 + self.batches.open.ms / 1e3
+            raise BaselineError(f"only {seen:.1f} s of steps ({self.steps:,} step{'s' if self.steps != 1 else ''}) seen "
+                                f"past the job's warm-up (its first {T.REGRESSION_WARMUP_S.value:g} s and "
+                                f"{T.REGRESSION_WARMUP_STEPS.value:g} steps): a baseline needs {need} batches of "
+                                f"{T.REGRESSION_BATCH_S.value:g} s of steps or one step each (a job with steps: "
+                                "optimizer.step() or tuimon.step(); or measure longer)")
         samples = list(self.step_ms)
-        if len(samples) < T.REGRESSION_MIN_STEPS.value:
-            raise BaselineError(f"only {len(samples)} step{'s' if len(samples) != 1 else ''} seen past the job's "
-                                f"first {T.REGRESSION_WARMUP_STEPS.value:g} (its warm-up): a baseline needs at least "
-                                f"{T.REGRESSION_MIN_STEPS.value:g} (a job with steps: optimizer.step() or "
-                                "tuimon.step(); or measure longer)")
         s = sorted(samples)
         t = self._training
+        steps, ms = sum(b.steps for b in batches), sum(b.ms for b in batches)
+        mean = ms / steps
         phase_names = [k[6:] for k in self._weighted if k.startswith("phase:")]
         phases = [PhaseRow(p, round(self._mean("share:" + p) or 0.0, 4), round(self._mean("phase:" + p) or 0.0, 3))
                   for p in phase_names]
-        gpu_step = sorted(self._gpu_step_ms)
         return Baseline(
             version=BASELINE_VERSION,
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -104,15 +119,19 @@ class BaselineBuilder:
             gpu_models=sorted(self._gpu_models),
             rank=t.rank if t is not None else None,
             world_size=t.world_size if t is not None else None,
-            steps=self.steps,
+            steps=steps,
             step_time_ms=StepTimes(round(percentile(s, 50), 3), round(percentile(s, 95), 3),
-                                   round(percentile(s, 99), 3), round(sum(s) / len(s), 3), round(samples[-1], 3)),
-            steps_per_s=_round(self._mean("steps_per_s"), 3),
-            throughput_per_s={k[6:]: round(self._mean(k), 3) for k in self._weighted if k.startswith("count:")},
+                                   round(percentile(s, 99), 3), round(mean, 3), round(samples[-1], 3)),
+            steps_per_s=round(1e3 / mean, 3),
+            throughput_per_s={k[6:]: round(self._mean(k) * 1e3 / mean, 3) for k in self._weighted
+                              if k.startswith("count:")},
             data_wait_share=_round(self._mean("data_wait_share"), 4),
             phases=phases,
-            gpu_step_ms=round(percentile(gpu_step, 50), 3) if gpu_step else None,
+            gpu_step_ms=_round(self._mean("gpu_step_ms"), 3),
             gpu_activity={f: round(sum(v) / len(v), 1) for f, v in self._activity.items() if v},
+            batch_steps=[b.steps for b in batches],
+            batch_ms=[b.ms for b in batches],
+            peak_allocated=self._peak,
         )
 
 
@@ -167,10 +186,13 @@ def load(path: str) -> Baseline:
         b = from_json(Baseline, doc)
     except BadValue as e:
         raise BaselineError(f"{path} is a damaged baseline: {e}") from None
-    good = [v for v in b.step_ms if v > 0 and v == v and v != float("inf")]
-    if len(good) < T.REGRESSION_MIN_STEPS.value:
-        raise BaselineError(f"{path} holds {len(good)} usable step times: too few to compare against "
-                            f"(at least {T.REGRESSION_MIN_STEPS.value:g})")
+    if len(b.batch_steps) != len(b.batch_ms):
+        raise BaselineError(f"{path} is a damaged baseline: {len(b.batch_steps)} batch step counts for "
+                            f"{len(b.batch_ms)} batch times")
+    usable = Reference(b).batches
+    if usable < T.REGRESSION_BATCHES.value:
+        raise BaselineError(f"{path} holds {usable} usable batches of steps: too few to compare against "
+                            f"(at least {T.REGRESSION_BATCHES.value:g})")
     return b
 
 
@@ -179,11 +201,12 @@ def describe(b: Baseline) -> str:
     st = b.step_time_ms
     lines = [f"baseline of {safe_text(' '.join(b.command), 200) or '(command unknown)'}",
              f"  measured {safe_text(b.created, 40)} from {safe_text(b.source, 200)}; {b.steps:,} steps "
-             f"({len(b.step_ms):,} kept)"]
+             f"past the warm-up, in {len(b.batch_steps) or len(b.step_ms):,} {'batches' if b.batch_steps else 'kept'}"]
     if b.gpu_models:
         lines.append(f"  GPU: {safe_text(', '.join(b.gpu_models), 200)}")
     if st is not None:
-        lines.append(f"  step time p50 {st.p50:.2f} ms, p95 {st.p95:.2f}, p99 {st.p99:.2f}, mean {st.mean:.2f}")
+        gpu = f"; GPU {b.gpu_step_ms:.2f} ms/step (CUDA events)" if b.gpu_step_ms is not None else ""
+        lines.append(f"  step time mean {st.mean:.2f} ms{gpu}; p50 {st.p50:.2f}, p95 {st.p95:.2f}, p99 {st.p99:.2f}")
     rates = []
     if b.steps_per_s is not None:
         rates.append(f"{b.steps_per_s:.2f} steps/s")
@@ -194,6 +217,8 @@ def describe(b: Baseline) -> str:
         lines.append("  " + ", ".join(rates))
     if b.phases:
         lines.append("  phases: " + ", ".join(f"{safe_text(p.name, 24)} {p.mean_ms:.2f} ms ({p.share:.0%})" for p in b.phases))
+    lines.append(f"  peak memory {b.peak_allocated / 2**30:.2f} GiB (the caching allocator's peak allocated)"
+                 if b.peak_allocated else "  no peak memory (no CUDA allocator numbers: a CPU job)")
     if b.gpu_activity:
         lines.append("  GPU activity: " + ", ".join(f"{safe_text(k, 24)} {v:.0f}%" for k, v in b.gpu_activity.items()))
     return "\n".join(lines)

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field, replace
 
 from ..analysis import ranks as job_ranks
 from ..analysis import stall as loop_stall
+from ..analysis import thresholds as T
+from ..analysis.batches import StepBatches
 from ..analysis.diagnosis import Verdict, diagnose
 from ..analysis.ending import job_end
 from ..analysis.regression import Reference, compare
@@ -50,19 +52,11 @@ class _Column:
 
     gpu: dict[int, dict[str, list]] = field(default_factory=dict)
     step_ms: list[float] = field(default_factory=list)
-    gpu_step_ms: list[float] = field(default_factory=list)  # the window's GPU step time, per cycle
+    gpu_step_ms: list[float] = field(default_factory=list)  # the window's mean GPU step time, per cycle
 
 
 def _mean(values: list) -> float | None:
     return sum(values) / len(values) if values else None
-
-
-def _median(values: list) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
 @dataclass(frozen=True)
@@ -80,7 +74,7 @@ class View:
     problems: dict[str, str] = field(default_factory=dict)  # source -> reason, as of the last cycle
     channel: str | NA | None = None  # the segment read, or why there is none
     shown_why: str | None = None  # why the process shown is not the one asked for
-    step_columns: list = field(default_factory=list)  # median step time per COLUMN_S (None: no step ended)
+    step_columns: list = field(default_factory=list)  # mean step time per COLUMN_S (None: no step ended)
     gpu_step_columns: list = field(default_factory=list)  # the GPU side of the step, per COLUMN_S
     nvml_memory: tuple = (None, None)  # (bytes NVML counts for the target's processes, total of its GPUs)
     host: HostSample | None = None
@@ -131,7 +125,8 @@ class MonitorState:
         self._columns: deque[_Column] = deque(maxlen=COLUMNS)
         self._column_id: int | None = None
         self.baseline = baseline
-        self._reference = Reference(baseline[1].step_ms) if baseline is not None else None
+        self._reference = Reference(baseline[1]) if baseline is not None else None
+        self._batches = StepBatches(int(T.REGRESSION_BATCHES.value))  # the job's newest steps, for the comparison
         self._comparison: Comparison | None = None
         self._regression_since: int | None = None  # the cycle time (ns) the regression was first seen
         self.ranks: list[RankRow] = []
@@ -168,8 +163,10 @@ class MonitorState:
                 self._last_step = 0  # another process shown (another rank): its own step count
                 self._step_ms.clear()
             col.step_ms.extend(self._add_steps(c.training))
-            if c.training.gpu is not None and c.training.gpu.step_ms is not None:
-                col.gpu_step_ms.append(c.training.gpu.step_ms)
+            g = c.training.gpu
+            gpu_ms = None if g is None else g.step_mean_ms if g.step_mean_ms is not None else g.step_ms
+            if gpu_ms is not None:
+                col.gpu_step_ms.append(gpu_ms)
             self.training = c.training
         if c.capture is not None:
             self.capture = c.capture
@@ -188,14 +185,15 @@ class MonitorState:
         if c.ranks or c.training is not None:
             self.ranks = list(c.ranks)
         if self.baseline is not None:
+            self._batches.add(c.training)
             self._compare(c.t)
 
     def _compare(self, t_ns: int) -> None:
         """Once per cycle (not per view): the comparison sorts the baseline's steps."""
         file, baseline = self.baseline
         models = [s.name for i in self.target_gpus() if isinstance((s := self.gpus[i]).name, str)]
-        cmp = compare(baseline, file, self.training, models, self._reference)
-        if cmp.state != "regression":
+        cmp = compare(baseline, file, self.training, self._batches, models, self._reference)
+        if not cmp.regressed:
             self._regression_since = None
         else:
             if self._regression_since is None:
@@ -220,8 +218,8 @@ class MonitorState:
         return View(self.training, self.process, gpus, list(self._step_ms),
                     self._verdict(straggler, comm_share, ended), self.target_gpus(), self.gpu_note, paused,
                     self.capture, [self.captures[k] for k in sorted(self.captures)], dict(self.problems), self.channel,
-                    self.shown_why, [_median(c.step_ms) for c in self._columns],
-                    [_median(c.gpu_step_ms) for c in self._columns], self._nvml_memory(), self.host,
+                    self.shown_why, [_mean(c.step_ms) for c in self._columns],
+                    [_mean(c.gpu_step_ms) for c in self._columns], self._nvml_memory(), self.host,
                     self.job_log, list(self.job_tail), self._comparison, list(self.ranks),
                     straggler, comm_share, ended, loop_stall.check(self.training))
 

@@ -154,12 +154,14 @@ def header(view: View, source_label: str, rates: View | None = None, width: int 
         rest.append(f" · rank {t.rank}/{t.world_size}", "dim")
     if t:
         rest.append(f" · up {duration(t.uptime_s)} · step {t.steps:,}")
-        rates = [f" · {r.steps_per_s:.3g} steps/s"] if r.steps_per_s else []
+        rates = [f" · {step_time(r.step_time_ms.mean)}/step{_gpu_beside(r)}"] if r.step_time_ms else []
+        if r.steps_per_s:  # (the same number, inverted: beside it)
+            rates = [rates[0] + f" ({r.steps_per_s:.3g}/s)"] if rates else [f" · {r.steps_per_s:.3g} steps/s"]
         rates += [f" · {per_s:,.0f} {safe_text(str(name), 24)}/s" for name, per_s in list(r.throughput_per_s.items())[:2]]
         if view.stall is not None and view.stall.stalled:  # (the rates are the steps before it stopped)
             rates = [f" · no step for {seconds(view.stall.quiet_s)}"]
         fixed = len(exited) + (len(how) if exited else 0) + len(paused)
-        for rate in rates:  # a narrow terminal keeps what fits, steps/s first
+        for rate in rates:  # a narrow terminal keeps what fits, the step time first
             if not width or 7 + 12 + len(f"PID {pid} ") + len(rest.plain) + fixed + len(rate) <= width:
                 rest.append(rate)
     optional = {"label": f"  [{source_label}]", "kept": kept, "at": at}
@@ -187,6 +189,12 @@ def header(view: View, source_label: str, rates: View | None = None, width: int 
         out.truncate(width - 1)
         out.append("…")
     return out
+
+
+def _gpu_beside(t) -> str:
+    """The GPU's time per step (CUDA events), beside the host's: ' (GPU 69.3 ms)'."""
+    ms = t.gpu.step_mean_ms if t.gpu is not None else None
+    return f" (GPU {step_time(ms)})" if ms is not None else ""
 
 
 def ended_panel(view: View, lines: int = 8) -> Text:
@@ -248,7 +256,27 @@ def clamp(head: Text, tail: Text, width: int, lines: int) -> Text:
     return cut(space if space > lo - 20 and space > 0 else lo)
 
 
-BASELINE_STYLE = {"regression": "bold red", "faster": "bold green", "same": "bold green", "too few steps": "dim"}
+BASELINE_STYLE = {"regression": "bold red", "faster": "bold green", "same": "bold green", "collecting": "dim"}
+
+
+def step_time(ms: float) -> str:
+    """A step time as people read it: 0.84 ms, 80.8 ms, 2.00 s."""
+    return f"{ms:.2f} ms" if ms < 10 else f"{ms:.1f} ms" if ms < 1000 else f"{ms / 1e3:.2f} s"
+
+
+def vs(now: float, then: float) -> str:
+    """'161.1 ms vs 80.8', '3.01 s vs 2.00': the unit once, the baseline's in the same unit."""
+    if now >= 1000 or then >= 1000:
+        return f"{now / 1e3:.2f} s vs {then / 1e3:.2f}"
+    return f"{step_time(now)} vs {then:.2f}" if now < 10 and then < 10 else f"{step_time(now)} vs {then:.1f}"
+
+
+def peak_memory_words(c: Comparison) -> str:
+    """'peak memory +18%: 61.0 → 72.1 GiB' (empty: no allocator numbers on one side)."""
+    m = c.peak_memory
+    if m is None:
+        return ""
+    return f"peak memory {m.ratio - 1:+.0%}: {gib(m.baseline_bytes)} → {gib(m.now_bytes)} GiB"
 
 
 def baseline_panel(c: Comparison, width: int = 0) -> Text:
@@ -256,34 +284,41 @@ def baseline_panel(c: Comparison, width: int = 0) -> Text:
     most first). Each line is cut to width (0: not cut), so the panel keeps its height and a
     changed number re-sends only its cells. The p-value is shown where it decided something."""
     out = Text()
-    head = {"regression": "REGRESSION", "faster": "FASTER", "same": "AS BASELINE", "too few steps": "BASELINE"}[c.state]
-    out.append(f" {head} ", BASELINE_STYLE[c.state] + " reverse")
+    memory_grew = c.peak_memory is not None and c.peak_memory.grew
+    state = "regression" if c.regressed else c.state
+    head = {"regression": "REGRESSION", "faster": "FASTER", "same": "AS BASELINE", "collecting": "BASELINE"}[state]
+    out.append(f" {head} ", BASELINE_STYLE[state] + " reverse")
     out.append("  ")
     room = (width - len(head) - 4) if width else 10**6
     name = os.path.basename(c.file) or c.file
-    if c.state == "too few steps":
-        out.append(fit(f"{name}: {c.window_steps} recent steps, too few to compare (it takes "
-                       f"{T.REGRESSION_MIN_STEPS.value:g} past the job's first {T.REGRESSION_WARMUP_STEPS.value:g})",
-                       room), "dim")
+    held = "" if not c.since_s else f" for {c.since_s:.0f} s" if c.since_s < 120 else f" for {duration(c.since_s)}"
+    memory = ""
+    if memory_grew:
+        memory = f"{peak_memory_words(c)} from {name}{held} (bar: {T.PEAK_MEMORY_FACTOR.show()}); step time: "
+        held = ""
+    if c.state == "collecting":
+        lead = memory or f"{name}: "
+        line = fit(lead + c.progress + _warmup_words(c), room)
+        out.append(line[:len(lead)], "bold" if memory else "dim")
+        out.append(line[len(lead):], "dim")
         # (a second line, as every state has: the panel keeps its height when the comparison starts)
-        p50 = f"step p50 {c.baseline_p50_ms:.1f} ms over " if c.baseline_p50_ms is not None else ""
+        base = (f"mean step {step_time(c.baseline_mean_ms)} over {c.baseline_steps:,} steps"
+                if c.baseline_mean_ms is not None else f"{c.baseline_steps:,} steps")
         out.append("\n→ ", "bold")
-        out.append(fit(f"the baseline: {p50}{c.baseline_steps:,} steps" + "".join(f"  ({n})" for n in c.notes),
-                       (width - 2) if width else 10**6), "dim")
+        out.append(fit(f"the baseline: {base}" + "".join(f"  ({n})" for n in c.notes), (width - 2) if width else 10**6),
+                   "dim")
         return out
     change = c.ratio - 1
     if c.state == "regression":
-        held = "" if not c.since_s else f" for {c.since_s:.0f} s" if c.since_s < 120 else f" for {duration(c.since_s)}"
-        lead = f"{change:.0%} slower than {name}{held}: "
+        lead = memory + f"{change:.0%} slower than {name}{held}: "
     elif c.state == "faster":
-        lead = f"{-change:.0%} faster than {name}: "
+        lead = memory + f"{-change:.0%} faster than {name}: "
     else:
-        lead = f"no regression from {name} (bar: {T.REGRESSION_FACTOR.show()} and {T.REGRESSION_P.show()}): "
+        lead = memory or f"no regression from {name} (bar {T.REGRESSION_FACTOR.show()}, {T.REGRESSION_P.show()}): "
     p = "" if c.state == "same" else ", p < 0.001" if c.p_value < 0.001 else f", p = {c.p_value:.3f}"
-    rest = (f"step p50 {c.p50_ms:.1f} ms vs {c.baseline_p50_ms:.1f} ({change:+.0%}; last {c.window_steps} steps "
-            f"vs {c.baseline_steps:,}{p})")
+    rest = f"mean step {vs(c.mean_ms, c.baseline_mean_ms)} ({change:+.0%}; last {c.window_s:.0f} s, {c.window_steps:,} steps{p})"
     line = fit(lead + rest, room)
-    out.append(line[:len(lead)], "bold" if c.state == "regression" else "")
+    out.append(line[:len(lead)], "bold" if c.regressed else "")
     out.append(line[len(lead):])
     moved = []
     if c.gpu_grown is not None:
@@ -296,11 +331,20 @@ def baseline_panel(c: Comparison, width: int = 0) -> Text:
         moved.append(f"{safe_text(g.name, 24)} grew most: {g.baseline_ms:.1f} → {g.now_ms:.1f} ms/step "
                      f"({g.delta_ms:+.1f})")
     if c.steps_per_s is not None and c.baseline_steps_per_s:
-        moved.append(f"steps/s {c.steps_per_s:.1f} vs {c.baseline_steps_per_s:.1f}")
+        moved.append(f"steps/s {c.steps_per_s:.3g} vs {c.baseline_steps_per_s:.3g}")
+    for k, v in list(c.throughput_per_s.items())[:1]:
+        if c.baseline_throughput_per_s.get(k):
+            moved.append(f"{safe_text(k, 24)}/s {v:,.0f} vs {c.baseline_throughput_per_s[k]:,.0f}")
+    if c.p50_ms is not None and c.baseline_p50_ms is not None:
+        moved.append(f"p50 {vs(c.p50_ms, c.baseline_p50_ms)}")
+    if c.p95_ms is not None and c.baseline_p95_ms is not None:
+        moved.append(f"p95 {vs(c.p95_ms, c.baseline_p95_ms)}")
     if c.data_wait_share is not None and c.baseline_data_wait_share is not None:
         moved.append(f"data wait {c.data_wait_share:.0%} vs {c.baseline_data_wait_share:.0%}")
     if c.gpu_step_ms is not None and c.baseline_gpu_step_ms is not None and c.gpu_grown is None:
         moved.append(f"GPU step {c.gpu_step_ms:.1f} vs {c.baseline_gpu_step_ms:.1f} ms")
+    if c.peak_memory is not None and not memory_grew:
+        moved.append(peak_memory_words(c))
     notes = "".join(f"  ({note})" for note in c.notes)
     if moved or notes:
         out.append("\n→ ", "bold")
@@ -309,6 +353,14 @@ def baseline_panel(c: Comparison, width: int = 0) -> Text:
         out.append(line[:cut])
         out.append(line[cut:], "yellow")
     return out
+
+
+def _warmup_words(c: Comparison) -> str:
+    """What the warm-up is, while it lasts."""
+    if "warm-up" not in c.progress:
+        return ""
+    return (f": the job's first {T.REGRESSION_WARMUP_S.value:g} s and {T.REGRESSION_WARMUP_STEPS.value:g} steps "
+            f"are left out, then {T.REGRESSION_BATCHES.value:g} batches of {T.REGRESSION_BATCH_S.value:g} s or a step")
 
 
 def gpu_block(g: GpuView, width: int, is_target: bool, table: bool = False) -> Text:
@@ -414,11 +466,13 @@ def steps_panel(view: View, width: int, stats: View | None = None) -> Text:
                     "call or its DataLoader's next())", "dim")
     out = Text()
     source = "" if t.step_source in (None, "optimizer") else f"; a step: {STEP_SOURCE_WORDS.get(t.step_source, t.step_source)}"
-    stats = f" p50 {st.p50:.1f}  p95 {st.p95:.1f}  p99 {st.p99:.1f} ms  (last {t.window_steps} steps{source})"
+    stats = f" mean {st.mean:.1f}  p50 {st.p50:.1f}  p95 {st.p95:.1f}  p99 {st.p99:.1f} ms  (last {t.window_steps} steps{source})"
     g = t.gpu
     gpu_stats = ""
     if g is not None:
-        gpu_stats = (f" p50 {g.step_ms:.1f} ms" if g.step_ms is not None else " n/a") + f" · busy >= {g.busy_share:.0%}"
+        times = ([f"mean {g.step_mean_ms:.1f}"] if g.step_mean_ms is not None else []) + \
+            ([f"p50 {g.step_ms:.1f}"] if g.step_ms is not None else [])
+        gpu_stats = (f" {'  '.join(times)} ms" if times else " n/a") + f" · busy >= {g.busy_share:.0%}"
         if g.lag_ms is not None:
             gpu_stats += f" · {g.lag_ms:.1f} ms queued at step end"
     series = view.step_columns or view.step_ms

@@ -33,7 +33,7 @@ class MainScreen(Screen):
             yield Static(Text("Ranks · * in detail below · n: next rank", "bold"), classes="title", id="ranks-title")
             yield Panel(id="ranks", classes="box")
             for wid, title in (("gpus", f"GPUs · a column is {COLUMN_S} s"),
-                               ("steps", f"Step time · a column is the median of {COLUMN_S} s"),
+                               ("steps", f"Step time · a column is the mean of {COLUMN_S} s"),
                                ("breakdown", "Where the step goes"), ("process", "Process"), ("capture", "Capture")):
                 yield Static(Text(title, "bold"), classes="title")
                 yield Panel(id=wid, classes="box")
@@ -80,8 +80,9 @@ class MainScreen(Screen):
         base = q("#baseline", Panel)
         if base.display != (slow.baseline is not None):
             base.display = slow.baseline is not None
-        if slow.baseline is not None:
-            base.show(render.baseline_panel(slow.baseline, base.text_width))
+        if slow.baseline is not None:  # (while collecting, its progress as it goes)
+            shown = view.baseline if view.baseline is not None and view.baseline.state == "collecting" else slow.baseline
+            base.show(render.baseline_panel(shown, base.text_width))
         ranks = q("#ranks", Panel)
         if ranks.display != (len(slow.ranks) > 1):
             ranks.display = q("#ranks-title", Static).display = len(slow.ranks) > 1
@@ -97,8 +98,8 @@ class MainScreen(Screen):
         q("#capture", Panel).show(render.capture_panel(view, self.app.capture_steps))
 
 
-def _baseline_state(view: View) -> str | None:
-    return view.baseline.state if view.baseline is not None else None
+def _baseline_state(view: View) -> tuple | None:
+    return (view.baseline.state, view.baseline.regressed) if view.baseline is not None else None
 
 
 SLOW_S = COLUMN_S  # window statistics are redrawn this often (or at once when the verdict changes)
