@@ -11,6 +11,7 @@ from .capture import CaptureStatus, CaptureSummary
 from .codec import BadValue, from_json, to_json
 from .cycle import Cycle
 from .gpu import GpuProcess, GpuSample
+from .outside import OUTSIDE_PHASE, OutsideLines
 from .process import HostSample, ProcessSample, ProcRow
 from .training import (
     CommTimes,
@@ -32,6 +33,7 @@ from .values import NA, is_na, num, reason
 
 __all__ = [
     "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "CommTimes", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "HotLine", "JobEnd", "Memory",
+    "OUTSIDE_PHASE", "OutsideLines",
     "PhaseRow", "ProcRow", "ProcessSample", "RangeRow", "RankRow", "StepInProgress", "StepTimes", "Straggler", "SyncSite", "Syncs", "TrainingSnapshot",
     "from_json", "is_na", "num", "reason", "to_json",
 ]

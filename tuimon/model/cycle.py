@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from .capture import CaptureStatus
 from .gpu import GpuSample
+from .outside import OutsideLines
 from .process import HostSample, ProcessSample
 from .training import RankRow, TrainingSnapshot
 from .values import NA
@@ -27,3 +28,4 @@ class Cycle:
     job_log: str | None = None  # where the output of a job tuimon launched goes
     job_tail: list[str] = field(default_factory=list)  # its last lines, once it has exited
     ranks: list[RankRow] = field(default_factory=list)  # every rank of the job on this node (2 or more)
+    outside: OutsideLines | None = None  # no channel: the main thread sampled from outside (attach), else None
