@@ -251,14 +251,14 @@ def test_a_recorder_that_hangs_is_killed_and_said(tmp_path, monkeypatch, sleeper
     hang.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "py-spy 0.0"; exit 0; }\nsleep 1000\n')
     hang.chmod(0o755)
     monkeypatch.setattr(pyspy, "GRACE_S", 1.0)
-    s = pyspy.OutsideSampler(sleeper.pid, round_s=1, exe=str(hang)).start()
+    s = pyspy.OutsideSampler(sleeper.pid, first_round_s=1, exe=str(hang)).start()
     try:
         failed = wait_for(lambda: s.latest().state == "failed" and s.latest(), timeout=30, what="the round's timeout")
         assert failed.why == "py-spy did not end a 1 s recording within 2 s (killed; trying again)", failed.why
         assert not pyspy_children()  # (killed; the next round comes after RETRY_S)
     finally:
         s.stop()
-    s2 = pyspy.OutsideSampler(sleeper.pid, round_s=1, exe=str(hang)).start()
+    s2 = pyspy.OutsideSampler(sleeper.pid, first_round_s=1, exe=str(hang)).start()
     wait_for(lambda: len(pyspy_children()) >= len(pyspy.MODES), what="the hanging recorders")
     started = time.monotonic()
     s2.stop()
@@ -296,7 +296,7 @@ RAW = {  # one round of planted-like stacks: the main thread (TID == PID) and a 
 def test_raw_stacks_become_lines_of_the_jobs_own_code_with_how_the_thread_was():
     s = pyspy.OutsideSampler(100)
     s._cwd = "/job"
-    s._add({mode: (raw, "Samples: 100 Errors: 3") for mode, raw in RAW.items()})
+    s._add({mode: (raw, "Samples: 100 Errors: 3") for mode, raw in RAW.items()}, 2)
     o = s.latest()
     assert (o.state, o.samples, o.threads, o.thread, o.errors) == ("sampling", 50, 2, "MainThread", 3)
     lines = {h.line: h for h in o.hot_lines}
@@ -313,7 +313,7 @@ def test_odd_raw_lines_are_skipped_and_a_thread_in_native_code_only_is_counted()
     s._cwd = "/"  # (a job running in /: its files relative to it)
     raw = ("garbage\nthread (7): MainThread 5\nthread (7): MainThread;weird frame 2\n"
            "thread (0x7F00): MainThread;f (/a b (c)/x.py:3) 3\nthread (8): other;f (/x.py:1) notanumber\n")
-    s._add({"all": (raw, "")})
+    s._add({"all": (raw, "")}, 2)
     o = s.latest()
     assert o.samples == 10 and o.threads == 2  # (a hex thread id: a Python without native ids, named MainThread)
     assert {h.line: h.samples for h in o.hot_lines} == {"(no Python frame)": 7, "a b (c)/x.py:3 in f": 3}
@@ -326,7 +326,7 @@ def test_odd_raw_lines_are_skipped_and_a_thread_in_native_code_only_is_counted()
 def test_view_json_and_panels_show_the_lines_from_outside():
     s = pyspy.OutsideSampler(100)
     s._cwd = "/job"
-    s._add({mode: (raw, "") for mode, raw in RAW.items()})
+    s._add({mode: (raw, "") for mode, raw in RAW.items()}, 2)
     state = MonitorState()
     from tuimon.model import NA
     state.apply(Cycle(1, ProcessSample(100, 1), channel=NA("PID 100 has no tuimon channel"), outside=s.latest()))

@@ -2,8 +2,9 @@
 lines it spends its time at, and how it was there (running Python, in a native call, blocked).
 
 py-spy writes what it recorded only when it ends, so sampling goes in rounds: one `py-spy record
---format raw` of ROUND_S seconds, then the next; the lines shown are the last WINDOW_ROUNDS
-rounds'. A round runs three recorders over the same seconds, which keep different samples:
+--format raw` of FIRST_ROUND_S seconds (the first lines soon), then ROUND_S each (a recorder's
+start, ~13 ms of CPU, is paid less often); the lines shown are the last WINDOW_S seconds' rounds.
+A round runs three recorders over the same seconds, which keep different samples:
   all     (--idle)  every sample of the thread: each line's share of its time
   active  (default) the samples where the OS says the thread runs (py-spy's idle test)
   gil     (--gil)   the samples where it holds the GIL: running Python
@@ -12,9 +13,10 @@ split the probe's own sampler makes (probe/sampler.py).
 
 --nonblocking: py-spy reads the job's memory while it runs (process_vm_readv) rather than stopping
 every thread for each sample: the job pays nothing; now and then a stack read mid-change is an
-error py-spy counts and leaves out. RATE_HZ 25: a 2 s round holds 50 samples of the thread, and
-HOT_MIN_SAMPLES (20) lets the first round name lines, within 5 s of attaching; each recorder costs
-~1% of a core at that rate (benchmarks/attach_pyspy_cost.py measures both sides).
+error py-spy counts and leaves out. RATE_HZ 25: the first round's 2 s hold 50 samples of the
+thread, past HOT_MIN_SAMPLES (20), so lines come within 5 s of attaching, and a 10 s window holds
+~250 (a share within ~0.03); each recorder costs ~0.7% of a core at that rate
+(benchmarks/attach_pyspy_cost.py measures both sides).
 
 Everything here runs on the sampler's own thread; a recorder that outlives its round by GRACE_S is
 killed, and stop() kills the ones running."""
@@ -41,8 +43,8 @@ from ..channel.text import safe_text
 from ..model import OUTSIDE_PHASE, HotLine, OutsideLines
 
 RATE_HZ = 25
-ROUND_S = 2  # whole seconds: py-spy's --duration
-WINDOW_ROUNDS = 5  # the lines shown are the last 10 s's
+FIRST_ROUND_S, ROUND_S = 2, 4  # whole seconds: py-spy's --duration
+WINDOW_S = 10  # the lines shown are the last rounds' within this span (the newest round at least)
 GRACE_S = 10.0  # a recorder still running this long after its round is killed
 RETRY_S = 10.0  # after py-spy failed (not Python yet, no permission), try again this much later
 MAX_LINES = 30  # lines kept in a snapshot, the largest first
@@ -79,6 +81,7 @@ class _Round:
     threads: int
     thread: str | None
     errors: int
+    seconds: float
 
 
 @dataclass(frozen=True)
@@ -92,11 +95,11 @@ class OutsideSampler:
     """Samples pid's main thread with py-spy, round after round, on a thread of its own. latest()
     is the last window's lines, or why there are none; start() once, stop() to end it."""
 
-    def __init__(self, pid: int, rate_hz: int = RATE_HZ, round_s: int = ROUND_S, rounds: int = WINDOW_ROUNDS,
-                 nonblocking: bool = True, exe: str | None = None):
-        self.pid, self.rate_hz, self.round_s, self.nonblocking, self.exe = pid, rate_hz, round_s, nonblocking, exe
+    def __init__(self, pid: int, rate_hz: int = RATE_HZ, round_s: int = ROUND_S, first_round_s: int = FIRST_ROUND_S,
+                 window_s: float = WINDOW_S, nonblocking: bool = True, exe: str | None = None):
+        self.pid, self.rate_hz, self.nonblocking, self.exe = pid, rate_hz, nonblocking, exe
+        self.round_s, self.first_round_s, self.window_s = round_s, first_round_s, window_s
         self._rounds: list[_Round] = []
-        self._keep = rounds
         self._stop = threading.Event()
         self._running: list[subprocess.Popen] = []
         self._lock = threading.Lock()  # guards _running between this thread and stop()
@@ -107,7 +110,7 @@ class OutsideSampler:
         self.tool = "py-spy"
         self._latest = OutsideLines(pid=pid, state="starting", rate_hz=float(rate_hz),
                                     why=f"py-spy reads the main thread {rate_hz} times a second; the first lines "
-                                        f"come after {round_s} s")
+                                        f"come after {first_round_s} s")
         self.rounds_done = 0
 
     def latest(self) -> OutsideLines:
@@ -156,6 +159,7 @@ class OutsideSampler:
 
     def _round(self, exe: str, workdir: str) -> str | None:
         """One round of every recorder; None, or why py-spy could not sample."""
+        seconds = self.round_s if self.rounds_done else self.first_round_s
         procs: dict[str, tuple[subprocess.Popen, str, str]] = {}
         env = {**os.environ, "RUST_BACKTRACE": "0"}  # (its message, not a Rust backtrace)
         with self._lock:
@@ -166,7 +170,7 @@ class OutsideSampler:
                 for path in (out, log):
                     if os.path.exists(path):
                         os.unlink(path)
-                cmd = [exe, "record", "--pid", str(self.pid), "--duration", str(self.round_s), "--rate",
+                cmd = [exe, "record", "--pid", str(self.pid), "--duration", str(seconds), "--rate",
                        str(self.rate_hz), "--format", "raw", "--output", out, "--threads", "--full-filenames",
                        *(["--nonblocking"] if self.nonblocking else []), *flags]
                 with open(log, "wb") as logf:
@@ -174,13 +178,13 @@ class OutsideSampler:
                                          start_new_session=True)  # (a Ctrl-C at the terminal is tuimon's to handle)
                 procs[mode] = (p, out, log)
                 self._running.append(p)
-        deadline = time.monotonic() + self.round_s + GRACE_S
+        deadline = time.monotonic() + seconds + GRACE_S
         try:
             while any(p.poll() is None for p, _, _ in procs.values()):
                 if self._stop.wait(0.05):
                     return None
                 if time.monotonic() > deadline:
-                    return (f"py-spy did not end a {self.round_s} s recording within {self.round_s + GRACE_S:.0f} s "
+                    return (f"py-spy did not end a {seconds} s recording within {seconds + GRACE_S:.0f} s "
                             "(killed; trying again)")
         finally:
             with self._lock:
@@ -195,10 +199,10 @@ class OutsideSampler:
                     return self._why_failed(text)
                 continue  # (without it, no split of how the thread was)
             results[mode] = (_read(out, 64 * 2**20), text)
-        self._add(results)
+        self._add(results, seconds)
         return None
 
-    def _add(self, results: dict[str, tuple[str, str]]) -> None:
+    def _add(self, results: dict[str, tuple[str, str]], seconds: float) -> None:
         counts: dict[str, Counter] = {}
         threads, thread, errors = 0, None, 0
         for mode, (raw, log) in results.items():
@@ -208,7 +212,10 @@ class OutsideSampler:
                 threads, thread = n, name
                 m = _SAMPLES.search(log)
                 errors = int(m.group(2)) if m else 0
-        self._rounds = (self._rounds + [_Round(counts, threads, thread, errors)])[-self._keep:]
+        rounds = self._rounds + [_Round(counts, threads, thread, errors, seconds)]
+        while len(rounds) > 1 and sum(r.seconds for r in rounds) > self.window_s:
+            rounds.pop(0)
+        self._rounds = rounds
         self.rounds_done += 1
         self._publish("sampling", "")
 
@@ -261,7 +268,7 @@ class OutsideSampler:
                                  waiting=round(waiting, 3)))
         last = rounds[-1] if rounds else None
         self._latest = OutsideLines(pid=self.pid, state=state, why=why, tool=self.tool, rate_hz=float(self.rate_hz),
-                                    seconds=float(len(rounds) * self.round_s), samples=n,
+                                    seconds=float(sum(r.seconds for r in rounds)), samples=n,
                                     threads=last.threads if last else 0, thread=last.thread if last else None,
                                     errors=sum(r.errors for r in rounds), hot_lines=lines)
 
