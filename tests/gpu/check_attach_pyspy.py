@@ -76,7 +76,7 @@ def one(kind, out, device):
         view = state.view()
         o = view.outside
         row.update(lines_after_s=first, samples=o.samples if o else 0, state=o.state if o else None,
-                   why=o.why if o else None, verdict=f"{view.verdict.code}: {view.verdict.headline}",
+                   why=o.why if o else None, verdict=view.verdict.headline,
                    evidence=view.verdict.evidence, next_step=view.verdict.next_step,
                    top=o.hot_lines[0].line if o and o.hot_lines else None,
                    top_share=o.hot_lines[0].share if o and o.hot_lines else None)

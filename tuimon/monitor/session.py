@@ -148,7 +148,8 @@ class LiveSession:
                                               for r in process.procs])
         return Cycle(t, process, gpus, training, capture, self.channel,
                      view.source.reader.info.pid if view is not None and self.shown_why else None,
-                     self.shown_why, problems, note, host, self.job_log, self._tail(process), rows, outside)
+                     self.shown_why, problems, note, host, self.job_log, self._tail(process), rows,
+                     outside=outside)
 
     def _outside_lines(self, view: TrainingView | None, process):
         """No channel: the main thread's lines, sampled from outside (a sampler of its own, started at

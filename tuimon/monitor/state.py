@@ -228,7 +228,7 @@ class MonitorState:
                     self.shown_why, [_median(c.step_ms) for c in self._columns],
                     [_median(c.gpu_step_ms) for c in self._columns], self._nvml_memory(), self.host,
                     self.job_log, list(self.job_tail), self._comparison, list(self.ranks),
-                    straggler, comm_share, ended, loop_stall.check(self.training), self.outside)
+                    straggler, comm_share, ended, loop_stall.check(self.training), outside=self.outside)
 
     def _job_end(self) -> JobEnd | None:
         """How the process ended, once its sampler saw it gone (or its channel says it exited)."""

@@ -521,7 +521,9 @@ def outside_words(o) -> str:
     outside by py-spy 0.4.2 at 25 Hz · 480 samples over the last 10 s'."""
     name = f" ({safe_text(o.thread, 30)})" if o.thread else ""
     span = f" · {o.samples:,} samples over the last {o.seconds:.0f} s" if o.samples else ""
-    return f"main thread{name} of PID {o.pid}, sampled from outside by {safe_text(o.tool, 40)} at {o.rate_hz:g} Hz{span}"
+    others = f" · {o.threads - 1} other Python thread{'s' if o.threads > 2 else ''}" if o.threads > 1 else ""
+    return (f"main thread{name} of PID {o.pid}, sampled from outside by {safe_text(o.tool, 40)} at {o.rate_hz:g} Hz"
+            f"{span}{others}")
 
 
 def outside_panel(view: View, width: int, lines: int = 3) -> Text:
