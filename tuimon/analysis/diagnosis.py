@@ -554,7 +554,8 @@ def rule_outside(c: _Context) -> Rule:
     lines = Check("main thread samples (py-spy)", str(e.outside_samples), f">= {T.HOT_MIN_SAMPLES.show()}",
                   e.outside_samples >= T.HOT_MIN_SAMPLES.value if e.outside else None, T.HOT_MIN_SAMPLES.source)
     fired = not e.has_channel and e.outside
-    return Rule("outside", "From outside (no probe: NVML and py-spy)", fired, [c.busy_check(), lines],
+    return Rule("outside", "From outside (no probe: NVML and py-spy)", fired,
+                [c.busy_check(), lines] if not e.has_channel else [],  # (with the probe: nothing to check)
                 f"no channel: {c.gpu_words()}, main thread {_main_words(e) or 'not sampled yet'}; " + ANATOMY
                 if fired else "the loop's own timings are read" if e.has_channel else "not sampled from outside")
 
