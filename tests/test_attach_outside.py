@@ -135,7 +135,10 @@ async def test_the_tui_shows_the_lines_from_outside_and_h_lists_them(tmp_path):
     job, _ = start_hotspot(tmp_path)
     session = LiveSession(job.pid, 0.5, outside=True)
     app = make_app(session, "attached")
-    shown = lambda wid: app.screen.query_one(wid, Panel)._last.plain  # noqa: E731
+    def shown(wid):  # (a panel not drawn yet shows nothing)
+        last = app.screen.query_one(wid, Panel)._last
+        return last.plain if last is not None else ""
+
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             end = time.monotonic() + 30
