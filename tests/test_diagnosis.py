@@ -4,10 +4,19 @@ import pytest
 
 from tuimon.analysis import thresholds as T
 from tuimon.analysis.diagnosis import Evidence, diagnose
-from tuimon.model import to_json
+from tuimon.model import OUTSIDE_PHASE, HotLine, to_json
 
 HOST = dict(steps=50, step_ms=40.0, data_share=0.01, phases={"forward": 0.3, "backward": 0.3, "optimizer": 0.05,
                                                                 "other": 0.35}, sync_share=0.0, sync_per_step=0.0)
+
+
+def outside_line(how: str, share: float = 0.8) -> HotLine:
+    split = {"python": (1.0, 0.0, 0.0), "native": (0.1, 0.9, 0.0), "waiting": (0.0, 0.05, 0.95)}[how]
+    return HotLine(phase=OUTSIDE_PHASE, line="train.py:41 in main · x = f(batch)", samples=int(200 * share),
+                   share=share, phase_share=share, python=split[0], native=split[1], waiting=split[2])
+
+
+OUTSIDE = dict(has_channel=False, outside=True, outside_samples=250, hot=[outside_line("python")])
 
 
 def gpm(sm, tensor=5.0, dram=10.0, fp32=2.0, fp16=1.0):
@@ -40,12 +49,20 @@ def gpm(sm, tensor=5.0, dram=10.0, fp32=2.0, fp16=1.0):
     # in the model the loop thread's CPU says nothing (on CUDA, backward runs in autograd's own thread)
     ({**HOST, **gpm(10), "loop_cpu": 40.0}, "host-bound", "host-bound: launches and Python in the model"),
     ({**HOST, **gpm(65)}, "mixed", "no single bottleneck"),
+    # no probe, sampled from outside (attach): the GPU's unit from NVML, or where the host holds it back
+    (dict(has_channel=False, outside=True, outside_why="not sampled yet"), "waiting", "no loop timings"),
+    ({**OUTSIDE, **gpm(96, tensor=93, dram=17)}, "compute-bound", "GPU compute-bound (tensor)"),
+    ({**OUTSIDE, **gpm(97, tensor=3, dram=88)}, "memory-bound", "GPU memory-bound"),
+    ({**OUTSIDE, **gpm(90, tensor=45, dram=40)}, "healthy", "healthy: the GPU is busy"),
+    ({**OUTSIDE, **gpm(10)}, "host-bound", "host-bound: the GPU waits (from outside)"),
+    ({**OUTSIDE, **gpm(65)}, "mixed", "no single bottleneck (from outside)"),
+    (OUTSIDE, "host-bound", "host-bound: no GPU seen (from outside)"),
 ])
 def test_each_class_and_its_headline(evidence, code, headline):
     v = diagnose(Evidence(**evidence))
     assert (v.code, v.headline) == (code, headline), v.evidence
     assert v.next_step and v.confidence in ("high", "medium", "low")
-    assert len(v.rules) == 13 and len({r.code for r in v.rules}) == 13
+    assert len(v.rules) == 14 and len({r.code for r in v.rules}) == 14
 
 
 def test_the_sync_rule_needs_an_idle_gpu_for_moderate_syncs():
@@ -180,3 +197,35 @@ def test_ops_counted_name_the_launches_and_where_they_come_from():
     inside = OpCounts(step=40, total=1200, by_phase={"forward": 800, "backward": 0, "optimizer": 400})
     v = diagnose(Evidence(**HOST, **gpm(10), loop_cpu=99.0, ops=inside))
     assert v.headline == "host-bound: launches and Python in the model" and "1,200 ops per step in the model" in v.next_step
+
+
+@pytest.mark.parametrize("how, words", [
+    ("python", "the main thread runs Python at train.py:41 in main · x = f(batch) (80% of its time) while the GPU "
+               "idles: move that work off the loop"),
+    ("native", "the main thread is in a native call at train.py:41"),
+    ("waiting", "the main thread is blocked at train.py:41"),
+])
+def test_a_job_without_the_probe_is_judged_from_outside_never_told_to_wait(how, words):
+    v = diagnose(Evidence(**{**OUTSIDE, "hot": [outside_line(how)]}, **gpm(12), loop_cpu=97.0))
+    assert v.code == "host-bound" and v.next_step.startswith(words), v.next_step
+    assert "main thread 80% at train.py:41" in v.evidence and "SM activity 12% (NVML)" in v.evidence
+    assert "main thread CPU 97%" in v.evidence
+    assert "needs `tuimon run`" in v.next_step and "wait for a few steps" not in v.next_step
+    rule = next(r for r in v.rules if r.code == "outside")
+    assert rule.fired and [c.passed for c in rule.checks] == [False, True]
+    waiting = next(r for r in v.rules if r.code == "waiting")
+    assert not waiting.fired and "judged from outside" in waiting.why
+
+
+def test_a_busy_gpu_from_outside_keeps_its_unit_and_says_what_needs_the_probe():
+    v = diagnose(Evidence(**OUTSIDE, **gpm(96, tensor=93, dram=17)))
+    assert v.evidence.startswith("SM activity 96% (NVML) · DRAM 17% · tensor 93% · main thread 80% at train.py:41")
+    assert v.next_step.endswith("; the loop's anatomy (data, forward, backward, optimizer, syncs) needs `tuimon run`")
+    assert v.confidence == "medium"  # (high from the GPU alone, but no loop timings beside it)
+    # py-spy could not read it: the GPU still decides, and the lines' absence is said
+    v = diagnose(Evidence(has_channel=False, outside=True, outside_why="py-spy cannot sample it", **gpm(96, tensor=93)))
+    assert v.code == "compute-bound" and "hot lines: py-spy cannot sample it" in v.evidence
+    # a channel wins: the outside rule does not fire for a job with the probe
+    v = diagnose(Evidence(**{**HOST, **gpm(96, tensor=93, dram=17)}, outside=True))
+    assert v.code == "compute-bound" and "main thread" not in v.evidence
+    assert not next(r for r in v.rules if r.code == "outside").fired

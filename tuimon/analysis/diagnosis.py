@@ -6,6 +6,8 @@ thresholds.py), so a screen can show why every rule fired or did not. Precedence
   exited                    the process has ended: how and why, as far as tuimon can know
   stalled                   no step far beyond the loop's own history (analysis/stall.py): where it waits
   not enough data
+  from outside              (no probe, `attach`) the GPU's activity (NVML) and the main thread's hot
+                            lines (py-spy): the GPU's unit, or where the host holds it back
   straggler                 (2+ ranks) one rank's own work (its step less its waits in collectives)
                             is >= 1.43x the others': they wait for it, whatever their own anatomy says
   input-bound (high)        the loop waits >= 20% of the step for data: fix that first, it hides the rest
@@ -85,6 +87,10 @@ class Evidence:
     optimizer: str | None = None  # the lead optimizer: 'SGD foreach=False fused=False params=600'
     copies: CopyTimes | None = None  # host <-> GPU copies per step
     ops: OpCounts | None = None  # the ops of the last counted step (probe/ops.py)
+    # a process without the probe (`attach`): hot holds its main thread's lines, sampled from outside
+    outside: bool = False
+    outside_samples: int = 0  # the main thread's samples (py-spy)
+    outside_why: str | None = None  # why no lines from outside yet (py-spy's failure in words, too few samples)
 
 
 @dataclass(frozen=True)
@@ -205,6 +211,8 @@ def rule_waiting(c: _Context) -> Rule:
     e = c.e
     check = _at_least("steps in the window", e.steps, T.MIN_STEPS, lambda v: f"{v}")
     if not e.has_channel:
+        if e.outside:
+            return Rule("waiting", "Not enough data", False, [check], "no channel: judged from outside (next rule)")
         return Rule("waiting", "Not enough data", True, [check], "no channel: the loop's own timings need the probe")
     fired = e.steps < T.MIN_STEPS.value or e.data_share is None
     return Rule("waiting", "Not enough data", fired, [check],
@@ -324,6 +332,7 @@ def diagnose(e: Evidence) -> Verdict:
         "exited": rule_exited(c),
         "stalled": rule_stalled(c),
         "waiting": rule_waiting(c),
+        "outside": rule_outside(c),
         "straggler": rule_straggler(c),
         "input-high": rule_input(c, high=True),
         "copy-bound": rule_copy(c),
@@ -352,6 +361,8 @@ def _verdict(key: str, c: _Context, rules: list[Rule]) -> Verdict:
         return _exited_verdict(c, rules)
     if key == "stalled":
         return _stalled_verdict(c, rules)
+    if key == "outside":
+        return _outside_verdict(c, rules)
     if key == "waiting":
         if not e.has_channel:
             return Verdict("waiting", "no loop timings", "this process has no tuimon channel",
@@ -593,3 +604,74 @@ def _stalled_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     s = c.e.stall
     confidence = "high" if s is not None and s.quiet_s >= 2 * s.limit_s else "medium"
     return Verdict("stalled", headline, evidence, step, confidence, rules)
+
+
+# -- a process without the probe ------------------------------------------------------------------
+
+ANATOMY = "the loop's anatomy (data, forward, backward, optimizer, syncs) needs `tuimon run`"
+
+
+def rule_outside(c: _Context) -> Rule:
+    """No channel (`attach` to a job started without the probe): the verdict comes from what can be
+    seen from outside, the GPU's activity (NVML) and the main thread's lines (py-spy)."""
+    e = c.e
+    lines = Check("main thread samples (py-spy)", str(e.outside_samples), f">= {T.HOT_MIN_SAMPLES.show()}",
+                  e.outside_samples >= T.HOT_MIN_SAMPLES.value if e.outside else None, T.HOT_MIN_SAMPLES.source)
+    fired = not e.has_channel and e.outside
+    return Rule("outside", "From outside (no probe: NVML and py-spy)", fired,
+                [c.busy_check(), lines] if not e.has_channel else [],  # (with the probe: nothing to check)
+                f"no channel: {c.gpu_words()}, main thread {_main_words(e) or 'not sampled yet'}; " + ANATOMY
+                if fired else "the loop's own timings are read" if e.has_channel else "not sampled from outside")
+
+
+def _main_words(e: Evidence) -> str:
+    """'62% at train.py:41 in main (in a native call)', from the main thread's hottest line."""
+    if not e.hot:
+        return ""
+    top = e.hot[0]
+    word, of = how_of(top)
+    return f"{share(top.share)} at {top.line} ({word}{'' if of >= 0.95 else f' {of:.0%}'})"
+
+
+def _outside_verdict(c: _Context, rules: list[Rule]) -> Verdict:
+    """From the GPU's activity and the main thread's top line: the GPU's unit when it is busy,
+    where the host holds it back when it idles; never a wait for steps that will not come."""
+    e = c.e
+    fired = {r.code for r in rules if r.fired}
+    main = _main_words(e)
+    cpu = f" · main thread CPU {e.loop_cpu:.0f}%" if e.loop_cpu is not None else ""
+    seen = f" · main thread {main}{cpu}" if main else (f" · hot lines: {e.outside_why}" if e.outside_why else cpu)
+    gpu = f"{c.gpu_words()}{'' if c.busy is None else ' (NVML)'}"
+    for code in ("memory-bound", "compute-bound", "healthy"):
+        if code in fired:
+            v = _verdict(code, c, rules)
+            units = f" · DRAM {pct(e.dram_bw)} · {c.compute_name} {pct(c.compute)}" if not c.busy_note else ""
+            confidence = "low" if v.confidence == "low" else "medium"  # (no loop timings beside it)
+            return Verdict(v.code, v.headline, f"{gpu}{units}{seen}", f"{v.next_step}; {ANATOMY}", confidence, rules)
+    if c.busy is None and not main:
+        return Verdict("waiting", "no loop timings", f"no channel, no GPU activity seen{seen}",
+                       f"{ANATOMY}; GPU and process numbers need neither", "low", rules)
+    if c.busy is not None and c.busy >= T.GPU_IDLE.value:
+        return Verdict("mixed", "no single bottleneck (from outside)", f"{gpu}{seen}",
+                       f"the GPU is busy part of the time; {ANATOMY}, and its captures (c)", "low", rules)
+    headline = "host-bound: the GPU waits (from outside)" if c.busy is not None else "host-bound: no GPU seen (from outside)"
+    confidence = "low" if c.busy is None or not main else _margin(c.busy, T.GPU_IDLE, above=False)
+    return Verdict("host-bound", headline, f"{gpu}{seen}", _outside_step(e, c.busy is not None),
+                   "medium" if confidence == "high" else confidence, rules)
+
+
+def _outside_step(e: Evidence, gpu: bool) -> str:
+    """What the main thread's top line says to do, from how the thread was there."""
+    idle = " while the GPU idles" if gpu else ""
+    if not e.hot:
+        return f"the host's work is not seen yet ({e.outside_why or 'no lines'}); {ANATOMY}"
+    top = e.hot[0]
+    word, _ = how_of(top)
+    at = f"{top.line} ({share(top.share)} of its time)"
+    if word == "Python":
+        return f"the main thread runs Python at {at}{idle}: move that work off the loop, or do it every N steps; {ANATOMY}"
+    if word == "in a native call":
+        return (f"the main thread is in a native call at {at}{idle} (a copy or an op on the CPU): move it to the GPU or "
+                f"to the DataLoader's workers; {ANATOMY}")
+    return (f"the main thread is blocked at {at}{idle}: the next batch, a lock, I/O, a sleep or a wait for the GPU; "
+            f"{ANATOMY} to tell which")

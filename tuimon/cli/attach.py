@@ -32,7 +32,7 @@ def cmd_attach(args) -> int:
         except ChannelError as e:
             print(f"tuimon: {e}", file=sys.stderr)
             return 2
-    session = LiveSession(args.pid, args.interval, gpus=args.gpus)
+    session = LiveSession(args.pid, args.interval, gpus=args.gpus, outside=True)
     if args.once:
         view = once(session, args.window, args.baseline)
         if args.json:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 import time
 
+from ..analysis import thresholds as T
+from ..analysis.anatomy import how_of
 from ..channel.text import safe_text
 from ..model import NA, Comparison, num
 from ..monitor.session import LiveSession, run_cycles
@@ -41,6 +43,10 @@ def summary_line(view: View, channel_pending: bool = False) -> str:
             parts.append(f"dropped {t.dropped} corrupt {t.corrupt}")
     elif isinstance(view.channel, NA):
         parts.append("waiting for its channel" if channel_pending else "no channel")
+        o = view.outside
+        if o is not None and o.hot_lines and o.samples >= T.HOT_MIN_SAMPLES.value:  # (sampled from outside)
+            h = o.hot_lines[0]
+            parts.append(f"main thread {h.share:.0%} at {safe_text(h.line, 120)} ({how_of(h)[0]})")
     if p is not None and p.alive:
         parts.append(f"CPU {p.cpu_percent or 0:.0f}%")
     busy = [num(g.latest.sm_active) for g in view.gpus if g.latest.index in view.target_gpus]

@@ -11,6 +11,7 @@ from .capture import CaptureStatus, CaptureSummary, WindowCost
 from .codec import BadValue, from_json, to_json
 from .cycle import Cycle
 from .gpu import GpuProcess, GpuSample
+from .outside import OUTSIDE_PHASE, OutsideLines
 from .process import HostSample, ProcessSample, ProcRow
 from .timeline import ProcessSteps, TimelineStep
 from .training import (
@@ -35,6 +36,7 @@ from .values import NA, is_na, num, reason
 
 __all__ = [
     "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PeakMemory", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "CommTimes", "CopyTimes", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "HotLine", "JobEnd", "Memory", "OpCounts",
+    "OUTSIDE_PHASE", "OutsideLines",
     "PhaseRow", "ProcRow", "ProcessSample", "RangeRow", "RankRow", "StepInProgress", "StepTimes", "Straggler", "SyncSite", "Syncs", "TrainingSnapshot",
     "ProcessSteps", "TimelineStep", "WindowCost", "from_json", "is_na", "num", "reason", "to_json",
 ]

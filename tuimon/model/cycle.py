@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from .capture import CaptureStatus
 from .gpu import GpuSample
+from .outside import OutsideLines
 from .process import HostSample, ProcessSample
 from .timeline import ProcessSteps
 from .training import RankRow, TrainingSnapshot
@@ -29,3 +30,4 @@ class Cycle:
     job_tail: list[str] = field(default_factory=list)  # its last lines, once it has exited
     ranks: list[RankRow] = field(default_factory=list)  # every rank of the job on this node (2 or more)
     steps: list[ProcessSteps] = field(default_factory=list)  # each process's steps since the last cycle (recordings)
+    outside: OutsideLines | None = None  # no channel: the main thread sampled from outside (attach), else None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..analysis import stall
 from ..analysis import thresholds as T
 from ..analysis.diagnosis import Evidence
-from ..model import CaptureStatus, JobEnd, ProcessSample, RankRow, Straggler, TrainingSnapshot
+from ..model import CaptureStatus, JobEnd, OutsideLines, ProcessSample, RankRow, Straggler, TrainingSnapshot
 
 MIN_SPAN_S, MAX_SPAN_S = 3.0, 60.0  # GPU samples averaged: the step window's span, within these
 
@@ -16,13 +16,15 @@ def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_
           gpm: bool, captures: list[CaptureStatus], has_channel: bool, ranks: int = 0,
           straggler: Straggler | None = None, job_comm_share: float | None = None, *,
           rows: list[RankRow] | None = None, job_end: JobEnd | None = None,
-          power_share: float | None = None) -> Evidence:
+          power_share: float | None = None, outside: OutsideLines | None = None) -> Evidence:
     """ranks, straggler, job_comm_share, rows: the job's (analysis/ranks.py), for 2+ ranks on this
     node; job_end: how the process ended, once it has; power_share: the target GPUs' power of their
-    limit (a hang's signature: busy SMs at idle power)."""
+    limit (a hang's signature: busy SMs at idle power); outside: no channel, the main thread sampled
+    from outside (py-spy)."""
     t = training
     if t is None:
-        return Evidence(has_channel=has_channel, **gpu_means, gpm=gpm, job_end=job_end, power_share=power_share)
+        return Evidence(has_channel=has_channel, **gpu_means, gpm=gpm, job_end=job_end, power_share=power_share,
+                        **_outside(outside, process))
     phases = {p.name: p.share for p in t.phases}
     workers = [r for r in (process.procs if process else []) if r.role == "child"]
     loaders = [r for r in workers if r.name == "pt_data_worker"] or workers
@@ -72,6 +74,19 @@ def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_
         ops=t.ops,
         **gpu_means,
     )
+
+
+def _outside(o: OutsideLines | None, process: ProcessSample | None) -> dict:
+    """What a process without the probe offers the verdict: its main thread's lines and CPU."""
+    if o is None:
+        return {}
+    enough = o.samples >= T.HOT_MIN_SAMPLES.value
+    why = ("py-spy cannot sample it" if o.state == "failed" else "the process ended" if o.state == "ended" else
+           f"{o.samples} samples so far" if o.samples else "not sampled yet")
+    return dict(outside=True, outside_samples=o.samples, outside_why=None if enough else why,
+                hot=sorted(o.hot_lines, key=lambda h: -h.share) if enough else [],
+                loop_cpu=process.loop_cpu if process else None,
+                loop_cpu_wait=process.loop_cpu_wait if process else None)
 
 
 def window_span_s(t: TrainingSnapshot | None) -> float:

@@ -1,6 +1,7 @@
 """The JSON document of a view (`tuimon attach --once --json`): the training snapshot's fields at
-the top level, as scripts have read them since layout v1, then the process, the GPUs, the
-verdict, and any source that failed."""
+the top level, as scripts have read them since layout v1 (without a channel: `hot_lines` and
+`samples` from outside, and `outside`, how they were sampled or why not), then the process, the
+GPUs, the verdict, and any source that failed."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ def view_json(view: View, asked_pid: int | None = None) -> dict:
         doc.update(to_json(t))
     else:
         doc["state"] = "alive" if p is not None and p.alive else "exited"
+        if view.outside is not None:  # the main thread's lines, sampled from outside (py-spy)
+            outside = to_json(view.outside)
+            doc["hot_lines"], doc["samples"] = outside.pop("hot_lines"), view.outside.samples
+            doc["outside"] = outside
     doc["channel"] = to_json(view.channel) if view.channel is not None else to_json(NA("not looked for"))
     if view.shown_why:
         doc["shown_why"] = view.shown_why

@@ -20,6 +20,7 @@ from ..sources.channel import ChannelSource
 from ..sources.nvml import DeviceSampler, target_note
 from ..sources.poller import Poller
 from ..sources.process import ProcessNames, ProcessSampler, host_sample
+from ..sources.pyspy import OutsideSampler
 from ..sources.recording import ReplaySource
 from . import ranks as job_ranks
 from .summaries import SummaryWorker
@@ -63,10 +64,12 @@ class LiveSession:
 
     def __init__(self, pid: int | None, interval: float = 1.0, popen=None, devices=None,
                  summaries: SummaryWorker | None = None, job_log: str | None = None, gpus: list[int] | None = None,
-                 timeline: bool = False):
+                 timeline: bool = False, outside: bool = False):
         """job_log: where the output of a job tuimon launched goes (its last lines are shown when it
         exits); gpus: only these GPU indices (None: all); timeline: each cycle carries every
-        process's steps since the last one (Cycle.steps: what `tuimon record` keeps)."""
+        process's steps since the last one (Cycle.steps: what `tuimon record` keeps); outside: while
+        the process shows no channel, sample its main thread from outside (py-spy: `attach` to a job
+        started without the probe)."""
         self.pid, self.interval, self.timeline = pid, interval, timeline
         self.job_log, self.only_gpus = job_log, gpus
         self._job_tail: list[str] | None = None
@@ -85,6 +88,8 @@ class LiveSession:
         self._want_rank: int | None = None  # the rank the UI asked to see in detail
         self._stacks_at = 0.0  # when the stalled loop's stacks were last asked for
         self._costs: dict[tuple[int, int], object] = {}  # (pid, capture seq) -> its WindowCost, once known
+        self.outside = outside
+        self._outside: OutsideSampler | None = None
 
     @property
     def gpus(self) -> DeviceSampler:
@@ -135,6 +140,9 @@ class LiveSession:
                 capture = self._capture(problems)
                 if self.procs is not None and training.pid == self.pid:
                     self.procs.follow_loop(training.loop_tid)  # its CPU is read from the next cycle on
+        outside = self._outside_lines(view, process)
+        if outside is not None and outside.state == "failed":
+            problems["py-spy"] = outside.why
         rows = []
         snaps = {training.pid: training} if training is not None else {}
         if self.ranks is not None and view is not None:
@@ -147,7 +155,8 @@ class LiveSession:
         steps = self._steps(view, snaps) if self.timeline and view is not None else []
         return Cycle(t, process, gpus, training, capture, self.channel,
                      view.source.reader.info.pid if view is not None and self.shown_why else None,
-                     self.shown_why, problems, note, host, self.job_log, self._tail(process), rows, steps)
+                     self.shown_why, problems, note, host, self.job_log, self._tail(process), rows, steps,
+                     outside=outside)
 
     def _steps(self, shown: TrainingView, snaps: dict) -> list:
         """Every process's steps since the last cycle (the last of a process that ended, too)."""
@@ -159,6 +168,22 @@ class LiveSession:
             if taken.steps or taken.skipped:
                 out.append(taken)
         return out
+
+    def _outside_lines(self, view: TrainingView | None, process):
+        """No channel: the main thread's lines, sampled from outside (a sampler of its own, started at
+        the first cycle without a channel, stopped once one is shown: the probe samples its own loop)."""
+        if view is not None or not self.outside or not self.pid:
+            if self._outside is not None:
+                self._outside.stop()
+                self._outside = None
+            return None
+        if self._outside is None:
+            if process is None or not process.alive:
+                return None  # (gone: what its channel left, if anything, is all there is)
+            self._outside = OutsideSampler(self.pid).start()
+            if self.procs is not None:
+                self.procs.follow_loop(self.pid)  # (the main thread's CPU, from the next cycle on)
+        return self._outside.latest()
 
     def _ask_stacks_if_stalled(self, view: TrainingView, training) -> None:
         """A stalled loop: ask its probe for every thread's stack (answered by the next cycle), again
@@ -351,6 +376,8 @@ class LiveSession:
     def stop(self) -> None:
         if self._poller:
             self._poller.stop()
+        if self._outside is not None:
+            self._outside.stop()
         if self.captures is not None:
             self.captures.close()  # (an nsys window still collecting is stopped)
         self.summaries.stop()

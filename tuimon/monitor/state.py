@@ -23,6 +23,7 @@ from ..model import (
     GpuSample,
     HostSample,
     JobEnd,
+    OutsideLines,
     ProcessSample,
     RankRow,
     Straggler,
@@ -86,6 +87,7 @@ class View:
     comm_share: float | None = None  # the job's share of step time in collectives (the ranks' mean)
     job_end: JobEnd | None = None  # how the process ended, once it has
     stall: loop_stall.Stall | None = None  # the shown loop's progress
+    outside: OutsideLines | None = None  # no channel: the main thread sampled from outside (attach)
 
 
 def new_step_times(seen: int, snap: TrainingSnapshot) -> list[float]:
@@ -130,6 +132,7 @@ class MonitorState:
         self._comparison: Comparison | None = None
         self._regression_since: int | None = None  # the cycle time (ns) the regression was first seen
         self.ranks: list[RankRow] = []
+        self.outside: OutsideLines | None = None
 
     def _column(self, t: int) -> _Column:
         cid = t // (COLUMN_S * 1_000_000_000)
@@ -184,6 +187,8 @@ class MonitorState:
             self.job_log, self.job_tail = c.job_log, c.job_tail
         if c.ranks or c.training is not None:
             self.ranks = list(c.ranks)
+        if c.outside is not None or c.training is not None:
+            self.outside = c.outside
         if self.baseline is not None:
             self._batches.add(c.training)
             self._compare(c.t)
@@ -221,7 +226,7 @@ class MonitorState:
                     self.shown_why, [_mean(c.step_ms) for c in self._columns],
                     [_mean(c.gpu_step_ms) for c in self._columns], self._nvml_memory(), self.host,
                     self.job_log, list(self.job_tail), self._comparison, list(self.ranks),
-                    straggler, comm_share, ended, loop_stall.check(self.training))
+                    straggler, comm_share, ended, loop_stall.check(self.training), outside=self.outside)
 
     def _job_end(self) -> JobEnd | None:
         """How the process ended, once its sampler saw it gone (or its channel says it exited)."""
@@ -263,7 +268,8 @@ class MonitorState:
         has_channel = self.training is not None or not isinstance(self.channel, NA)
         e = evidence.build(self.training, self._live_process, means, gpm,
                            [self.captures[k] for k in sorted(self.captures)], has_channel,
-                           len(self.ranks), straggler, comm_share, rows=self.ranks, power_share=self._power_share(used))
+                           len(self.ranks), straggler, comm_share, rows=self.ranks, power_share=self._power_share(used),
+                           outside=self.outside if self.training is None else None)
         if ended is None:
             return diagnose(e)
         ran = diagnose(replace(e, stall=None))  # (what its last window was, kept with its last numbers)

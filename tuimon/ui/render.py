@@ -496,7 +496,9 @@ def no_channel_text(view: View) -> Text:
     out.append(safe_text(why, 300))
     out.append("\nThe loop's own timings (steps, data waits, ranges) need the probe: restart the job with "
                "`tuimon run -- <command>`, or call tuimon.instrument() in it; tuimon picks the channel up "
-               "as soon as it appears. GPU and process numbers need neither.", "dim")
+               "as soon as it appears. GPU and process numbers need neither" + (
+                   ", and the main thread's hot lines are sampled from outside (below)." if view.outside is not None
+                   else "."), "dim")
     return out
 
 
@@ -534,7 +536,7 @@ def breakdown_panel(view: View, width: int, plain: bool = False) -> Text:
     or, from a probe without phases, data wait, top-level ranges and the unaccounted rest."""
     t = view.training
     if t is None:
-        return Text("needs the probe (see above)", "dim")
+        return outside_panel(view, width) if view.outside is not None else Text("needs the probe (see above)", "dim")
     bar_w = max(10, width - 2)
     if t.phases:
         out = stacked_bar([(p.name, p.share, PHASE_STYLE.get(p.name, "white")) for p in t.phases], bar_w, plain)
@@ -570,6 +572,34 @@ def breakdown_panel(view: View, width: int, plain: bool = False) -> Text:
     return out
 
 
+def outside_words(o) -> str:
+    """How the lines from outside were sampled: 'main thread (MainThread) of PID 812, sampled from
+    outside by py-spy 0.4.2 at 25 Hz · 480 samples over the last 10 s'."""
+    name = f" ({safe_text(o.thread, 30)})" if o.thread else ""
+    span = f" · {o.samples:,} samples over the last {o.seconds:.0f} s" if o.samples else ""
+    others = f" · {o.threads - 1} other Python thread{'s' if o.threads > 2 else ''}" if o.threads > 1 else ""
+    return (f"main thread{name} of PID {o.pid}, sampled from outside by {safe_text(o.tool, 40)} at {o.rate_hz:g} Hz"
+            f"{span}{others}")
+
+
+def outside_panel(view: View, width: int, lines: int = 3) -> Text:
+    """No probe: the main thread's top lines sampled from outside (py-spy), or why there are none."""
+    o = view.outside
+    if o.state == "failed":
+        out = Text("hot lines: ", "bold yellow")
+        out.append(safe_text(o.why, 600))
+        return out
+    if not o.hot_lines or o.samples < T.HOT_MIN_SAMPLES.value:
+        return Text(safe_text(o.why, 300) if o.why else f"{o.samples} samples of the main thread so far", "dim")
+    out = Text(fit(outside_words(o), max(20, width)), "dim")
+    for h in o.hot_lines[:lines]:
+        out.append("\n")
+        out.append(fit(f"{h.share:>4.0%}  {h.line}", max(20, width - 26)))
+        out.append(f"  {how_words(h)}", "dim")
+    out.append("\noutside: no phases without the probe · h: every line · the step's anatomy needs `tuimon run`", "dim")
+    return out
+
+
 def top_lines(t, n: int) -> list:
     """The loop thread's n hottest lines of the window, once there are samples enough to say."""
     if t is None or t.samples < T.HOT_MIN_SAMPLES.value:
@@ -587,7 +617,7 @@ def hot_lines_text(view: View, width: int) -> Text:
     """Every phase's hottest lines (the h screen): where the loop thread's samples fell."""
     t = view.training
     if t is None:
-        return Text("needs the probe (tuimon run)", "dim")
+        return _outside_lines_text(view, width)
     if not t.hot_lines:
         return Text("no samples yet: the probe samples the loop thread 50 times a second (TUIMON_SAMPLE_HZ)", "dim")
     out = Text(f"{t.samples:,} samples of the loop thread over the window · share of its time · share of the phase · "
@@ -600,6 +630,24 @@ def hot_lines_text(view: View, width: int) -> Text:
         out.append(f"  {h.share:>4.0%} {h.phase_share:>5.0%}  ")
         out.append(fit(h.line, max(20, width - 46)))
         out.append(f"  Python {h.python:.0%} · native {h.native:.0%} · blocked {h.waiting:.0%}\n", "dim")
+    return out
+
+
+def _outside_lines_text(view: View, width: int) -> Text:
+    """The h screen without the probe: every line of the main thread sampled from outside."""
+    o = view.outside
+    if o is None:
+        return Text("needs the probe (tuimon run), or `tuimon attach` to sample the main thread from outside", "dim")
+    if o.state == "failed" or not o.hot_lines:
+        return outside_panel(view, width)
+    out = Text(outside_words(o) + " · share of its time · how it was there\n", "dim")
+    out.append("\noutside: no phases without the probe\n", "bold")
+    for h in o.hot_lines:
+        out.append(f"  {h.share:>4.0%}  ")
+        out.append(fit(h.line, max(20, width - 46)))
+        out.append(f"  Python {h.python:.0%} · native {h.native:.0%} · blocked {h.waiting:.0%}\n", "dim")
+    if o.errors:
+        out.append(f"\n{o.errors:,} samples py-spy could not read (a stack changing under it) left out", "dim")
     return out
 
 
@@ -674,7 +722,7 @@ def process_panel(view: View, stats: View | None = None) -> Text:
             out.append(f"  ({per}{' ...' if len(group) > 6 else ''})", "dim")
     if p.loop_cpu is not None:
         wait = p.loop_cpu_wait
-        out.append(f"\nloop thread CPU {p.loop_cpu:.0f}%" + (f", waiting for a core {wait:.0f}%" if wait and wait >= 0.5
+        out.append(f"\n{'loop' if view.training is not None else 'main'} thread CPU {p.loop_cpu:.0f}%" + (f", waiting for a core {wait:.0f}%" if wait and wait >= 0.5
                                                               else ""), "dim")
     mem = memory_line(stats or view)
     if mem:
@@ -715,7 +763,7 @@ def value(v) -> str:
 
 
 SOURCE_NAMES = {"channel": "channel", "capture": "capture control", "process": "process sampler",
-                "gpu": "NVML", "sampler": "sampler"}
+                "gpu": "NVML", "sampler": "sampler", "py-spy": "py-spy (hot lines from outside)"}
 
 
 def status_line(view: View) -> Text:

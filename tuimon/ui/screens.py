@@ -269,12 +269,15 @@ class HotLinesScreen(Screen):
     BINDINGS = [Binding("escape,h", "app.pop_screen", "back")]
 
     def compose(self) -> ComposeResult:
-        yield Static(Text(" Hot lines of the loop thread, per phase (esc: back)", "bold"))
+        yield Static(Text(" Hot lines of the loop thread, per phase (esc: back)", "bold"), id="hot-title")
         with VerticalScroll():
             yield Panel(id="hot", classes="box")
         yield Footer()
 
     def show_view(self, view: View, label: str) -> None:
+        if view.training is None and view.outside is not None:  # (no probe: sampled from outside)
+            self.query_one("#hot-title", Static).update(
+                Text(" Hot lines of the main thread, sampled from outside (esc: back)", "bold"))
         panel = self.query_one("#hot", Panel)
         panel.show(render.hot_lines_text(view, panel.text_width))
 
