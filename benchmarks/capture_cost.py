@@ -6,9 +6,10 @@ and the time the job lost (what those steps took beyond its typical step).
     python benchmarks/capture_cost.py [--job small-ops|demo] [--steps 10] [--windows 3]
         [--before REV] [--nsys] [-- training command...]
 
---before REV: the same job and windows first under tuimon as it was at REV (its files from git, or
-a folder holding its tuimon/, run from a temporary copy), then under this tree: before and after,
-side by side in one run.
+--before REV: the same job and windows first under this tree with the capture windows' code as it
+was at REV (probe/capture.py from git, or from a folder holding its tuimon/; the channel's layout
+may have changed since, so only the window code is swapped), then under this tree: before and
+after, side by side in one run.
 Jobs: small-ops (tests/workloads/small_ops.py: ~1,500 small operators a step on the CPU, the kind
 of loop a window costs most) or demo (the bundled workload, no input delay; on the GPU when there
 is one). Under `--nsys` the window is an nsys session's start/stop, run from here.
@@ -56,6 +57,29 @@ def tree_at(rev: str) -> str:
     return d
 
 
+CAPTURE_PY = os.path.join("tuimon", "probe", "capture.py")
+
+
+def capture_code_at(rev: str) -> str:
+    """This tree with the capture windows' code (probe/capture.py up to its control thread) as it
+    was at rev (a folder or a revision, as tree_at): what a window does is what is compared, read by
+    this tree's monitor (a channel of another layout is not readable by it)."""
+    old = tree_at(rev)
+    d = tempfile.mkdtemp(prefix="tuimon-capture-before-")
+    shutil.copytree(os.path.join(ROOT, "tuimon"), os.path.join(d, "tuimon"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    with open(os.path.join(old, CAPTURE_PY)) as f:
+        windows = f.read().split("\ndef control_thread(", 1)[0].split("\nMEMORY_EVERY_S", 1)[0]
+    with open(os.path.join(ROOT, CAPTURE_PY)) as f:
+        control = "\nMEMORY_EVERY_S" + f.read().split("\nMEMORY_EVERY_S", 1)[1]
+    if "def at_exit" not in windows:  # (the probe's exit hook asks for it)
+        control += "\n\nif not hasattr(Capturer, 'at_exit'):\n    Capturer.at_exit = lambda self: None\n"
+    with open(os.path.join(d, CAPTURE_PY), "w") as f:
+        f.write(windows + "\n" + control)
+    shutil.rmtree(old, ignore_errors=True)
+    return d
+
+
 def _same(a: str, b: str) -> bool:
     try:
         with open(a, "rb") as x, open(b, "rb") as y:
@@ -65,7 +89,8 @@ def _same(a: str, b: str) -> bool:
 
 
 def measure(root: str, job_cmd: list[str], steps: int, windows: int, nsys: bool) -> list[dict]:
-    env = dict(os.environ, PYTHONPATH=root)
+    # (root first; the rest kept: on the GPU machine the packages come through PYTHONPATH)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
     run = [sys.executable, "-m", "tuimon", "run", "--headless"] + (["--nsys"] if nsys else []) + ["--", *job_cmd]
     job = subprocess.Popen(run, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rows = []
@@ -123,7 +148,7 @@ def main():
     ap.add_argument("command", nargs="*")
     a = ap.parse_args()
     job_cmd = a.command or JOBS[a.job]
-    trees = ([(f"before ({a.before})", tree_at(a.before))] if a.before else []) + [("this tree", ROOT)]
+    trees = ([(f"before ({a.before})", capture_code_at(a.before))] if a.before else []) + [("this tree", ROOT)]
     print(f"job: {' '.join(job_cmd[1:])}; {a.windows} windows of {a.steps} steps each")
     print(f"{'tuimon':<22}{'window':>7}{'worst normal':>14}{'worst':>10}{'ratio':>8}{'over':>6}{'lost':>10}  probe says")
     for name, root in trees:

@@ -9,6 +9,7 @@ with and without tuimon (torch._dynamo's counters, the job's output). Prints tab
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -63,22 +64,28 @@ def row(r: dict) -> str:
 
 
 def compiled(out: str) -> list[str]:
+    """A compiled model with and without tuimon: its dynamo counters and its own output (under
+    `tuimon run` the job's output goes to a log of its own, named on tuimon's stderr)."""
     rows = []
     for backend in ("eager", "inductor"):
         env = {**os.environ, "BACKEND": backend, "HOW": "wrap", "DEVICE": "cuda"}
         plain = subprocess.run([PY, COMPILED], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
         probed = tuimon("run", "--plain", "--interval", "0.5", "--", PY, COMPILED, timeout=300, env=env)
-        def counters(r):
-            return next((x.rsplit(" ", 1)[0] for x in (r.stdout + r.stderr).splitlines() if x.startswith("graph_breaks")), "?")
+        log = re.search(r"its output goes to (\S+)\n", probed.stderr)
+        job_out = open(log.group(1)).read() if log else "(no job log named)"
 
-        def job_lines(r):
-            return [x for x in (r.stdout + r.stderr).splitlines()
-                    if not x.startswith(("pid ", "tuimon:", "graph_breaks")) and x.strip()]
+        def counters(text):
+            return next((x.rsplit(" ", 1)[0] for x in text.splitlines() if x.startswith("graph_breaks")), "?")
+
+        def job_lines(text):
+            return [x for x in text.splitlines() if not x.startswith("graph_breaks") and x.strip()]
+        plain_out = plain.stdout + plain.stderr
         last = [x for x in probed.stdout.splitlines() if x.startswith("pid ") and "phases" in x]
-        rows.append(f"| {backend} | {counters(plain)} | {counters(probed)} | {len(job_lines(plain))} vs "
-                    f"{len(job_lines(probed))} lines of its own | {(last[-1].split('phases', 1)[1][:60] if last else 'n/a')} |")
+        same = "same" if job_lines(job_out) == job_lines(plain_out) else "DIFFERENT"
+        rows.append(f"| {backend} | {counters(plain_out)} | {counters(job_out)} | {same}: {len(job_lines(plain_out))} vs "
+                    f"{len(job_lines(job_out))} lines | {(last[-1].split('phases', 1)[1][:60] if last else 'n/a')} |")
         with open(os.path.join(out, f"compiled-{backend}.txt"), "w") as f:
-            f.write(plain.stdout + plain.stderr + "\n=====\n" + probed.stdout + probed.stderr)
+            f.write(plain_out + "\n===== under tuimon, the job's log\n" + job_out + "\n===== tuimon\n" + probed.stdout + probed.stderr)
     return rows
 
 

@@ -180,7 +180,7 @@ def part_b(cuda: bool, before: str | None, windows: int, steps: int, modes: list
     import capture_cost
 
     jobs = [(JOBS[m], m) for m in modes]
-    trees = ([("before", capture_cost.tree_at(before))] if before else []) + [("now", ROOT)]
+    trees = ([("before", capture_cost.capture_code_at(before))] if before else []) + [("now", ROOT)]
     rows = []
     for title, mode in jobs:
         cmd = [sys.executable, LOOPS, mode, "--seconds", "600"] + ([] if cuda else ["--device", "cpu"])
