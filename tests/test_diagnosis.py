@@ -194,6 +194,17 @@ def test_ops_counted_name_the_launches_and_where_they_come_from():
     python = [HotLine(phase="other", line="train.py:50 in log `s += str(x)`", samples=90, share=0.9, phase_share=0.95,
                       python=0.9, native=0.1)]
     assert diagnose(Evidence(**{**e.__dict__, "hot": python})).headline == "host-bound: Python outside the model"
+    # the H100's planted loop: the sampler saw the line run Python (a launch holds the GIL for
+    # microseconds: the sample lands after it), but 3,007 ops at 5 us at least fill half the time
+    h100 = OpCounts(step=21, total=3041, by_phase={"other": 3007, "forward": 6, "backward": 26},
+                    lines={"planted.py:303 in run `y = y * 1.0001 + 0.0001`": 3000})
+    seen_as_python = [HotLine(phase="other", line="planted.py:303 in run `y = y * 1.0001 + 0.0001`", samples=300,
+                              share=0.84, phase_share=0.95, python=1.0, native=0.0)]
+    e = Evidence(**{**HOST, "step_ms": 31.4, "phases": {"forward": 0.04, "backward": 0.06, "other": 0.88}},
+                 **gpm(10), loop_cpu=100.0, ops=h100, hot=seen_as_python)
+    assert diagnose(e).headline == "host-bound: launches outside the model"
+    few = OpCounts(step=377, total=49, by_phase={"other": 9, "forward": 6, "backward": 22, "optimizer": 12})
+    assert diagnose(Evidence(**{**e.__dict__, "ops": few})).headline == "host-bound: Python outside the model"
     inside = OpCounts(step=40, total=1200, by_phase={"forward": 800, "backward": 0, "optimizer": 400})
     v = diagnose(Evidence(**HOST, **gpm(10), loop_cpu=99.0, ops=inside))
     assert v.headline == "host-bound: launches and Python in the model" and "1,200 ops per step in the model" in v.next_step

@@ -490,7 +490,8 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     line = next((h for h in e.hot if h.phase == "other"), None) if other > model else None
     at = f" · {line.line} {share(line.share)} of the time ({how_of(line)[0]})" if line else ""
     ops_out = e.ops.by_phase.get("other", 0) if e.ops else 0
-    if other > model and ops_out and _native_share(e.hot, "other") >= 0.5 and c.busy is not None:
+    if other > model and ops_out and c.busy is not None and (
+            _native_share(e.hot, "other") >= 0.5 or _ops_explain(ops_out, other * (e.step_ms or 0.0))):
         us = other * (e.step_ms or 0.0) * 1e3 / ops_out
         top = next(iter(e.ops.lines.items()), None)
         return Verdict("host-bound", "host-bound: launches outside the model",
@@ -572,6 +573,13 @@ def _copy_verdict(c: _Context, rules: list[Rule]) -> Verdict:
         step += f"; {cp.d2h_mb:,.1f} MB come back to the host each step: keep them on the GPU"
     return Verdict("copy-bound", "copy-bound: host-to-device copies", evidence, step, _margin(cp.share, T.COPY_HIGH),
                    rules)
+
+
+def _ops_explain(ops: int, ms: float) -> bool:
+    """At the least host time an op costs, do these ops take half or more of ms? (An op's launch
+    holds the GIL for microseconds: a sampler that waits for the thread's next bytecode sees the
+    line, not the native call; the count tells.)"""
+    return ms > 0 and ops * T.OP_HOST_US.value / 1e3 >= 0.5 * ms
 
 
 def _native_share(hot: list[HotLine], phase: str) -> float:

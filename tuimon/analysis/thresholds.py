@@ -71,6 +71,12 @@ HOT_MIN_SAMPLES = Threshold(20, "samples", "the binomial error of a share measur
                                            "1/(2 sqrt(n)): 0.11 at 20 samples, the issue's bar for a hot line's share "
                                            "(within 0.1 of the loop's own timers); fewer samples name no line")
 
+OP_HOST_US = Threshold(5, "us", "the least host time an eager op on the GPU costs: a kernel launch alone is a few "
+                                "microseconds (NVIDIA, 'Getting Started with CUDA Graphs', 2019: 3.8 us a kernel in "
+                                "a launch-bound loop, 2.9 us from a graph), and PyTorch's dispatcher adds its own; "
+                                "ops outside the model whose count times this is half or more of that time are the "
+                                "time (launches), whatever the sampler saw the thread doing between them")
+
 # Regressions against a baseline (tuimon/analysis/regression.py, tuimon/analysis/batches.py).
 REGRESSION_FACTOR = Threshold(1.10, "x", "airspeed velocity (asv compare / continuous): a result 1.1x slower than "
                                          "its reference is a regression (its default --factor); here the mean step "
