@@ -74,3 +74,34 @@ def test_an_optimizer_updating_parameters_one_by_one(attached):
     assert doc["optimizer"] == "SGD foreach=False fused=False params=600"
     assert doc["verdict"]["headline"] == "host-bound: the optimizer step"
     assert "foreach=True" in doc["verdict"]["next_step"]
+
+
+STOP_SCRIPT = r"""
+import os, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+from tuimon.channel import _fastring as native
+
+def tasks():
+    return set(os.listdir("/proc/self/task"))
+
+before = tasks()
+fd = native.sample_start(1000.0, threading.main_thread().native_id, (), None)
+assert fd >= 0, fd
+end = time.perf_counter() + 0.3
+while time.perf_counter() < end:  # Python running: the thread's requests are taken
+    pass
+assert len(tasks() - before) == 1, "the sampler's thread"
+native.sample_stop()
+print(len(tasks() - before))
+"""
+
+
+def test_stopping_the_sampler_waits_for_its_thread():
+    """At exit the probe stops the sampler: no request may reach an interpreter being torn down
+    (a job that raised once died of SIGABRT at exit beside a request in flight), so stop returns
+    once the native thread has ended."""
+    native = pytest.importorskip("tuimon.channel._fastring")
+    if not hasattr(native, "sample_start"):
+        pytest.skip("the C sampler is not built")
+    r = subprocess.run([sys.executable, "-c", STOP_SCRIPT, str(ROOT)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "0", r.stdout + r.stderr

@@ -71,6 +71,7 @@ static int wake_fd = -1;         /* a byte here: sample the main thread from out
 static pid_t main_tid;
 static pthread_t thread;
 static int started;
+static pid_t owner;              /* the process whose thread it is (a forked child has none) */
 
 static int in_library(PyCodeObject *code) {
     PyObject *file = code->co_filename;
@@ -94,7 +95,7 @@ static int sample_now(void *unused) {
     int64_t t = now_ns();
     pthread_mutex_lock(&lock);
     int64_t asked = asked_at;
-    int dropped = stale || count >= SAMPLES, periods = 1;
+    int dropped = stale || count >= SAMPLES || !active, periods = 1; /* (stopped: the interpreter may be exiting) */
     pending = stale = skipped = 0;
     pthread_mutex_unlock(&lock);
     PyFrameObject *f = dropped ? NULL : PyEval_GetFrame(); /* borrowed */
@@ -260,8 +261,8 @@ static PyObject *fr_sample_start(PyObject *m, PyObject *args) {
         wake_fd = -1;
         return PyLong_FromLong(-1);
     }
-    pthread_detach(thread);
     started = 1;
+    owner = getpid();
     return PyLong_FromLong(fds[0]);
 }
 
@@ -280,8 +281,16 @@ static PyObject *fr_sample_pause(PyObject *m, PyObject *on) {
     Py_RETURN_NONE;
 }
 
+/* sample_stop(): the thread ends, waited for (at exit: no request may reach an interpreter being
+ * torn down; it wakes within a period, LATE_NS * PREEMPTED_MAX at most after a request) */
 static PyObject *fr_sample_stop(PyObject *m, PyObject *unused) {
-    active = 0; /* (the thread ends at its next wake-up; a forked child never had it) */
+    active = 0;
+    if (started && owner == getpid()) { /* (a forked child never had the thread) */
+        Py_BEGIN_ALLOW_THREADS
+        pthread_join(thread, NULL);
+        Py_END_ALLOW_THREADS
+        started = 0;
+    }
     Py_RETURN_NONE;
 }
 
@@ -314,7 +323,7 @@ static PyMethodDef sampler_methods[] = {
      "outside, or -1"},
     {"sample_library", fr_sample_library, METH_O, "sample_library(prefixes): frames under these are not the job's"},
     {"sample_pause", fr_sample_pause, METH_O, "sample_pause(bool): no requests while paused"},
-    {"sample_stop", fr_sample_stop, METH_NOARGS, "sample_stop(): the thread ends at its next wake-up"},
+    {"sample_stop", fr_sample_stop, METH_NOARGS, "sample_stop(): the thread ends, waited for"},
     {"sample_take", fr_sample_take, METH_NOARGS, "sample_take() -> the samples taken since the last take"},
     {NULL}};
 
