@@ -125,8 +125,9 @@ def test_a_rank_that_exits_leaves_the_verdict_as_it_was(tmp_path):
             time.sleep(0.2)
             state.apply(session.poll())
             v = state.view()
-            return v if [r.state for r in v.ranks] == ["exited", "exited"] else None
-        after = wait_for(ended, timeout=60, what="both ranks exited")
+            # (the verdict once the process attached to, the launcher, has exited too: a moment later)
+            return v if [r.state for r in v.ranks] == ["exited", "exited"] and v.verdict.code == "exited" else None
+        after = wait_for(ended, timeout=60, what="both ranks and the launcher exited")
         for _ in range(3):  # and so it stays
             time.sleep(0.2)
             state.apply(session.poll())
