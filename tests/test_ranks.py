@@ -211,7 +211,7 @@ def test_comm_share_grows_with_the_gradient(tmp_path):
     # In ms, not shares (a longer step compresses them): tuimon sees at least a third of the loops'
     # own growth (it was ~0.55 here: 3 -> 73-76 ms against 3-5 -> 133-138); the rest is DDP copying
     # the gradient into its bucket and back, and gloo's reduction competing for 2 cores, which
-    # tuimon counts as the step's work, not as a wait (README, Every rank of a job).
+    # tuimon counts as the step's work, not as a wait (docs/reference.md, Ranks).
     assert tuimon_ms[96] - tuimon_ms[0] > (own_ms[96] - own_ms[0]) / 3 > 10, shares
     assert shares[96][0] > shares[0][0], shares  # the share moves the same way
     assert min(shares[96][1]) > max(shares[0][1]), shares  # (the loop's own view agrees)
