@@ -17,6 +17,7 @@ from tuimon.ui.app import make_app  # noqa: E402
 from tuimon.ui.replay_frames import state_from_recording  # noqa: E402
 
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "h100_demo_v2.jsonl")
+STUCK_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "h100_sync_stuck.jsonl")  # a kernel that spins, then .item()
 DDP_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "h200x2_ddp_straggler.jsonl")  # 2 ranks, rank 1 planted slow
 OUT = os.path.join(ROOT, "screenshots")
 
@@ -56,6 +57,7 @@ def main():
     asyncio.run(shoot((80, 24), [([], "main-80x24")]))
     asyncio.run(shoot((120, 40), [([], "main-baseline-120x40")], baseline=first_half_baseline()))
     asyncio.run(shoot((120, 40), [([], "main-ranks-120x40")], fixture=DDP_FIXTURE))
+    asyncio.run(shoot((120, 40), [([], "main-stalled-120x40")], fixture=STUCK_FIXTURE))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from tuimon.ui.replay_frames import state_from_recording
 FIXTURE = str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl")  # the demo on an H100, with its anatomy
 V1_FIXTURE = str(ROOT / "tests" / "fixtures" / "h200_demo.jsonl")  # an older probe: no phases
 DDP_FIXTURE = str(ROOT / "tests" / "fixtures" / "h200x2_ddp_straggler.jsonl")  # DDP on 2 H200s, rank 1 planted slow
+STUCK_FIXTURE = str(ROOT / "tests" / "fixtures" / "h100_sync_stuck.jsonl")  # H100: .item() behind a kernel that spins
 
 
 async def redraw(pilot):
@@ -31,6 +32,11 @@ def test_screen(snap_compare, size, keys):
 
 def test_a_recording_of_an_older_probe(snap_compare):
     assert snap_compare(app(V1_FIXTURE), terminal_size=(120, 40), run_before=redraw)
+
+
+@pytest.mark.parametrize("keys", [[], ["t"]], ids=["main", "threads"])
+def test_a_job_stalled_behind_a_gpu_kernel(snap_compare, keys):
+    assert snap_compare(app(STUCK_FIXTURE), terminal_size=(120, 40), press=keys, run_before=redraw)
 
 
 def test_every_rank_of_a_ddp_job(snap_compare):
