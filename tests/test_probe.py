@@ -248,3 +248,23 @@ def test_bad_counts_are_dropped_not_raised(shm_dir):
     """)
     assert "went on" in p.stdout and p.stderr.count("count() ignored") == 1
     assert [(x["name"], x["value"]) for x in of(recs, "count")] == [("tokens", 5.0)]
+
+
+def test_at_exit_no_thread_of_tuimon_is_left_in_the_job(shm_dir):
+    """The probe's exit hook stops its control and sampler threads and waits for them: a daemon
+    thread inside a torch call when the interpreter finalizes is ended by pthread_exit, whose
+    unwinding through C++ frames aborts the job (SIGABRT, 'terminate called without an active
+    exception'), as a GPU job under `tuimon run` did at its end."""
+    p = run_python("""
+import threading, time
+import tuimon
+from tuimon.probe import api
+tuimon.instrument()
+time.sleep(0.5)  # (the control thread in its loop)
+names = lambda: sorted(t.name for t in threading.enumerate() if t.name in ("tuimon-control",))
+before = names()
+api._at_exit(api._probe)
+print(before, names())
+""")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "['tuimon-control'] []", p.stdout + p.stderr

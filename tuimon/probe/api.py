@@ -124,8 +124,9 @@ def _start_capture_control(p: Probe) -> None:
         return
     stop = threading.Event()
     p._control_stop = stop
-    threading.Thread(target=control_thread, args=(p.capturer, p.writer, stop, p.present),
-                     name="tuimon-control", daemon=True).start()
+    p._control_thread = threading.Thread(target=control_thread, args=(p.capturer, p.writer, stop, p.present),
+                                         name="tuimon-control", daemon=True)
+    p._control_thread.start()
     hz = sampler.rate()
     if hz > 0:
         p.sampler = sampler.LoopSampler(p, hz)
@@ -163,6 +164,9 @@ def switch(p: Probe, on: bool) -> None:
         ring.bind(None)
 
 
+CONTROL_JOIN_S = 5.0  # the longest a job's exit waits for tuimon's control thread (a cycle takes milliseconds)
+
+
 def _at_exit(p: Probe) -> None:
     if _probe is p:
         if p.capturer is not None:  # (its own hook, registered when a window opened, ran first)
@@ -170,6 +174,12 @@ def _at_exit(p: Probe) -> None:
         stop = getattr(p, "_control_stop", None)
         if stop is not None:
             stop.set()
+        # Joined before the interpreter finalizes: a daemon thread inside a torch call (the allocator's
+        # gauges) that takes the GIL back after that is ended by pthread_exit, whose unwinding through
+        # torch's C++ frames calls std::terminate: the job would die of SIGABRT at its exit.
+        control = getattr(p, "_control_thread", None)
+        if control is not None and control is not threading.current_thread():
+            control.join(CONTROL_JOIN_S)
         if p.sampler is not None:
             p.sampler.stop()
         for last_word in (p.sample_memory, getattr(p.present, "ended", None)):  # (the allocator's last gauges)
