@@ -1,0 +1,256 @@
+"""Loops for issue 24 (GPU memory), each writing its own truth (--truth FILE, JSON) beside what
+tuimon shows. No tuimon import: run them under `tuimon run`.
+
+  fake     (CPU) a small MLP whose "allocator" is a fake at the torch boundary where CPU torch has
+           none (torch.cuda.memory._record_memory_history / _snapshot, torch.cuda.is_initialized):
+           while recording, each layer's output is an alloc event with the real Python stack that
+           made it, freed after backward; _snapshot returns the documented snapshot format. The
+           truth: the recorder's calls, and the line and size of the largest output.
+  retry    (GPU) a planted allocator-retry pattern: a per-process memory fraction (--cap GiB), and
+           each step 16 activations of random sizes, each living for the next 8 allocations, whose
+           live total stays under 95% of the cap (the caching allocator keeps segments of the old
+           sizes, the next sizes do not fit them, and the cap forces it to free its cache and
+           retry); the truth: num_alloc_retries after every step. With
+           PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True the same loop should not retry.
+  oom      (GPU) activations kept each step until CUDA runs out after about --steps steps
+  model    (GPU) a small GPT-style transformer with explicit attention (its B*H*T*T scores are the
+           largest activations): the truth: the largest activation sizes, from the model's shapes
+"""
+
+import argparse
+import json
+import os
+import random
+import threading
+import time
+import traceback
+
+import torch
+from torch import nn
+
+MAX_FRAMES = 24
+
+
+class Truth:
+    def __init__(self, path):
+        self.path, self.state, self.lock = path, {"pid": os.getpid(), "steps": 0}, threading.Lock()
+
+    def write(self, **kw):
+        with self.lock:  # (the fake recorder writes from tuimon's thread too)
+            self.state.update(kw)
+            if self.path:
+                tmp = self.path + ".tmp"
+                with open(tmp, "w") as f:
+                    json.dump(self.state, f)
+                os.replace(tmp, self.path)
+
+
+# -- fake: the allocator's history where CPU torch has none --------------------------------------
+
+
+class FakeAllocatorHistory:
+    """torch.cuda.memory's recorder and snapshot, for a CPU job: layer outputs as allocations."""
+
+    def __init__(self, truth):
+        self.truth, self.calls, self.recording, self.events, self.live = truth, [], False, [], {}
+        self.next_addr = 1 << 32
+        self.lock = threading.Lock()  # (as the allocator's mutex: a snapshot sees one moment)
+
+    def record(self, enabled="all", **kw):
+        self.calls.append({"enabled": enabled, **kw, "step": self.truth.state["steps"]})
+        self.truth.write(recorder_calls=self.calls)
+        self.recording = enabled is not None
+        if enabled is not None and kw.get("clear_history"):
+            self.events = []
+
+    def alloc(self, nbytes, frames):
+        with self.lock:
+            addr, self.next_addr = self.next_addr, self.next_addr + nbytes + 512
+            self.live[addr] = (nbytes, frames)
+            if self.recording:
+                self.events.append({"action": "alloc", "addr": addr, "size": nbytes, "stream": 0, "frames": frames,
+                                    "time_us": int(time.time() * 1e6)})
+        return addr
+
+    def free(self, addr):
+        with self.lock:
+            nbytes, _ = self.live.pop(addr)
+            if self.recording:
+                for action in ("free_requested", "free_completed"):
+                    self.events.append({"action": action, "addr": addr, "size": nbytes, "stream": 0, "frames": [],
+                                        "time_us": int(time.time() * 1e6)})
+
+    def snapshot(self, device=None, augment_with_fx_traces=False):
+        params = 1 << 20  # a block live from before the window: the parameters
+        blocks = [{"address": 1 << 30, "size": params, "requested_size": params, "state": "active_allocated",
+                   "frames": []}]
+        with self.lock:
+            blocks += [{"address": a, "size": n, "requested_size": n, "state": "active_allocated", "frames": f}
+                       for a, (n, f) in self.live.items()]
+            events = list(self.events)
+        segments = [{"device": 0, "address": b["address"], "total_size": b["size"], "stream": 0,
+                     "segment_type": "large", "segment_pool_id": (0, 0), "allocated_size": b["size"],
+                     "active_size": b["size"], "requested_size": b["size"], "blocks": [b]} for b in blocks]
+        self.truth.write(snapshot_step=self.truth.state["steps"])
+        return {"segments": segments, "device_traces": [events]}
+
+
+def _frames():
+    """The Python stack here, innermost first, as the allocator records it (this file's hook frames
+    left out: they stand for torch's own)."""
+    stack = [f for f in traceback.extract_stack() if f.name not in ("_frames", "hook", "_call_impl")]
+    return [{"filename": f.filename, "line": f.lineno, "name": f.name} for f in reversed(stack)][:MAX_FRAMES]
+
+
+def fake(truth, steps, seconds):
+    fake = FakeAllocatorHistory(truth)
+    torch.cuda.is_initialized = lambda: True  # the job "uses CUDA": the recorder is the fake's
+    torch.cuda.memory._record_memory_history = fake.record
+    torch.cuda.memory._snapshot = fake.snapshot
+    wide, narrow = nn.Linear(64, 2048), nn.Linear(2048, 8)
+    outputs = []
+
+    def hook(module, args, out):
+        outputs.append(fake.alloc(out.numel() * out.element_size(), _frames()))
+
+    for m in (wide, narrow):
+        m.register_forward_hook(hook)
+    opt = torch.optim.SGD(list(wide.parameters()) + list(narrow.parameters()), lr=1e-3)
+    x, y = torch.randn(32, 64), torch.randn(32, 8)
+    truth.write(largest={"line": WIDE_LINE, "bytes": 32 * 2048 * 4}, file=os.path.abspath(__file__))
+    print("training", flush=True)
+    end = time.monotonic() + seconds
+    while truth.state["steps"] < steps and time.monotonic() < end:
+        h = wide(x)  # WIDE_LINE: the largest output
+        out = narrow(torch.relu(h))
+        loss = nn.functional.mse_loss(out, y)
+        opt.zero_grad()
+        loss.backward()
+        for a in outputs:  # (autograd frees what it saved during backward)
+            fake.free(a)
+        outputs.clear()
+        opt.step()
+        truth.write(steps=truth.state["steps"] + 1)
+        time.sleep(0.01)
+
+
+WIDE_LINE = next(i for i, line in enumerate(open(__file__), 1) if line.strip().startswith("h = wide(x)"))
+
+
+# -- retry: a planted allocator-retry pattern ------------------------------------------------------
+
+
+def retry(truth, steps, seconds, cap_gib, per_step=16, window=8, frac=0.95, spread=0.5, seed=0):
+    total = torch.cuda.get_device_properties(0).total_memory
+    cap = int(cap_gib * 2**30)
+    torch.cuda.set_per_process_memory_fraction(cap / total, 0)
+    mean = frac * cap / ((window + 1) * (1 + spread))  # the live total stays under frac * cap
+    rng = random.Random(seed)
+    w = torch.randn(2048, 2048, device="cuda")
+    live, retries = [], []
+    truth.write(cap=cap, expandable="expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
+    print("training", flush=True)
+    end = time.monotonic() + seconds
+    while truth.state["steps"] < steps and time.monotonic() < end:
+        for _ in range(per_step):
+            n = int(mean * rng.uniform(1 - spread, 1 + spread)) // 4
+            t = torch.empty(n, device="cuda")
+            t[: 1 << 20].fill_(1.0)  # (touched, as an activation is)
+            live.append(t)
+            if len(live) > window:
+                live.pop(0)
+        for _ in range(4):  # a step's compute
+            w = torch.tanh(w @ w) * 0.5
+        torch.cuda.synchronize()
+        retries.append(torch.cuda.memory_stats()["num_alloc_retries"])
+        truth.write(steps=truth.state["steps"] + 1, retries=retries)
+
+
+# -- oom: activations kept until CUDA runs out ------------------------------------------------------
+
+
+def oom(truth, steps):
+    free, _ = torch.cuda.mem_get_info()
+    chunk = int(free / max(1, steps - 1)) // 4 * 4
+    kept = []
+    print("training", flush=True)
+    while True:
+        kept.append(torch.empty(chunk // 4, device="cuda").fill_(1.0))  # the OOM comes here, about step --steps
+        time.sleep(0.05)
+        torch.cuda.synchronize()
+        truth.write(steps=truth.state["steps"] + 1, allocated=torch.cuda.memory_allocated())
+
+
+# -- model: a small GPT-style transformer ----------------------------------------------------------
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads, self.ln1, self.ln2 = heads, nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        scores = q @ k.transpose(-2, -1) / (d // self.heads) ** 0.5  # SCORES_LINE: B*H*T*T, the largest
+        att = scores.softmax(-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+SCORES_LINE = next(i for i, line in enumerate(open(__file__), 1) if line.strip().startswith("scores = q @ k"))
+
+
+def model(truth, steps, seconds, batch=8, seq=1024, d=512, heads=8, layers=4, vocab=4096):
+    torch.manual_seed(0)
+    emb = nn.Embedding(vocab, d).cuda()
+    blocks = nn.ModuleList(Block(d, heads) for _ in range(layers)).cuda()
+    head = nn.Linear(d, vocab).cuda()
+    params = list(emb.parameters()) + list(blocks.parameters()) + list(head.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    scores = batch * heads * seq * seq * 4
+    truth.write(largest={"line": SCORES_LINE, "bytes": scores, "per_step": 2 * layers,
+                         "what": f"attention scores and their softmax, {batch}x{heads}x{seq}x{seq} fp32, 2 per layer"},
+                others={"logits": batch * seq * vocab * 4, "mlp_hidden": batch * seq * 4 * d * 4},
+                file=os.path.abspath(__file__))
+    print("training", flush=True)
+    end = time.monotonic() + seconds
+    step_ms = []
+    while truth.state["steps"] < steps and time.monotonic() < end:
+        t0 = time.perf_counter()
+        tokens = torch.randint(0, vocab, (batch, seq + 1), device="cuda")
+        x = emb(tokens[:, :-1])
+        for blk in blocks:
+            x = blk(x)
+        loss = nn.functional.cross_entropy(head(x).flatten(0, 1), tokens[:, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss.item()
+        step_ms.append(round((time.perf_counter() - t0) * 1e3, 2))
+        truth.write(steps=truth.state["steps"] + 1, step_ms=step_ms[-400:])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kind", choices=["fake", "retry", "oom", "model"])
+    ap.add_argument("--steps", type=int, default=10**9)
+    ap.add_argument("--seconds", type=float, default=600)
+    ap.add_argument("--cap", type=float, default=8.0, help="retry: the per-process memory cap, GiB")
+    ap.add_argument("--truth")
+    a = ap.parse_args()
+    truth = Truth(a.truth)
+    if a.kind == "fake":
+        fake(truth, a.steps, a.seconds)
+    elif a.kind == "retry":
+        retry(truth, a.steps, a.seconds, a.cap)
+    elif a.kind == "oom":
+        oom(truth, a.steps)
+    else:
+        model(truth, a.steps, a.seconds)
+
+
+if __name__ == "__main__":
+    main()
