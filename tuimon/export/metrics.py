@@ -16,8 +16,8 @@ from ..analysis import thresholds as T
 from ..model import NA
 from ..monitor.state import View
 
-VERDICTS = ("exited", "stalled", "waiting", "straggler", "input-bound", "copy-bound", "comm-bound", "memory-bound", "compute-bound",
-            "healthy", "sync-bound", "host-bound", "mixed")
+VERDICTS = ("exited", "stalled", "waiting", "straggler", "memory-pressure", "input-bound", "copy-bound", "comm-bound",
+            "memory-bound", "compute-bound", "healthy", "sync-bound", "host-bound", "mixed")
 
 
 def _num(v) -> float | None:
