@@ -14,7 +14,9 @@ tuimon shows. No tuimon import: run them under `tuimon run`.
            PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True the same loop should not retry.
   oom      (GPU) activations kept each step until CUDA runs out after about --steps steps
   model    (GPU) a small GPT-style transformer with explicit attention (its B*H*T*T scores are the
-           largest activations): the truth: the largest activation sizes, from the model's shapes
+           largest activations): the truth: the tensors autograd saves for backward (one step's)
+  bench    (GPU) what recording the allocator's history costs an allocation, per setting; the cost of
+           memory_stats() and reset_peak_memory_stats()
 """
 
 import argparse
@@ -102,7 +104,7 @@ def _frames():
     return [{"filename": f.filename, "line": f.lineno, "name": f.name} for f in reversed(stack)][:MAX_FRAMES]
 
 
-def fake(truth, steps, seconds):
+def fake(truth, steps, seconds, die_in_window=0):
     fake = FakeAllocatorHistory(truth)
     torch.cuda.is_initialized = lambda: True  # the job "uses CUDA": the recorder is the fake's
     torch.cuda.memory._record_memory_history = fake.record
@@ -116,8 +118,8 @@ def fake(truth, steps, seconds):
     for m in (wide, narrow):
         m.register_forward_hook(hook)
     opt = torch.optim.SGD(list(wide.parameters()) + list(narrow.parameters()), lr=1e-3)
-    x, y = torch.randn(32, 64), torch.randn(32, 8)
-    truth.write(largest={"line": WIDE_LINE, "bytes": 32 * 2048 * 4}, file=os.path.abspath(__file__))
+    x, y = torch.randn(256, 64), torch.randn(256, 8)
+    truth.write(largest={"line": WIDE_LINE, "bytes": 256 * 2048 * 4}, file=os.path.abspath(__file__))
     print("training", flush=True)
     end = time.monotonic() + seconds
     while truth.state["steps"] < steps and time.monotonic() < end:
@@ -132,6 +134,9 @@ def fake(truth, steps, seconds):
         opt.step()
         truth.write(steps=truth.state["steps"] + 1)
         time.sleep(0.01)
+        if die_in_window and fake.recording and truth.state["steps"] >= fake.calls[-1]["step"] + die_in_window:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+                                         "of 79.19 GiB of which 1.07 GiB is free.")
 
 
 WIDE_LINE = next(i for i, line in enumerate(open(__file__), 1) if line.strip().startswith("h = wide(x)"))
@@ -140,27 +145,34 @@ WIDE_LINE = next(i for i, line in enumerate(open(__file__), 1) if line.strip().s
 # -- retry: a planted allocator-retry pattern ------------------------------------------------------
 
 
-def retry(truth, steps, seconds, cap_gib, per_step=16, window=8, frac=0.95, spread=0.5, seed=0):
+def retry(truth, steps, seconds, cap_gib, per_step=16, window=8, frac=0.95, spread=0.5, seed=0, model_gib=1.5):
     total = torch.cuda.get_device_properties(0).total_memory
     cap = int(cap_gib * 2**30)
     torch.cuda.set_per_process_memory_fraction(cap / total, 0)
-    mean = frac * cap / ((window + 1) * (1 + spread))  # the live total stays under frac * cap
+    # the planted tensors' live total stays under frac of the cap less what the model needs (~0.7 GiB)
+    mean = frac * (cap - model_gib * 2**30) / ((window + 1) * (1 + spread))
     rng = random.Random(seed)
-    w = torch.randn(2048, 2048, device="cuda")
+    model = nn.Linear(4096, 4096).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+    x = torch.randn(2048, 4096, device="cuda")
     live, retries = [], []
     truth.write(cap=cap, expandable="expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
     print("training", flush=True)
     end = time.monotonic() + seconds
     while truth.state["steps"] < steps and time.monotonic() < end:
-        for _ in range(per_step):
+        for _ in range(per_step):  # the planted pattern: activations of random sizes, each kept a while
             n = int(mean * rng.uniform(1 - spread, 1 + spread)) // 4
             t = torch.empty(n, device="cuda")
             t[: 1 << 20].fill_(1.0)  # (touched, as an activation is)
             live.append(t)
             if len(live) > window:
                 live.pop(0)
-        for _ in range(4):  # a step's compute
-            w = torch.tanh(w @ w) * 0.5
+        h = x
+        for _ in range(8):  # the step's compute (~30 ms on an H100)
+            h = torch.tanh(model(h))
+        h.square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
         torch.cuda.synchronize()
         retries.append(torch.cuda.memory_stats()["num_alloc_retries"])
         truth.write(steps=truth.state["steps"] + 1, retries=retries)
@@ -172,12 +184,19 @@ def retry(truth, steps, seconds, cap_gib, per_step=16, window=8, frac=0.95, spre
 def oom(truth, steps):
     free, _ = torch.cuda.mem_get_info()
     chunk = int(free / max(1, steps - 1)) // 4 * 4
+    model = nn.Linear(1024, 1024).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(256, 1024, device="cuda")
     kept = []
     print("training", flush=True)
     while True:
-        kept.append(torch.empty(chunk // 4, device="cuda").fill_(1.0))  # the OOM comes here, about step --steps
-        time.sleep(0.05)
-        torch.cuda.synchronize()
+        kept.append(torch.empty(chunk // 4, device="cuda").fill_(1.0))  # kept by mistake: the OOM, about step --steps
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        loss.item()
+        time.sleep(0.15)  # (the gauges are read twice a second)
         truth.write(steps=truth.state["steps"] + 1, allocated=torch.cuda.memory_allocated())
 
 
@@ -195,59 +214,128 @@ class Block(nn.Module):
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         scores = q @ k.transpose(-2, -1) / (d // self.heads) ** 0.5  # SCORES_LINE: B*H*T*T, the largest
-        att = scores.softmax(-1)
+        att = scores.softmax(-1)  # SOFTMAX_LINE: kept for backward
         x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
         return x + self.mlp(self.ln2(x))
 
 
-SCORES_LINE = next(i for i, line in enumerate(open(__file__), 1) if line.strip().startswith("scores = q @ k"))
+def _line(start):
+    return next(i for i, line in enumerate(open(__file__), 1) if line.strip().startswith(start))
+
+
+SCORES_LINE, SOFTMAX_LINE = _line("scores = q @ k"), _line("att = scores.softmax")
 
 
 def model(truth, steps, seconds, batch=8, seq=1024, d=512, heads=8, layers=4, vocab=4096):
+    """The truth: the tensors autograd saves for backward in one step (the model's activations,
+    by their own sizes, from saved_tensors_hooks), and every step's time."""
     torch.manual_seed(0)
     emb = nn.Embedding(vocab, d).cuda()
     blocks = nn.ModuleList(Block(d, heads) for _ in range(layers)).cuda()
     head = nn.Linear(d, vocab).cuda()
     params = list(emb.parameters()) + list(blocks.parameters()) + list(head.parameters())
     opt = torch.optim.AdamW(params, lr=1e-4)
-    scores = batch * heads * seq * seq * 4
-    truth.write(largest={"line": SCORES_LINE, "bytes": scores, "per_step": 2 * layers,
-                         "what": f"attention scores and their softmax, {batch}x{heads}x{seq}x{seq} fp32, 2 per layer"},
-                others={"logits": batch * seq * vocab * 4, "mlp_hidden": batch * seq * 4 * d * 4},
-                file=os.path.abspath(__file__))
+    truth.write(lines=[SCORES_LINE, SOFTMAX_LINE], file=os.path.abspath(__file__),
+                attention_bytes=batch * heads * seq * seq * 4, layers=layers)
     print("training", flush=True)
     end = time.monotonic() + seconds
-    step_ms = []
+    step_ms, saved = [], {}
+
+    def pack(t):
+        if t.is_cuda:
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
     while truth.state["steps"] < steps and time.monotonic() < end:
         t0 = time.perf_counter()
         tokens = torch.randint(0, vocab, (batch, seq + 1), device="cuda")
-        x = emb(tokens[:, :-1])
-        for blk in blocks:
-            x = blk(x)
-        loss = nn.functional.cross_entropy(head(x).flatten(0, 1), tokens[:, 1:].flatten())
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if truth.state["steps"] == 2 else _nothing():
+            x = emb(tokens[:, :-1])
+            for blk in blocks:
+                x = blk(x)
+            loss = nn.functional.cross_entropy(head(x).flatten(0, 1), tokens[:, 1:].flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         loss.item()
         step_ms.append(round((time.perf_counter() - t0) * 1e3, 2))
+        if saved and "saved" not in truth.state:  # the activations, largest first: [bytes, how many]
+            sizes = sorted(saved.values(), reverse=True)
+            truth.write(saved=[[n, sizes.count(n)] for n in sorted(set(sizes), reverse=True)[:8]])
         truth.write(steps=truth.state["steps"] + 1, step_ms=step_ms[-400:])
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+# -- bench: what recording the allocator's history costs an allocation ------------------------------
+
+
+def bench(truth, n=20000, depth=24):
+    """Per alloc+free of a cached 1 MiB block, called under a Python stack `depth` frames deep (a
+    model's), with history off and under each setting; then torch.cuda.memory_stats() and
+    torch.cuda.reset_peak_memory_stats() (what a per-phase peak would call at each boundary)."""
+    torch.empty(1 << 18, device="cuda")
+    out = {}
+
+    def deep(k, fn):
+        return deep(k - 1, fn) if k else fn()
+
+    def loop():
+        t0 = time.perf_counter()
+        for _ in range(n):
+            torch.empty(1 << 18, device="cuda")
+        return (time.perf_counter() - t0) / n * 1e6
+
+    settings = {"off": None, "alloc, python": dict(context="alloc", stacks="python"),
+                "all, python": dict(context="all", stacks="python"), "all, all (C++ too)": dict(context="all", stacks="all")}
+    for name, kw in settings.items():
+        if kw is not None:
+            torch.cuda.memory._record_memory_history(enabled="all", max_entries=100_000, **kw)
+        deep(depth, loop)  # (warm)
+        out[name] = round(min(deep(depth, loop) for _ in range(3)), 3)
+        if kw is not None:
+            t0 = time.perf_counter()
+            snap = torch.cuda.memory._snapshot()
+            out[name + ": snapshot ms"] = round((time.perf_counter() - t0) * 1e3, 1)
+            out[name + ": events"] = sum(len(d) for d in snap["device_traces"])
+            torch.cuda.memory._record_memory_history(enabled=None)
+            del snap
+    for name, fn in (("memory_stats us", torch.cuda.memory_stats), ("reset_peak_memory_stats us",
+                                                                    torch.cuda.reset_peak_memory_stats)):
+        fn()
+        t0 = time.perf_counter()
+        for _ in range(1000):
+            fn()
+        out[name] = round((time.perf_counter() - t0) / 1000 * 1e6, 2)
+    truth.write(bench=out)
+    print(json.dumps(out), flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("kind", choices=["fake", "retry", "oom", "model"])
+    ap.add_argument("kind", choices=["fake", "retry", "oom", "model", "bench"])
     ap.add_argument("--steps", type=int, default=10**9)
     ap.add_argument("--seconds", type=float, default=600)
     ap.add_argument("--cap", type=float, default=8.0, help="retry: the per-process memory cap, GiB")
+    ap.add_argument("--die-in-window", type=int, default=0, help="fake: raise CUDA's OOM error this many steps into a "
+                                                                  "memory window")
     ap.add_argument("--truth")
     a = ap.parse_args()
     truth = Truth(a.truth)
     if a.kind == "fake":
-        fake(truth, a.steps, a.seconds)
+        fake(truth, a.steps, a.seconds, a.die_in_window)
     elif a.kind == "retry":
         retry(truth, a.steps, a.seconds, a.cap)
     elif a.kind == "oom":
         oom(truth, a.steps)
+    elif a.kind == "bench":
+        bench(truth)
     else:
         model(truth, a.steps, a.seconds)
 

@@ -27,6 +27,7 @@ import sys
 MAX_BYTES = 1 << 30  # snapshots read at most (a window keeps 100,000 events: tens of MB)
 TOP = 8
 BEFORE = "allocated before the window"  # blocks whose allocation the window did not see
+NO_STACK = "no Python stack (backward on autograd's thread, or C++)"  # an allocation in it without frames
 _LIBRARY = re.compile(r"[/\\](torch|tuimon)[/\\]|^<|[/\\]lib[/\\]python3[.\d]*[/\\](?!site-packages|dist-packages)")
 
 
@@ -63,11 +64,12 @@ def frame_text(f) -> str:
     return f"{os.path.basename(str(f.get('filename', '?')))}:{f.get('line', '?')} in {f.get('name', '?')}"
 
 
-def where(frames) -> str:
+def where(frames, none: str = NO_STACK) -> str:
     """The line that made an allocation: its innermost frame outside torch, tuimon and the standard
-    library (the job's code, or a library's model code such as transformers'), else its innermost."""
+    library (the job's code, or a library's model code such as transformers'), else its innermost;
+    `none` without frames."""
     if not isinstance(frames, list) or not frames:
-        return BEFORE
+        return none
     own = next((f for f in frames if isinstance(f, dict) and not _LIBRARY.search(str(f.get("filename", "")))), None)
     return frame_text(own if own is not None else frames[0])
 
@@ -103,7 +105,7 @@ def summarize(snapshot: dict, top: int = TOP) -> dict:
                 freed_before[i] = (e["size"], BEFORE, [])
     blocks = [b for s in snapshot["segments"] if isinstance(s, dict) and s.get("device", device) == device
               for b in s.get("blocks", []) if isinstance(b, dict)]
-    still_before = [(b.get("size", 0), where(b.get("frames")), _stack(b.get("frames"))) for b in blocks
+    still_before = [(b.get("size", 0), where(b.get("frames"), BEFORE), _stack(b.get("frames"))) for b in blocks
                     if str(b.get("state", "")).startswith("active") and b.get("address") not in live]
     at_start = sum(s for s, _, _ in still_before) + sum(s for s, _, _ in freed_before.values())
     # The peak, replaying the window's events from what was live when it opened.

@@ -120,7 +120,7 @@ class MemoryWindow:
     (context="alloc": the stacks of frees are not kept; stacks="python": no C++ unwinding, whose
     symbolization at snapshot time takes seconds), at most MEMORY_MAX_ENTRIES events.
 
-    Costs (docs/measurements.md has the GPU numbers): each allocation while recording gathers its
+    Costs (tests/gpu/check_memory.py measures them on a GPU): each allocation while recording gathers its
     Python stack (torch's docs: ~2 us a trace); the snapshot and the pickling hold the GIL for a time
     that grows with the events kept, and run on tuimon's thread, so the loop waits for them where it
     needs the GIL. Recording is the process's, not a thread's: a job that records its own history

@@ -44,8 +44,7 @@ def memory_panel(view: View, width: int) -> Text:
         out.append(spark(series, plot, 0.0, top) if series and top else " " * plot, style)
         out.append(f" {human_bytes(now):>10}\n")
     scale = f"the cap of {human_bytes(m.limit)} the job set" if m.limit else human_bytes(cap) if cap else "n/a"
-    out.append(f"{'':<{LABEL}}a column is a cycle; the bars' top is the largest shown, {human_bytes(top)}, of {scale}",
-               "dim")
+    out.append(f"a column is a cycle; the bars' top is the largest shown, {human_bytes(top)}, of {scale}", "dim")
     if used is not None and m.reserved is not None:
         beyond = used - m.reserved
         if beyond >= 0:
@@ -104,8 +103,8 @@ class MemoryScreen(Screen):
     BINDINGS = [Binding("escape,m", "app.pop_screen", "back"), Binding("c", "app.memory_capture", "memory capture")]
 
     def compose(self) -> ComposeResult:
-        yield Static(Text(f" GPU memory of the loop's device (c: capture the allocator's history for {MEMORY_STEPS} "
-                          "steps, esc: back)", "bold"))
+        yield Static(Text(f" GPU memory (c: capture the allocator's history for {MEMORY_STEPS} steps, esc: back)",
+                          "bold"))
         with VerticalScroll():
             yield Panel(id="memory", classes="box")
             yield Static(Text("Memory capture", "bold"), classes="title")
