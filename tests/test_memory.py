@@ -493,3 +493,16 @@ def test_a_job_that_dies_of_oom_inside_a_memory_window_writes_it_and_keeps_its_e
     finally:
         job.kill()
         job.wait(30)
+
+
+def test_memory_pressure_in_the_once_json(shm_dir):
+    from tuimon.monitor.report import view_json
+
+    snap, _ = loop_with_gauges(300, 40, lambda k: 1 if k % 4 == 0 else 0, peak=int(7.4 * GIB))
+    state = MonitorState()
+    state.apply(Cycle(1, ProcessSample(os.getpid()), training=snap))
+    doc = json.loads(json.dumps(view_json(state.view())))
+    assert doc["verdict"]["code"] == "memory-pressure"
+    assert doc["memory"]["retries_per_step"] == snap.memory.retries_per_step and doc["memory"]["limit"] == 8 * GIB
+    assert doc["memory"]["forecast"] == "peak 7.4 of the cap of 8.0 GiB: 8% left"
+    assert doc["memory"]["peak_share"] == pytest.approx(7.4 / 8, abs=1e-3)

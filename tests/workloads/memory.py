@@ -6,11 +6,9 @@ tuimon shows. No tuimon import: run them under `tuimon run`.
            while recording, each layer's output is an alloc event with the real Python stack that
            made it, freed after backward; _snapshot returns the documented snapshot format. The
            truth: the recorder's calls, and the line and size of the largest output.
-  retry    (GPU) a planted allocator-retry pattern: a per-process memory fraction (--cap GiB), and
-           each step 16 activations of random sizes, each living for the next 8 allocations, whose
-           live total stays under 95% of the cap (the caching allocator keeps segments of the old
-           sizes, the next sizes do not fit them, and the cap forces it to free its cache and
-           retry); the truth: num_alloc_retries after every step. With
+  retry    (GPU) a planted allocator-retry pattern under a per-process memory fraction (--cap GiB):
+           activations whose sizes grow every step (retry() says why the allocator retries about
+           every other step); the truth: num_alloc_retries after every step. With
            PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True the same loop should not retry.
   oom      (GPU) activations kept each step until CUDA runs out after about --steps steps
   model    (GPU) a small GPT-style transformer with explicit attention (its B*H*T*T scores are the
@@ -22,7 +20,6 @@ tuimon shows. No tuimon import: run them under `tuimon run`.
 import argparse
 import json
 import os
-import random
 import threading
 import time
 import traceback
@@ -145,34 +142,36 @@ WIDE_LINE = next(i for i, line in enumerate(open(__file__), 1) if line.strip().s
 # -- retry: a planted allocator-retry pattern ------------------------------------------------------
 
 
-def retry(truth, steps, seconds, cap_gib, per_step=16, window=8, frac=0.95, spread=0.5, seed=0, model_gib=1.5):
+def retry(truth, steps, seconds, cap_gib, share=0.48, first_mib=32, grow_mib=2):
+    """Each step the same bytes of activations (share of the cap) in fewer, longer tensors, 2 MiB
+    longer every step (a sequence-length curriculum). The caching allocator keeps segments of the
+    last step's sizes, which the next step's never fit: it calls cudaMalloc anew each step, and the
+    cap (two steps' worth) makes it free its cache and retry about every other step. With
+    expandable segments the freed activations coalesce in one segment and the next step's fit."""
     total = torch.cuda.get_device_properties(0).total_memory
     cap = int(cap_gib * 2**30)
     torch.cuda.set_per_process_memory_fraction(cap / total, 0)
-    # the planted tensors' live total stays under frac of the cap less what the model needs (~0.7 GiB)
-    mean = frac * (cap - model_gib * 2**30) / ((window + 1) * (1 + spread))
-    rng = random.Random(seed)
     model = nn.Linear(4096, 4096).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=1e-6)
     x = torch.randn(2048, 4096, device="cuda")
-    live, retries = [], []
+    retries = []
     truth.write(cap=cap, expandable="expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
     print("training", flush=True)
     end = time.monotonic() + seconds
     while truth.state["steps"] < steps and time.monotonic() < end:
-        for _ in range(per_step):  # the planted pattern: activations of random sizes, each kept a while
-            n = int(mean * rng.uniform(1 - spread, 1 + spread)) // 4
-            t = torch.empty(n, device="cuda")
-            t[: 1 << 20].fill_(1.0)  # (touched, as an activation is)
-            live.append(t)
-            if len(live) > window:
-                live.pop(0)
+        size = (first_mib + grow_mib * truth.state["steps"]) * 2**20
+        acts = []
+        for _ in range(max(1, int(share * cap) // size)):  # the planted activations
+            t = torch.empty(size // 4, device="cuda")
+            t[: 1 << 18].fill_(1.0)  # (touched, as an activation is)
+            acts.append(t)
         h = x
         for _ in range(8):  # the step's compute (~30 ms on an H100)
             h = torch.tanh(model(h))
         h.square().mean().backward()
         opt.step()
         opt.zero_grad(set_to_none=False)
+        del acts
         torch.cuda.synchronize()
         retries.append(torch.cuda.memory_stats()["num_alloc_retries"])
         truth.write(steps=truth.state["steps"] + 1, retries=retries)
