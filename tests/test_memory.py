@@ -293,6 +293,18 @@ def test_an_allocation_without_python_frames_is_not_called_older_than_the_window
     assert s["peak"] == 87 * MIB and s["at_start"] == 6 * MIB
 
 
+def test_a_peak_the_window_repeats_is_named_by_the_lines_it_saw():
+    """A step's peak comes back every step: when the window's equals the one it opened on, the
+    later one is shown, whose allocations the window saw made."""
+    snap = tiny_snapshot()
+    snap["device_traces"][0] = [
+        {"action": "free_completed", "addr": 0x7F0000400000, "size": 8 * MIB, "stream": 0, "frames": []},
+        {"action": "alloc", "addr": 0x7F0000400000, "size": 8 * MIB, "stream": 0, "frames": frames(30)}]
+    s = memory_summary.summarize(snap)
+    assert (s["peak"], s["peak_at"]) == (s["at_start"], 1)
+    assert ("train.py:30 in forward", 8 * MIB) in [(g["where"], g["bytes"]) for g in s["groups"]]
+
+
 def test_an_oom_in_the_window_is_said():
     snap = tiny_snapshot()
     snap["device_traces"][0].append({"action": "oom", "size": 5 * GIB, "device_free": 300 * MIB, "stream": 0,

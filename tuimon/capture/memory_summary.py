@@ -117,14 +117,14 @@ def summarize(snapshot: dict, top: int = TOP) -> dict:
         if action == "alloc":
             made[addr] = e["size"]
             total += e["size"]
+            if total >= peak:  # (a tie goes to the later: steps repeat their peak, and the window's are named)
+                peak, peak_at = total, i
         elif action == release:
             size = made.pop(addr, None)
             if size is not None:
                 total -= size
             elif i in freed_before:
                 total -= freed_before[i][0]
-        if total > peak:
-            peak, peak_at = total, i
     # What was live at the peak: the window's allocations not yet freed, and what it began with.
     at_peak: dict = {}
     for e in events[:peak_at + 1]:

@@ -166,7 +166,6 @@ class MonitorState:
                 self._live_process = c.process
         if c.training is not None:
             self._add_memory(c.training)
-        if c.training is not None:
             if self.training is not None and c.training.pid != self.training.pid:
                 self._last_step = 0  # another process shown (another rank): its own step count
                 self._step_ms.clear()
