@@ -294,8 +294,8 @@ def bench(truth, n=20000, depth=24):
     settings = {"off": None, "alloc, python": dict(context="alloc", stacks="python"),
                 "all, python": dict(context="all", stacks="python"), "all, all (C++ too)": dict(context="all", stacks="all")}
     for name, kw in settings.items():
-        if kw is not None:
-            torch.cuda.memory._record_memory_history(enabled="all", max_entries=100_000, **kw)
+        if kw is not None:  # (20,000 events kept: the C++ setting's snapshot symbolizes every frame it holds)
+            torch.cuda.memory._record_memory_history(enabled="all", max_entries=n, **kw)
         deep(depth, loop)  # (warm)
         out[name] = round(min(deep(depth, loop) for _ in range(3)), 3)
         if kw is not None:
