@@ -130,10 +130,11 @@ def summarize(snapshot: dict, top: int = TOP) -> dict:
     for e in events[:peak_at + 1]:
         action, addr = e.get("action"), e.get("addr")
         if action == "alloc":
-            at_peak[addr] = (e["size"], where(e.get("frames")), _stack(e.get("frames")))
+            at_peak[addr] = e
         elif action == release:
             at_peak.pop(addr, None)
-    allocs = list(at_peak.values()) + still_before + [v for i, v in freed_before.items() if i > peak_at]
+    allocs = [(e["size"], where(e.get("frames")), _stack(e.get("frames"))) for e in at_peak.values()] + \
+        still_before + [v for i, v in freed_before.items() if i > peak_at]
     groups: dict[str, dict] = {}
     for size, at, stack in allocs:
         g = groups.setdefault(at, {"where": at, "bytes": 0, "count": 0, "largest": 0, "stack": stack})
