@@ -62,7 +62,7 @@ def test_each_class_and_its_headline(evidence, code, headline):
     v = diagnose(Evidence(**evidence))
     assert (v.code, v.headline) == (code, headline), v.evidence
     assert v.next_step and v.confidence in ("high", "medium", "low")
-    assert len(v.rules) == 14 and len({r.code for r in v.rules}) == 14
+    assert len(v.rules) == 15 and len({r.code for r in v.rules}) == 15
 
 
 def test_the_sync_rule_needs_an_idle_gpu_for_moderate_syncs():

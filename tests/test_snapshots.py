@@ -24,8 +24,8 @@ def app(fixture=FIXTURE):
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
-@pytest.mark.parametrize("keys", [[], ["r"], ["g"], ["e"], ["question_mark"]],
-                         ids=["main", "ranges", "gpu", "explain", "help"])
+@pytest.mark.parametrize("keys", [[], ["r"], ["g"], ["e"], ["question_mark"], ["m"]],
+                         ids=["main", "ranges", "gpu", "explain", "help", "memory"])
 def test_screen(snap_compare, size, keys):
     assert snap_compare(app(), terminal_size=size, press=keys, run_before=redraw)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..model import CommTimes, CopyTimes, GpuTimes, HotLine, Memory, OpCounts, PhaseRow, Syncs, SyncSite
+from ..model import CommTimes, CopyTimes, GpuTimes, HotLine, OpCounts, PhaseRow, Syncs, SyncSite
 from .steps import StepRecord
 from .summary import percentile
 
@@ -113,19 +113,6 @@ def comm(steps: list[StepRecord], name_of: Callable[[int], str]) -> CommTimes | 
                      share=round(min(1.0, per_step / step_ns), 4) if step_ns > 0 else 0.0,
                      mb_per_step=round(nbytes / 2**20, 2),
                      calls_per_step=round(sum(calls) / len(measured), 2))
-
-
-def memory(gauges: dict[int, float], name_of: Callable[[int], str]) -> Memory | None:
-    g = _named(gauges, name_of)
-    if "cuda.allocated" not in g:
-        return None
-
-    def get(name):
-        v = g.get(name)
-        return int(v) if v is not None else None
-
-    return Memory(get("cuda.allocated"), get("cuda.reserved"), get("cuda.peak_allocated"),
-                  get("cuda.alloc_retries"), get("cuda.ooms"))
 
 
 def ddp_backward_ms(gauges: dict[int, float], name_of: Callable[[int], str]) -> float | None:

@@ -10,6 +10,8 @@ thresholds.py), so a screen can show why every rule fired or did not. Precedence
                             lines (py-spy): the GPU's unit, or where the host holds it back
   straggler                 (2+ ranks) one rank's own work (its step less its waits in collectives)
                             is >= 1.43x the others': they wait for it, whatever their own anatomy says
+  memory pressure           the caching allocator frees its cache and retries cudaMalloc in >= 1 step
+                            in 20 (each retry drains the GPU): it hides behind every other class
   input-bound (high)        the loop waits >= 20% of the step for data: fix that first, it hides the rest
   copy-bound                >= 20% of the step in host-to-device copies (pageable memory blocks the loop)
   comm-bound                >= 10% of the step waits in collectives (the reduction is not hidden)
@@ -29,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..model import CopyTimes, HotLine, JobEnd, Memory, OpCounts, StepInProgress, Straggler
+from . import memory as mem
 from . import thresholds as T
 from .anatomy import how_of
 from .present import exited_words, stalled_words
@@ -113,8 +116,8 @@ class Rule:
 
 @dataclass(frozen=True)
 class Verdict:
-    code: str  # exited | stalled | waiting | straggler | input-bound | comm-bound | memory-bound | compute-bound |
-    # healthy | sync-bound | host-bound | mixed
+    code: str  # exited | stalled | waiting | straggler | memory-pressure | input-bound | comm-bound | memory-bound |
+    # compute-bound | healthy | sync-bound | host-bound | mixed
     headline: str
     evidence: str  # the numbers that decided it
     next_step: str
@@ -257,6 +260,36 @@ def rule_straggler(c: _Context) -> Rule:
     return Rule("straggler", "Straggler (one rank holds the others back)", fired, [check], why)
 
 
+def rule_memory(c: _Context) -> Rule:
+    """The allocator retried (emptied its cache and called cudaMalloc again) often enough to cost
+    steps, or the job caught out-of-memory errors and went on."""
+    m = c.e.memory
+    rate = m.retries_per_step if m else None
+    retries = _at_least("allocator retries per step", rate, T.MEMORY_RETRIES,
+                        lambda v: "n/a" if v is None else f"{v:.2f}")
+    ooms = m.ooms_in_window if m else None
+    caught = Check("out-of-memory errors caught in the window", "n/a" if ooms is None else str(ooms), ">= 1",
+                   None if ooms is None else ooms >= 1)
+    share = mem.peak_share(m) if m else None
+    full = Check("peak of live tensors, of what the allocator may use", share_text(share),
+                 f">= {T.MEMORY_FULL.show()}: full; below: fragmented", None if share is None else share >= T.MEMORY_FULL.value,
+                 T.MEMORY_FULL.source)
+    fired = bool(retries.passed) or bool(caught.passed)
+    if m is None:
+        why = "no allocator gauges (a job on the CPU, or none read yet)"
+    elif rate is None:
+        why = "retries per step not measured yet (two reads of the gauges a step apart)"
+    else:
+        why = (f"{rate:.2f} retries per step over steps {m.retries_from}..{m.retries_to}"
+               + (f", {ooms} out-of-memory errors caught" if ooms else ""))
+    return Rule("memory-pressure", "Memory pressure (the allocator frees its cache and retries)", fired,
+                [retries, caught, full], why)
+
+
+def share_text(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.0%}"
+
+
 def rule_comm(c: _Context) -> Rule:
     e = c.e
     check = _at_least("time in collectives", e.comm_share, T.COMM_HIGH)
@@ -334,6 +367,7 @@ def diagnose(e: Evidence) -> Verdict:
         "waiting": rule_waiting(c),
         "outside": rule_outside(c),
         "straggler": rule_straggler(c),
+        "memory-pressure": rule_memory(c),
         "input-high": rule_input(c, high=True),
         "copy-bound": rule_copy(c),
         "comm-bound": rule_comm(c),
@@ -374,6 +408,8 @@ def _verdict(key: str, c: _Context, rules: list[Rule]) -> Verdict:
                        "call or its DataLoader's next(); tuimon.step() marks one by hand)", "low", rules)
     if key == "straggler":
         return _straggler_verdict(c, rules)
+    if key == "memory-pressure":
+        return _memory_verdict(c, rules)
     if key == "copy-bound":
         return _copy_verdict(c, rules)
     if key == "comm-bound":
@@ -450,6 +486,38 @@ def _straggler_verdict(c: _Context, rules: list[Rule]) -> Verdict:
                    f"in collectives{where} · job comm {share(e.comm_share)}",
                    f"rank {s.rank}: {fix}" if fix else f"rank {s.rank} is slower in every phase: compare its GPU (g) "
                    "and its CPU", _margin(s.ratio, T.STRAGGLER), rules)
+
+
+def _memory_verdict(c: _Context, rules: list[Rule]) -> Verdict:
+    """What the retries cost, whether the memory is full or fragmented, and the fix that fits."""
+    e, m = c.e, c.e.memory
+    rate = m.retries_per_step or 0.0
+    share = mem.peak_share(m)
+    cap = f"the cap of {mem.gib(m.limit)}" if m.limit else mem.gib(m.total)
+    parts = [f"{rate:.2f} allocator retries per step" + (f" (steps {m.retries_from}..{m.retries_to})" if m.retries_to else "")]
+    if m.ooms_in_window:
+        parts.append(f"{m.ooms_in_window} out-of-memory errors caught")
+    parts.append(f"peak {mem.gib(m.peak_allocated)} of {cap}" + (f" ({share:.0%})" if share is not None else ""))
+    parts.append(f"reserved {mem.gib(m.reserved)}, allocated {mem.gib(m.allocated)}")
+    if m.inactive_split:
+        parts.append(f"{mem.gib(m.inactive_split)} in split blocks not in use")
+    if e.gpu_busy_events is not None:  # each retry waits for the GPU to drain, then cudaFree/cudaMalloc
+        parts.append(f"GPU idle up to {1 - e.gpu_busy_events:.0%} of the step (CUDA events)")
+    cost = ("each retry waits for the GPU to finish everything queued and returns the cache to CUDA (cudaFree), "
+            "then cudaMalloc again, inside forward or backward")
+    real = ("smaller batches, activation checkpointing (torch.utils.checkpoint) or a smaller dtype (bf16 autocast) "
+            "for fewer live bytes")
+    if m.expandable:
+        step = f"live tensors need more than the allocator has, with expandable segments already on: {real}"
+    elif share is not None and share < T.MEMORY_FULL.value:
+        step = (f"the live tensors peak at {share:.0%} of {cap}: the memory is there, cached in blocks of the wrong "
+                "sizes (fragmentation): PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets the allocator grow and "
+                f"reuse one segment; if they stay, {real}")
+    else:
+        step = (f"the live tensors fill {share_text(share)} of {cap}: {real}; PYTORCH_CUDA_ALLOC_CONF="
+                "expandable_segments:True also removes the retries that fragmentation adds")
+    return Verdict("memory-pressure", "memory pressure: the allocator retries", " · ".join(parts),
+                   f"{step} ({cost})", _margin(rate, T.MEMORY_RETRIES) if rate else "medium", rules)
 
 
 def _input_next_step(e: Evidence) -> str:

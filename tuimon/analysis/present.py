@@ -4,11 +4,35 @@ diagnosis's evidence in, (headline, evidence, next step) out."""
 
 from __future__ import annotations
 
-from ..model import JobEnd
+from ..model import JobEnd, Memory
+from .memory import gib, oom_numbers, peak_share
 
 
-def _gib(b: int | None) -> str:
-    return "n/a" if b is None else f"{b / 2**30:.1f} GiB"
+def last_gauges(m: Memory) -> str:
+    """The allocator's last gauges before the end (read at exit where the probe ran its exit hook)."""
+    share = peak_share(m)
+    cap = f" of {'the cap of ' if m.limit else ''}{gib(m.capacity)} ({share:.0%})" if share is not None else ""
+    counts = [f"{n} {what}" for n, what in ((m.alloc_retries, "allocator retries"), (m.ooms, "out-of-memory errors"))
+              if n]
+    return (f"GPU memory last read: allocated {gib(m.allocated)}, reserved {gib(m.reserved)}, peak "
+            f"{gib(m.peak_allocated)}{cap}" + (f"; {', '.join(counts)} in all" if counts else ""))
+
+
+def oom_step(text: str, m: Memory | None) -> str:
+    """The fix for an out-of-memory death that its own numbers point to: when the allocator held
+    at least the request reserved but unallocated, the memory was there in blocks of the wrong sizes
+    (fragmentation: PyTorch's own message points to expandable segments); else it was full."""
+    n = oom_numbers(text)
+    asked, spare = n.get("asked"), n.get("unallocated")
+    real = "a smaller batch, activation checkpointing (torch.utils.checkpoint), or a smaller dtype (bf16 autocast)"
+    if asked is not None and spare is not None and spare >= asked and not (m is not None and m.expandable):
+        return (f"the GPU ran out of memory asking for {gib(asked)} while {gib(spare)} was reserved but unallocated: "
+                "fragmentation: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; if it still runs out, " + real)
+    if asked is not None:
+        free = f" ({gib(n['free'])} free on the device)" if "free" in n else ""
+        return f"the GPU ran out of memory asking for {gib(asked)}{free}: the live tensors fill it: {real}"
+    return (f"the GPU ran out of memory: {real}; when reserved is far above allocated (fragmentation), "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
 
 
 def exited_words(end: JobEnd, memory, ran_as: str | None = None) -> tuple[str, str, str]:
@@ -21,11 +45,9 @@ def exited_words(end: JobEnd, memory, ran_as: str | None = None) -> tuple[str, s
     if ran_as:
         evidence += f" · while it ran: {ran_as}"
     if memory is not None and memory.allocated is not None:
-        evidence += (f" · GPU memory last read: allocated {_gib(memory.allocated)}, reserved {_gib(memory.reserved)}, "
-                     f"peak {_gib(memory.peak_allocated)}")
+        evidence += " · " + last_gauges(memory)
     if "OutOfMemoryError" in ex or "out of memory" in ex.lower():
-        step = ("the GPU ran out of memory: a smaller batch, activation checkpointing, bf16; when reserved is far "
-                "above allocated (fragmentation), PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+        step = oom_step(ex, memory)
     elif "NCCL" in ex or "ProcessGroup" in ex or "DistBackendError" in ex:
         step = "a collective failed: the rank that failed first is the cause (its own end, in its output)"
     elif "DataLoader worker" in ex:

@@ -15,6 +15,7 @@ F_KIND, F_DEPTH, F_NAME, F_TID, F_STEP, F_T0, F_T1, F_VALUE = 0, 1, 3, 4, 5, 6, 
 # it. Bounds the monitor's memory for loops with huge numbers of ranges per step, or no steps.
 RANGE_SAMPLES = 1024
 HOT_RECORDS = 20_000  # the sampler's records kept (a minute of a loop that moves across many lines)
+GAUGE_HISTORY = 512  # a gauge's last values kept (the memory gauges: ~4 minutes at one read per 0.5 s)
 
 
 @dataclass
@@ -48,6 +49,7 @@ class StepAccumulator:
         self.open: dict[int, StepRecord] = {}
         self.gauges: dict[int, float] = {}  # name id -> latest value (GAUGE records)
         self.gauge_steps: dict[int, int] = {}  # name id -> the step its latest value came in
+        self.gauge_history: dict[int, deque[tuple[int, int, float]]] = {}  # name id -> (t, step, value), oldest first
         self.hot: deque[tuple[int, int, int, int, float]] = deque(maxlen=HOT_RECORDS)  # (t, phase, line, how, samples)
 
     def _step(self, index: int) -> StepRecord:
@@ -62,8 +64,13 @@ class StepAccumulator:
         for r in records:
             kind = r[F_KIND]
             if kind == GAUGE:
-                self.gauges[r[F_NAME]] = r[F_VALUE]
-                self.gauge_steps[r[F_NAME]] = r[F_STEP]
+                nid = r[F_NAME]
+                self.gauges[nid] = r[F_VALUE]
+                self.gauge_steps[nid] = r[F_STEP]
+                history = self.gauge_history.get(nid)
+                if history is None:
+                    history = self.gauge_history[nid] = deque(maxlen=GAUGE_HISTORY)
+                history.append((r[F_T1], r[F_STEP], r[F_VALUE]))
                 continue
             if kind == HOT:  # (by time, not by step: a loop without steps has lines too)
                 self.hot.append((r[F_T1], r[F_DEPTH], r[F_NAME], r[F_T0], r[F_VALUE]))

@@ -102,4 +102,19 @@ PEAK_MEMORY_FACTOR = Threshold(1.10, "x", "airspeed velocity compares its peakme
                                           "1.1: a peak allocated (the caching allocator's) 1.1x the baseline's is a "
                                           "regression of its own")
 
+# GPU memory (tuimon/analysis/memory.py).
+MEMORY_RETRIES = Threshold(0.05, "per step", "DeepSpeed ZeRO-3 (runtime/zero/stage3.py) warns at every step whose "
+                                             "caching allocator retried (num_alloc_retries: freed its cache and "
+                                             "called cudaMalloc again): 'high memory pressure ... detrimental to "
+                                             "performance. if this is happening frequently ...'; tuimon's "
+                                             "'frequently': one step in 20 of the window on average, so a single "
+                                             "retry (a one-off larger batch) names nothing")
+MEMORY_FULL = Threshold(0.90, "", "vLLM's gpu_memory_utilization defaults to 0.9: the share of GPU memory a tuned "
+                                  "server lets its allocator fill, the rest left to the CUDA context, NCCL and other "
+                                  "allocators; a peak of live tensors above it is memory that is full, below it "
+                                  "retries come from memory the allocator holds in blocks of the wrong sizes "
+                                  "(PyTorch's out-of-memory message: 'If reserved but unallocated memory is large "
+                                  "try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+                                  "fragmentation')")
+
 ALL = {name: t for name, t in globals().items() if isinstance(t, Threshold)}

@@ -20,6 +20,9 @@ def window_steps(state: str, first, last) -> str:
     return ""
 
 
+MEMORY_STEPS = 5  # a memory window's default length (its history grows with every allocation)
+
+
 class CaptureRefused(Exception):
     """Said to the person who asked: why no capture was started."""
 
@@ -64,8 +67,9 @@ class CaptureClient:
                                  st.path, st.updated_ns)
         return status
 
-    def request(self, steps: int | None = None, seconds: float | None = None) -> int:
-        """Ask for a window; returns its sequence number. Raises CaptureRefused."""
+    def request(self, steps: int | None = None, seconds: float | None = None, kind: int = 0) -> int:
+        """Ask for a window (kind: KIND_MEMORY for the allocator's history; 0: the probe's own kind);
+        returns its sequence number. Raises CaptureRefused."""
         check_request(self.pid, self._alive(), steps, seconds)
         st = self.ctl.read_state()
         if st.busy:
@@ -76,9 +80,9 @@ class CaptureClient:
         check_free_space()
         seq = max(pending, st.ack_seq) + 1
         if steps is not None:
-            self.ctl.write_request(seq, L.CAPTURE_STEPS, steps=steps)
+            self.ctl.write_request(seq, L.CAPTURE_STEPS, steps=steps, kind=kind)
         else:
-            self.ctl.write_request(seq, L.CAPTURE_SECONDS, seconds=seconds)
+            self.ctl.write_request(seq, L.CAPTURE_SECONDS, seconds=seconds, kind=kind)
         return seq
 
     def wait(self, seq: int, timeout: float, on_change=None, on_poll=None) -> CaptureStatus:

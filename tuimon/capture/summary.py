@@ -1,6 +1,6 @@
 """What a finished capture found, as lines a person can read without a GUI. Slow (a child
-process reads the trace; nsys stats runs twice): the monitor calls it on its summary worker,
-never on the sampler thread."""
+process reads the trace or the memory snapshot; nsys stats runs twice): the monitor calls it on
+its summary worker, never on the sampler thread."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ def summarize(status: CaptureStatus, timeout: float = TIMEOUT_S, cancel: threadi
     try:
         if status.kind == "nsys":
             return _nsys(status.path, timeout, cancel)
+        if status.kind == "memory":
+            return _memory(status.path, timeout, cancel)
         return _torch(status.path, status, timeout, cancel)
     except CommandFailed as e:
         return CaptureSummary("failed", status.path or None, _size(status.path), error=f"summary {e}")
@@ -55,6 +57,44 @@ def _torch(path: str, status: CaptureStatus, timeout: float, cancel) -> CaptureS
             lines.append(title + ":")
             lines += [f"  {r['ms']:>9.3f} ms  {r['calls']:>6}x  {safe_text(r['name'], 70)}" for r in s[key]]
     return CaptureSummary("done", path, size, lines, kernels_per_step=per_step, kernel_us=kernel_us)
+
+
+VIEWER = "https://pytorch.org/memory_viz"
+
+
+def _gib(b: int) -> str:
+    return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.1f} MiB"
+
+
+def _memory(path: str, timeout: float, cancel) -> CaptureSummary:
+    size = _size(path)
+    if size is None:
+        return CaptureSummary("failed", path, None, error=f"the snapshot {path} is not there")
+    done = run([sys.executable, "-m", "tuimon.capture.memory_summary", path], timeout, cancel)
+    if done.returncode != 0:
+        return CaptureSummary("failed", path, size,
+                              error=safe_text(done.stderr.strip()[-300:] or "the snapshot reader failed"))
+    return CaptureSummary("done", path, size, memory_lines(json.loads(done.stdout)))
+
+
+def memory_lines(s: dict) -> list[str]:
+    """A memory window's summary (capture/memory_summary.py's JSON) as lines."""
+    if s["peak_at"] >= 0:
+        lines = [f"peak {_gib(s['peak'])} live at event {s['peak_at'] + 1:,} of {s['events']:,} ({_gib(s['at_start'])} "
+                 f"live when the window opened; {s['allocs']:,} allocations in it)"]
+    else:
+        lines = [f"peak {_gib(s['peak'])} live when the window opened ({s['allocs']:,} allocations in it, none "
+                 "went higher)"]
+    if s["groups"]:
+        lines.append("largest live allocations at the peak, by the line that made them:")
+        lines += [f"  {_gib(g['bytes']):>10}  {g['count']:>5}x  largest {_gib(g['largest']):>10}  {safe_text(g['where'], 70)}"
+                  for g in s["groups"]]
+    for o in s["ooms"][:3]:
+        free = f", {_gib(o['device_free'])} free on the device" if isinstance(o.get("device_free"), int) else ""
+        lines.append(f"out of memory in the window: {_gib(o['size'])} asked for{free}")
+    lines.append(f"at the end: {_gib(s['at_end'])} live, {_gib(s['reserved_end'])} reserved in {s['segments']} segments")
+    lines.append(f"the file opens in PyTorch's memory viewer: {VIEWER} (drag it in)")
+    return lines
 
 
 def _nsys(report: str, timeout: float, cancel) -> CaptureSummary:

@@ -18,9 +18,13 @@ from .fileview import FileView, open_own_segment
 
 STATE_NAMES = {L.STATE_IDLE: "idle", L.STATE_ARMED: "armed", L.STATE_CAPTURING: "capturing",
                L.STATE_WRITING: "writing", L.STATE_DONE: "done", L.STATE_FAILED: "failed"}
-KIND_NSYS, KIND_TORCH = 1, 2
-KIND_NAMES = {0: "none", KIND_NSYS: "nsys", KIND_TORCH: "torch.profiler"}
+KIND_NSYS, KIND_TORCH, KIND_MEMORY = 1, 2, 3
+KIND_NAMES = {0: "none", KIND_NSYS: "nsys", KIND_TORCH: "torch.profiler", KIND_MEMORY: "memory"}
 MAX_STEPS, MAX_SECONDS = 500, 300.0  # the probe caps a window at these
+# A request's mode carries the kind of window asked for above its low byte (steps or seconds): 0 is
+# the probe's own kind (nsys or torch.profiler). A probe that predates a kind reads an unknown mode
+# and refuses it in words, so the layout keeps its version.
+KIND_SHIFT = 8
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,16 @@ class Request:
     mode: int  # CAPTURE_STEPS or CAPTURE_SECONDS
     steps: int
     seconds: float
+
+    @property
+    def base_mode(self) -> int:
+        """CAPTURE_STEPS or CAPTURE_SECONDS (or a mode this probe does not know)."""
+        return self.mode & ((1 << KIND_SHIFT) - 1)
+
+    @property
+    def kind(self) -> int:
+        """The kind of window asked for (0: the probe's own)."""
+        return self.mode >> KIND_SHIFT
 
 
 @dataclass(frozen=True)
@@ -101,9 +115,10 @@ class ControlBlock:
         seq, mode, steps, seconds = self._stable(read)
         return Request(seq, mode, steps, seconds)
 
-    def write_request(self, seq: int, mode: int, steps: int = 0, seconds: float = 0.0) -> None:
+    def write_request(self, seq: int, mode: int, steps: int = 0, seconds: float = 0.0, kind: int = 0) -> None:
+        """kind: KIND_MEMORY for an allocator-history window; 0 for the probe's own kind."""
         at = L.CTL_REQUEST_AT
-        self.view.write(at, L.CTL_REQUEST.pack(self.read_request().seq, mode, steps, seconds))
+        self.view.write(at, L.CTL_REQUEST.pack(self.read_request().seq, mode | (kind << KIND_SHIFT), steps, seconds))
         self.view.write(at, L.U64.pack(seq))  # published last
 
     def read_state(self) -> State:

@@ -9,10 +9,11 @@ import time
 from dataclasses import replace
 
 from ..capture import nsys_session
-from ..capture.client import CaptureClient, CaptureRefused, window_steps
+from ..capture.client import MEMORY_STEPS, CaptureClient, CaptureRefused, window_steps
 from ..capture.cost import StepLog, describe, expected_pause, window_cost
 from ..capture.summary import summarize
 from ..channel import ChannelError
+from ..channel.control import KIND_MEMORY
 from ..channel.text import safe_text
 from ..model import to_json
 from ..monitor.target import open_channel
@@ -44,21 +45,22 @@ def cmd_capture(args) -> int:
                 pass  # (the job went away: the wait says so)
 
         drain()
-        client = nsys_session.for_job(info, lambda: reader.steps) or CaptureClient(info.path, info.pid,
-                                                                                   info.start_ticks)
-        kind = safe_text(info.meta.capture_kind, 40)
+        memory = getattr(args, "memory", False)  # (the allocator's history: the probe's window in any job)
+        client = (None if memory else nsys_session.for_job(info, lambda: reader.steps)) or \
+            CaptureClient(info.path, info.pid, info.start_ticks)
+        kind = "memory" if memory else safe_text(info.meta.capture_kind, 40)
         steps, seconds = args.steps, args.seconds
         if steps is None and seconds is None:  # as `c` does: steps if the loop has them, else 10 s
-            steps, seconds = (10, None) if steps_seen else (None, 10.0)
+            steps, seconds = ((MEMORY_STEPS if memory else 10), None) if steps_seen else (None, 10.0)
         before = client.status()  # the job's last window, whose cost tells what the next one will cost
-        seq = client.request(steps=steps, seconds=seconds)
+        seq = client.request(steps=steps, seconds=seconds, kind=KIND_MEMORY if memory else 0)
         what = f"{seconds:g} s" if seconds is not None else f"{steps} steps"
         if seconds is not None and args.seconds is None:
             what += " (no steps seen yet)"
         print(f"asked PID {info.pid} for {'an' if kind == 'nsys' else 'a'} {kind} capture of {what} (request {seq})",
               file=out, flush=True)
         last_cost = window_cost(log.steps, before.first_step, before.last_step, before.updated_ns) \
-            if before.state == "done" and steps else None
+            if before.state == "done" and before.kind == kind and steps else None
         if last_cost is not None and (note := expected_pause(last_cost, steps)):
             print(f"  ({note})", file=out, flush=True)
         session = isinstance(client, nsys_session.SessionWindows)

@@ -92,6 +92,9 @@ def parser() -> argparse.ArgumentParser:
                                                            "10 s when the job has counted no steps)")
     g.add_argument("--seconds", type=opt.CAPTURE_SECONDS, help="window length in seconds (0.1 to 300), for loops "
                                                                "without steps")
+    cap.add_argument("--memory", action="store_true", help="the caching allocator's history instead of a profile "
+                                                           "(default 5 steps): a snapshot PyTorch's memory viewer "
+                                                           "opens, and the largest live allocations at its peak")
     cap.add_argument("--wait", action="store_true", help="wait for the result and print its summary")
     cap.add_argument("--timeout", type=opt.TIMEOUT, default=300, help="with --wait: seconds to wait at most "
                                                                      "(default 300)")

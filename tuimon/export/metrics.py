@@ -16,8 +16,8 @@ from ..analysis import thresholds as T
 from ..model import NA
 from ..monitor.state import View
 
-VERDICTS = ("exited", "stalled", "waiting", "straggler", "input-bound", "copy-bound", "comm-bound", "memory-bound", "compute-bound",
-            "healthy", "sync-bound", "host-bound", "mixed")
+VERDICTS = ("exited", "stalled", "waiting", "straggler", "memory-pressure", "input-bound", "copy-bound", "comm-bound",
+            "memory-bound", "compute-bound", "healthy", "sync-bound", "host-bound", "mixed")
 
 
 def _num(v) -> float | None:
@@ -163,6 +163,12 @@ def _job(f: _Families, view: View) -> None:
             f.add(metric, doc, labels, v)
         f.add("tuimon_torch_alloc_retries_total", "cudaMalloc retries after emptying the cache", labels,
               t.memory.alloc_retries, counter=True)
+        f.add("tuimon_torch_alloc_retries_per_step", f"Caching allocator retries per step over the window (memory "
+              f"pressure from {T.MEMORY_RETRIES.show()})", labels, t.memory.retries_per_step)
+        f.add("tuimon_torch_inactive_split_bytes", "Caching allocator: reserved bytes in split blocks not in use "
+              "(fragmentation)", labels, t.memory.inactive_split)
+        f.add("tuimon_torch_memory_capacity_bytes", "What the caching allocator may use: the job's per-process cap, "
+              "else the device's memory", labels, t.memory.capacity)
     _ranks(f, view, labels)
     code = view.verdict.code
     for c in VERDICTS:  # a state set: exactly one is 1

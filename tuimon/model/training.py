@@ -170,13 +170,29 @@ class Syncs:
 
 @dataclass(frozen=True)
 class Memory:
-    """The caching allocator's numbers for the loop's GPU (bytes), read every ~0.5 s."""
+    """The caching allocator's numbers for the loop's GPU (bytes), read every ~0.5 s
+    (analysis/memory.py)."""
 
     allocated: int | None = None
     reserved: int | None = None
     peak_allocated: int | None = None
     alloc_retries: int | None = None  # cudaMalloc retries after freeing the cache: memory pressure
     ooms: int | None = None
+    inactive_split: int | None = None  # reserved bytes in split blocks not in use (fragmentation)
+    peak_reserved: int | None = None
+    total: int | None = None  # the device's memory
+    limit: int | None = None  # the allocator's cap, where the job set a per-process memory fraction
+    # Over the reads from the start of step retries_from to the start of step retries_to (0: not measured):
+    retries_per_step: float | None = None
+    retries_from: int = 0
+    retries_to: int = 0
+    ooms_in_window: int | None = None  # out-of-memory errors the job caught and went on after
+    expandable: bool | None = None  # PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True
+
+    @property
+    def capacity(self) -> int | None:
+        """What the allocator may use: its cap, else the device's memory."""
+        return self.limit or self.total
 
 
 @dataclass(frozen=True, kw_only=True)

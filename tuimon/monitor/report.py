@@ -5,6 +5,7 @@ GPUs, the verdict, and any source that failed."""
 
 from __future__ import annotations
 
+from ..analysis import memory as mem
 from ..model import NA, to_json
 from .state import View
 
@@ -24,8 +25,10 @@ def view_json(view: View, asked_pid: int | None = None) -> dict:
     if view.shown_why:
         doc["shown_why"] = view.shown_why
     used, total = view.nvml_memory  # the allocator's numbers (from the probe) beside NVML's
-    doc["memory"] = {**(to_json(t.memory) if t is not None and t.memory else {}), "nvml_process_used": used,
-                     "gpu_total": total, "headroom": total - used if used is not None and total else None}
+    m = t.memory if t is not None else None
+    doc["memory"] = {**(to_json(m) if m else {}), "nvml_process_used": used,
+                     "gpu_total": total, "headroom": total - used if used is not None and total else None,
+                     "peak_share": mem.peak_share(m) if m else None, "forecast": mem.forecast(m)}
     doc["process"] = to_json(p)
     doc["gpus"] = [to_json(g.latest) for g in view.gpus]
     doc["target_gpus"] = view.target_gpus

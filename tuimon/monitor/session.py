@@ -15,6 +15,7 @@ from ..capture import nsys_session
 from ..capture.client import CaptureClient, CaptureRefused
 from ..capture.cost import window_cost
 from ..channel import ChannelError, NoSegment
+from ..channel.control import KIND_MEMORY
 from ..model import NA, CaptureStatus, Cycle
 from ..sources.channel import ChannelSource
 from ..sources.nvml import DeviceSampler, target_note
@@ -45,8 +46,8 @@ class Session(Protocol):
 
     def stop(self) -> None: ...
 
-    def request_capture(self, steps: int | None, seconds: float | None) -> str:
-        """What to tell the user; raises CaptureRefused."""
+    def request_capture(self, steps: int | None, seconds: float | None, memory: bool = False) -> str:
+        """What to tell the user; raises CaptureRefused. memory: the allocator's history."""
 
     def next_rank(self) -> str:
         """Show the next rank in detail; what to tell the user; raises CaptureRefused."""
@@ -354,12 +355,15 @@ class LiveSession:
             raise CaptureRefused(self.channel.reason if isinstance(self.channel, NA) else "no channel to the process yet")
         view.request_stacks()
 
-    def request_capture(self, steps: int | None, seconds: float | None) -> str:
+    def request_capture(self, steps: int | None, seconds: float | None, memory: bool = False) -> str:
         """A few bytes into the control block. Returns what to tell the user."""
         if self.captures is None:
             raise CaptureRefused(self.channel.reason if isinstance(self.channel, NA) else "no channel to the process yet")
-        seq = self.captures.request(steps=steps, seconds=seconds)
-        return f"capture {seq} asked: {f'{steps} steps' if steps else f'{seconds:g} s'}"
+        if memory and isinstance(self.captures, nsys_session.SessionWindows):
+            raise CaptureRefused("this job's windows are its nsys session's here: `tuimon capture PID --memory` asks "
+                                 "its probe for a memory window")
+        seq = self.captures.request(steps=steps, seconds=seconds, **({"kind": KIND_MEMORY} if memory else {}))
+        return f"{'memory ' if memory else ''}capture {seq} asked: {f'{steps} steps' if steps else f'{seconds:g} s'}"
 
     # -- lifetime ---------------------------------------------------------------------------------
 
@@ -436,7 +440,7 @@ class ReplaySession:
     def stop(self) -> None:
         self._stop.set()
 
-    def request_capture(self, steps: int | None, seconds: float | None) -> str:
+    def request_capture(self, steps: int | None, seconds: float | None, memory: bool = False) -> str:
         raise CaptureRefused("a replay has no process to capture")
 
     def next_rank(self) -> str:

@@ -37,6 +37,7 @@ GPU_SERIES = ("sm_active", "tensor_active", "fp32_active", "fp16_active", "dram_
 EVIDENCE_FIELDS = ("sm_active", "tensor_active", "fp32_active", "fp16_active", "dram_bw", "util_gpu", "pcie_rx")
 COLUMN_S = 5  # the main screen's sparklines: one column per 5 s, on one time axis for all of them
 COLUMNS = 240  # 20 min of columns
+MEMORY_SERIES = ("allocated", "reserved", "peak", "nvml")  # per cycle: the allocator's gauges, NVML's for the process
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class View:
     job_end: JobEnd | None = None  # how the process ended, once it has
     stall: loop_stall.Stall | None = None  # the shown loop's progress
     outside: OutsideLines | None = None  # no channel: the main thread sampled from outside (attach)
+    memory_history: dict[str, list] = field(default_factory=dict)  # MEMORY_SERIES -> bytes per cycle, oldest first
 
 
 def new_step_times(seen: int, snap: TrainingSnapshot) -> list[float]:
@@ -133,6 +135,7 @@ class MonitorState:
         self._regression_since: int | None = None  # the cycle time (ns) the regression was first seen
         self.ranks: list[RankRow] = []
         self.outside: OutsideLines | None = None
+        self._memory_hist = {k: deque(maxlen=history) for k in MEMORY_SERIES}
 
     def _column(self, t: int) -> _Column:
         cid = t // (COLUMN_S * 1_000_000_000)
@@ -162,6 +165,7 @@ class MonitorState:
             if c.process.alive:  # the verdict's: a job that exited keeps its last live reading
                 self._live_process = c.process
         if c.training is not None:
+            self._add_memory(c.training)
             if self.training is not None and c.training.pid != self.training.pid:
                 self._last_step = 0  # another process shown (another rank): its own step count
                 self._step_ms.clear()
@@ -192,6 +196,19 @@ class MonitorState:
         if self.baseline is not None:
             self._batches.add(c.training)
             self._compare(c.t)
+
+    def _add_memory(self, t: TrainingSnapshot) -> None:
+        """The allocator's gauges and NVML's number for the process, once a cycle (another process
+        shown starts its own history)."""
+        if self.training is not None and t.pid != self.training.pid:
+            for d in self._memory_hist.values():
+                d.clear()
+        m = t.memory
+        if m is None:
+            return
+        nvml = self._nvml_memory()[0]
+        for k, v in zip(MEMORY_SERIES, (m.allocated, m.reserved, m.peak_allocated, nvml), strict=True):
+            self._memory_hist[k].append(v)
 
     def _compare(self, t_ns: int) -> None:
         """Once per cycle (not per view): the comparison sorts the baseline's steps."""
@@ -226,7 +243,8 @@ class MonitorState:
                     self.shown_why, [_mean(c.step_ms) for c in self._columns],
                     [_mean(c.gpu_step_ms) for c in self._columns], self._nvml_memory(), self.host,
                     self.job_log, list(self.job_tail), self._comparison, list(self.ranks),
-                    straggler, comm_share, ended, loop_stall.check(self.training), outside=self.outside)
+                    straggler, comm_share, ended, loop_stall.check(self.training), outside=self.outside,
+                    memory_history={k: list(v) for k, v in self._memory_hist.items()})
 
     def _job_end(self) -> JobEnd | None:
         """How the process ended, once its sampler saw it gone (or its channel says it exited)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from ..analysis import anatomy, summary
+from ..analysis import memory as gpu_memory
 from ..analysis import thresholds as T
 from ..analysis.steps import StepAccumulator
 from ..capture.cost import StepLog
@@ -134,7 +135,8 @@ class TrainingView:
             gpu=anatomy.gpu_times(steps, name),
             syncs=anatomy.syncs(steps, name),
             comm=anatomy.comm(steps, name),
-            memory=anatomy.memory(self.steps.gauges, name),
+            memory=gpu_memory.memory(self.steps.gauges, self.steps.gauge_history, name,
+                                     steps[0].index if steps else 0, steps[-1].index if steps else 0),
             dataloader_workers=anatomy.dataloader_workers(self.steps.gauges, name),
             ddp_backward_ms=anatomy.ddp_backward_ms(self.steps.gauges, name),
             loop_tid=steps[-1].tid if steps else None,

@@ -1,8 +1,10 @@
 """Capture windows inside the training process, asked for through the control block.
 
 A window opens at the next step boundary and closes after N steps, or runs T seconds (loops
-without steps): a torch.profiler window (TorchWindow: what of it runs where, and why). (Under `tuimon run --nsys` the job runs in an nsys session whose windows the monitor
-starts and stops itself: requests that reach the probe are refused.) One window at a time; lengths are capped; a window is
+without steps): a torch.profiler window (TorchWindow: what of it runs where, and why), or, asked
+for by kind, the caching allocator's history (MemoryWindow). (Under `tuimon run --nsys` the job runs in an nsys session whose windows the monitor
+starts and stops itself: profiler requests that reach the probe are refused; memory windows are
+the probe's in any job.) One window at a time; lengths are capped; a window is
 refused when the captures folder has less free space than the floor.
 
 At interpreter exit (atexit; a KeyboardInterrupt or a handled SIGTERM ends there too) a window
@@ -16,15 +18,25 @@ from __future__ import annotations
 
 import atexit
 import gzip
+import inspect
 import json
 import os
+import pickle
 import shutil
 import sys
 import threading
 import time
 
 from ..channel import layout as L
-from ..channel.control import KIND_NSYS, KIND_TORCH, MAX_SECONDS, MAX_STEPS, ControlBlock
+from ..channel.control import (
+    KIND_MEMORY,
+    KIND_NAMES,
+    KIND_NSYS,
+    KIND_TORCH,
+    MAX_SECONDS,
+    MAX_STEPS,
+    ControlBlock,
+)
 from ..channel.fileview import MappedView
 from ..channel.paths import capture_floor_bytes, captures_dir, free_bytes, program_name, safe_file_part
 
@@ -97,6 +109,91 @@ class TorchWindow:
                             + ("it too" if at_exit else "tuimon's, steps apart (each holds the GIL: the loop waits)"))
 
 
+MEMORY_MAX_ENTRIES = 100_000  # allocator events a memory window keeps (a ring: the newest)
+
+
+class MemoryWindow:
+    """The caching allocator's history over one window: torch.cuda.memory._record_memory_history
+    at open, a snapshot (torch.cuda.memory._snapshot, what _dump_snapshot pickles) at close, then
+    recording off; written as the pickle PyTorch's memory viewer opens (pytorch.org/memory_viz,
+    torch.cuda._memory_viz). Recorded: every alloc and free, each allocation with its Python stack
+    (context="alloc": the stacks of frees are not kept; stacks="python": no C++ unwinding, whose
+    symbolization at snapshot time takes seconds), at most MEMORY_MAX_ENTRIES events.
+
+    Costs (tests/gpu/check_memory.py measures them on a GPU): each allocation while recording gathers its
+    Python stack (torch's docs: ~2 us a trace); the snapshot and the pickling hold the GIL for a time
+    that grows with the events kept, and run on tuimon's thread, so the loop waits for them where it
+    needs the GIL. Recording is the process's, not a thread's: a job that records its own history
+    has it turned off when the window closes (torch has no way to ask whether it is on)."""
+
+    stop_anywhere = True  # (the history is the process's: stopped and written on tuimon's thread)
+
+    def __init__(self, base: str):
+        import torch
+
+        if not torch.cuda.is_initialized():
+            raise RuntimeError("the job has not used CUDA (yet): the allocator's history is a CUDA job's")
+        self.memory = memory = torch.cuda.memory
+        if not hasattr(memory, "_record_memory_history") or not hasattr(memory, "_snapshot"):
+            raise RuntimeError("this torch has no allocator history (torch >= 2.1 has it)")
+        self.path = base + ".memory.pickle"
+        self.held_ms: dict[str, float] = {}
+        self.stopped_on = ""
+        self.snapshot = None
+        self.events = 0
+        kw = dict(enabled="all", context="alloc", stacks="python", max_entries=MEMORY_MAX_ENTRIES)
+        if "clear_history" in inspect.signature(memory._record_memory_history_impl
+                                                if hasattr(memory, "_record_memory_history_impl")
+                                                else memory._record_memory_history).parameters:
+            kw["clear_history"] = True  # (a second window holds its own events only)
+        t = time.perf_counter()
+        memory._record_memory_history(**kw)
+        self.held_ms["start"] = (time.perf_counter() - t) * 1e3
+
+    def stop(self, where: str) -> None:
+        """The snapshot, then recording off (torch's documented order)."""
+        self.stopped_on = where
+        t = time.perf_counter()
+        try:
+            self.snapshot = self.memory._snapshot()
+        finally:
+            self.memory._record_memory_history(enabled=None)
+        self.held_ms["stop"] = (time.perf_counter() - t) * 1e3
+        traces = self.snapshot.get("device_traces") if isinstance(self.snapshot, dict) else None
+        self.events = sum(len(d) for d in traces if isinstance(d, list)) if isinstance(traces, list) else 0
+
+    def finish(self, pause, at_exit: bool = False) -> tuple[str, str]:
+        """Pickles the snapshot (a file written then renamed: a reader never sees half of one),
+        pause() before freeing it; returns (path, message)."""
+        tmp = self.path + ".part"
+        t = time.perf_counter()
+        try:
+            with open(tmp, "wb") as f:
+                pickle.dump(self.snapshot, f, protocol=pickle.HIGHEST_PROTOCOL)
+        except BaseException:
+            self.snapshot = None
+            _unlink(tmp)
+            raise
+        self.held_ms["write"] = (time.perf_counter() - t) * 1e3
+        pause()
+        t = time.perf_counter()
+        self.snapshot = None
+        self.held_ms["free"] = (time.perf_counter() - t) * 1e3
+        os.replace(tmp, self.path)
+        h = self.held_ms
+        full = " (the oldest overwritten)" if self.events >= MEMORY_MAX_ENTRIES else ""
+        return self.path, (f"memory snapshot {_size(os.path.getsize(self.path))}, {self.events:,} allocator events"
+                           f"{full}; recording on in {h.get('start', 0):.0f} ms; snapshot taken in "
+                           f"{h.get('stop', 0):.0f} ms on {self.stopped_on}, written in {h.get('write', 0):.0f} ms")
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def _size(n: int) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.0f} KiB"
 
@@ -136,7 +233,8 @@ class Capturer:
     def __init__(self, probe, writer):
         self.probe = probe
         self.ctl = ControlBlock(MappedView(writer._mm, L.CONTROL_OFFSET))
-        self.kind = KIND_NSYS if os.environ.get("TUIMON_NSYS") == "1" else KIND_TORCH
+        self.kind = KIND_NSYS if os.environ.get("TUIMON_NSYS") == "1" else KIND_TORCH  # the probe's own kind
+        self.window_kind = self.kind  # the kind of the window asked for last (its states say it)
         self.lock = threading.Lock()
         self.seq = self.ctl.read_request().seq
         self.pending = None  # a request waiting for the next step boundary
@@ -153,7 +251,7 @@ class Capturer:
         self._set(L.STATE_IDLE, message="ready")
 
     def _set(self, state, first=0, last=0, message="", path="", seq=None):
-        self.ctl.write_state(self.seq if seq is None else seq, state, first, last, self.kind,
+        self.ctl.write_state(self.seq if seq is None else seq, state, first, last, self.window_kind,
                              time.monotonic_ns(), message, path)
 
     # -- from the control thread ------------------------------------------------------------------
@@ -171,14 +269,19 @@ class Capturer:
                 self._close(self.probe.step_no - 1, on_loop=False)
 
     def _take(self, req) -> None:
-        if self.kind == KIND_NSYS:  # nsys start/stop come from the monitor (tuimon/capture/nsys_session.py)
+        mode = req.base_mode
+        if req.kind not in (0, KIND_MEMORY):
+            self.window_kind = self.kind
+            return self._set(L.STATE_FAILED, message=f"refused: unknown kind of window ({req.kind})")
+        self.window_kind = KIND_MEMORY if req.kind == KIND_MEMORY else self.kind
+        if self.window_kind == KIND_NSYS:  # nsys start/stop come from the monitor (tuimon/capture/nsys_session.py)
             return self._set(L.STATE_FAILED, message="refused: this job's nsys session takes its windows from "
                                                      "the monitor (c in tuimon, or tuimon capture)")
-        if req.mode == L.CAPTURE_STEPS and not 1 <= req.steps <= MAX_STEPS:
+        if mode == L.CAPTURE_STEPS and not 1 <= req.steps <= MAX_STEPS:
             return self._set(L.STATE_FAILED, message=f"refused: steps must be 1..{MAX_STEPS}")
-        if req.mode == L.CAPTURE_SECONDS and not 0.1 <= req.seconds <= MAX_SECONDS:
+        if mode == L.CAPTURE_SECONDS and not 0.1 <= req.seconds <= MAX_SECONDS:
             return self._set(L.STATE_FAILED, message=f"refused: seconds must be 0.1..{MAX_SECONDS:g}")
-        if req.mode not in (L.CAPTURE_STEPS, L.CAPTURE_SECONDS):
+        if mode not in (L.CAPTURE_STEPS, L.CAPTURE_SECONDS):
             return self._set(L.STATE_FAILED, message="refused: unknown capture mode")
         try:
             folder = captures_dir()
@@ -186,9 +289,9 @@ class Capturer:
                 return self._set(L.STATE_FAILED, message=f"refused: less than {capture_floor_bytes() >> 20} MiB free in {folder}")
         except OSError as e:
             return self._set(L.STATE_FAILED, message=f"refused: captures folder: {e.strerror}")
-        self.mode = req.mode
-        self.length = req.steps if req.mode == L.CAPTURE_STEPS else req.seconds
-        if req.mode == L.CAPTURE_STEPS:
+        self.mode = mode
+        self.length = req.steps if mode == L.CAPTURE_STEPS else req.seconds
+        if mode == L.CAPTURE_STEPS:
             self.pending = req
             self._set(L.STATE_ARMED, message=f"opens at the next step, for {req.steps} steps")
         else:
@@ -198,10 +301,11 @@ class Capturer:
         prog = safe_file_part(_program())
         base = os.path.join(captures_dir(), f"{prog}-{os.getpid()}-{self.seq}-{time.strftime('%Y%m%d-%H%M%S')}")
         try:
-            self.window = TorchWindow(base)
+            self.window = MemoryWindow(base) if self.window_kind == KIND_MEMORY else TorchWindow(base)
         except Exception as e:  # noqa: BLE001 - no torch, no CUDA, profiler busy: say so
             self.window = None
-            return self._set(L.STATE_FAILED, message=f"could not start: {type(e).__name__}: {e}"[:250])
+            what = KIND_NAMES.get(self.window_kind, "capture")
+            return self._set(L.STATE_FAILED, message=f"could not start the {what} window: {type(e).__name__}: {e}"[:250])
         self.first, self.started = first_step, time.monotonic()
         if not self._exit_hook:
             # Registered once torch is imported, so it runs before any atexit handler torch has

@@ -7,6 +7,7 @@ import torch. Nesting depth per thread lives in channel.ring, shared by every ki
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import weakref
@@ -29,7 +30,32 @@ _STARTS_ITERATION = (DATALOADER, FORWARD_CALL)
 WARMUP_STEPS = 5  # steps not counted in the longest one (analysis/thresholds.py STALL_WARMUP_STEPS says why)
 MEMORY_STATS = (("cuda.allocated", "allocated_bytes.all.current"), ("cuda.reserved", "reserved_bytes.all.current"),
                 ("cuda.peak_allocated", "allocated_bytes.all.peak"), ("cuda.alloc_retries", "num_alloc_retries"),
-                ("cuda.ooms", "num_ooms"))
+                ("cuda.ooms", "num_ooms"), ("cuda.inactive_split", "inactive_split_bytes.all.current"),
+                ("cuda.peak_reserved", "reserved_bytes.all.peak"))
+
+
+def _memory_limits(torch, device) -> list[tuple[str, int]]:
+    """The device's memory and the allocator's cap on it (set_per_process_memory_fraction), where
+    this torch says them (cheap: cached device properties, one read of the fraction)."""
+    total = torch.cuda.get_device_properties(device).total_memory
+    out = [("cuda.total", total), ("cuda.expandable_segments", int(_expandable_segments()))]
+    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    if fraction is not None:
+        f = fraction(device)
+        if 0 < f < 1:
+            out.append(("cuda.limit", int(total * f)))
+    return out
+
+
+def _expandable_segments() -> bool:
+    """Whether the job's allocator settings (read by torch from the environment) ask for
+    expandable segments."""
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF") or ""
+    for part in conf.split(","):
+        key, _, value = part.partition(":")
+        if key.strip() == "expandable_segments":
+            return value.strip().lower() == "true"
+    return False
 
 
 def open_ranges() -> list:
@@ -240,6 +266,8 @@ class Probe:
             v = stats.get(key)
             if isinstance(v, int):
                 self.emit(L.GAUGE, 0, self.intern(name), tid, self.step_no, 0, t, float(v))
+        for name, v in _memory_limits(torch, gpu.device):
+            self.emit(L.GAUGE, 0, self.intern(name), tid, self.step_no, 0, t, float(v))
 
     def count(self, name: str, n: float) -> None:
         t = _now()

@@ -10,12 +10,13 @@ from textual.app import App, ScreenStackError
 from textual.binding import Binding
 from textual.css.query import NoMatches
 
-from ..capture.client import CaptureRefused
+from ..capture.client import MEMORY_STEPS, CaptureRefused
 from ..channel import ChannelError
 from ..channel.control import MAX_STEPS
 from ..monitor.session import Session
 from ..monitor.state import MonitorState, View
 from . import partial_updates
+from .memory_panel import MemoryScreen
 from .screens import (
     CapturesScreen,
     ExplainScreen,
@@ -47,6 +48,8 @@ class TuimonApp(App):
         Binding("n", "next_rank", "next rank"),
         Binding("t", "stacks", "threads", show=False),  # (the stalled verdict points to it; ? lists it)
         Binding("h", "hot_lines", "hot lines", show=False),
+        Binding("m", "memory", "memory", show=False),
+        Binding("M", "memory_capture", "memory capture", show=False),
         Binding("question_mark", "help", "help"),
     ]
 
@@ -128,7 +131,8 @@ class TuimonApp(App):
         except NoMatches:
             return  # the screen is still composing; the next update draws it
 
-    TRAINING_ACTIONS = {"ranges", "explain", "capture", "more_steps", "fewer_steps", "captures", "next_rank", "stacks", "hot_lines"}
+    TRAINING_ACTIONS = {"ranges", "explain", "capture", "more_steps", "fewer_steps", "captures", "next_rank", "stacks", "hot_lines",
+                        "memory", "memory_capture"}
 
     def check_action(self, action: str, parameters) -> bool | None:
         """In `top` there is no training process: its keys are off (and out of the footer); `n`
@@ -192,6 +196,22 @@ class TuimonApp(App):
             self.session.request_capture(self.capture_steps if steps else None, None if steps else 10.0)
         except (CaptureRefused, ChannelError) as e:
             self.notify(str(e), title="capture refused", severity="warning", timeout=5)
+
+    def action_memory(self) -> None:
+        self.push_screen(MemoryScreen())
+        self.call_after_refresh(self.redraw)
+
+    def action_memory_capture(self) -> None:
+        """The allocator's history for MEMORY_STEPS steps (10 s without steps)."""
+        if self.top or self.session is None:
+            self.notify("nothing to capture here", title="memory capture", severity="warning")
+            return
+        steps = self.state.training.steps if self.state.training else 0
+        try:
+            said = self.session.request_capture(MEMORY_STEPS if steps else None, None if steps else 10.0, memory=True)
+            self.notify(said + " (m shows it)", title="memory capture", timeout=3)
+        except (CaptureRefused, ChannelError) as e:
+            self.notify(str(e), title="memory capture refused", severity="warning", timeout=5)
 
     def _set_steps(self, n: int) -> None:
         self.capture_steps = max(1, min(MAX_STEPS, n))

@@ -13,6 +13,7 @@ from rich.text import Text
 from ..analysis import thresholds as T
 from ..analysis.anatomy import how_of
 from ..analysis.diagnosis import Verdict
+from ..analysis.memory import forecast as memory_forecast
 from ..capture.client import window_steps
 from ..capture.cost import BUDGET, describe, expected_pause
 from ..channel.procinfo import how_it_ended
@@ -24,7 +25,7 @@ BLOCKS = " ▁▂▃▄▅▆▇█"
 VERDICT_STYLE = {"exited": "bold red", "stalled": "bold red", "copy-bound": "bold yellow",
                  "input-bound": "bold yellow", "sync-bound": "bold red", "host-bound": "bold red",
                  "memory-bound": "bold magenta", "compute-bound": "bold green", "healthy": "bold green",
-                 "mixed": "bold", "waiting": "dim"}
+                 "mixed": "bold", "waiting": "dim", "memory-pressure": "bold red"}
 
 
 def spark(values: list, width: int, lo: float = 0.0, hi: float | None = 100.0) -> str:
@@ -738,8 +739,12 @@ def memory_line(view: View) -> str:
     if m is not None:
         parts.append(f"GPU memory: allocated {human_bytes(m.allocated)}, reserved {human_bytes(m.reserved)}, "
                      f"peak {human_bytes(m.peak_allocated)}")
-        if m.alloc_retries:
-            parts.append(f"{m.alloc_retries} allocator retries (memory pressure)")
+        if m.retries_per_step:
+            parts.append(f"{m.retries_per_step:.2f} allocator retries per step (memory pressure: m)")
+        elif m.alloc_retries:
+            parts.append(f"{m.alloc_retries} allocator retries (memory pressure: m)")
+        if (near := memory_forecast(m)) is not None:
+            parts.append(near)
     if used is not None:
         parts.append(f"NVML {human_bytes(used)}" + (f" of {human_bytes(total)} ({human_bytes(total - used)} free)"
                                                     if total else ""))

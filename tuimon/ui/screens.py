@@ -359,17 +359,21 @@ class HelpScreen(ModalScreen):
   c    capture window: N steps (+/- change N) or 10 s without steps,
        with nsys under `tuimon run --nsys`, torch.profiler otherwise
   l    captures of this session and what the last one found
+  m    GPU memory: the allocator's numbers over time, its retries
+  M    memory capture: the allocator's history for 5 steps (a
+       snapshot PyTorch's memory viewer opens; m shows its summary)
   h    hot lines: where the loop thread's time goes, line by line
   t    threads: every thread's stack in the training process (asked
        for by itself when the loop stalls)
   ?    this help
   q    {quit}  (also Ctrl-C)
 
-The verdict (e explains it): exited, stalled, straggler, input-bound,
-comm-bound, GPU memory- or compute-bound, healthy, sync-bound,
-host-bound, or no single bottleneck; each with the numbers that decided
-it and a next step. "now" under it is the step in progress. "coarse"
-marks GPUs without GPM, where only kernel-busy time is known."""
+The verdict (e explains it): exited, stalled, straggler, memory
+pressure, input-bound, copy-bound, comm-bound, GPU memory- or
+compute-bound, healthy, sync-bound, host-bound, or no single
+bottleneck; each with the numbers that decided it and a next step.
+"now" under it is the step in progress. "coarse" marks GPUs without
+GPM, where only kernel-busy time is known."""
 
     TOP = """tuimon top keys
 

@@ -1,0 +1,104 @@
+"""The loop's GPU memory, from the caching allocator's gauges the probe reads every ~0.5 s on its
+control thread (probe/core.py): the latest numbers, the allocator's retries per step over the step
+window, how full the memory is, and what an out-of-memory error's message says. Pure."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+from ..model import Memory
+from . import thresholds as T
+
+GIB = 2**30
+
+
+def memory(gauges: dict[int, float], history: dict[int, Iterable[tuple[int, int, float]]],
+           name_of: Callable[[int], str], first_step: int = 0, last_step: int = 0) -> Memory | None:
+    """gauges: name id -> latest value; history: name id -> (t, step, value), oldest first;
+    first_step..last_step: the step window (0: none), over which the retries are counted."""
+    ids = {name_of(k): k for k in gauges}
+    if "cuda.allocated" not in ids:
+        return None
+
+    def get(name: str) -> int | None:
+        k = ids.get(name)
+        return int(gauges[k]) if k is not None else None
+
+    def rise(name: str) -> tuple[float | None, int, int]:
+        k = ids.get(name)
+        return increase(history.get(k, ()), first_step, last_step) if k is not None and first_step else (None, 0, 0)
+
+    retries, a, b = rise("cuda.alloc_retries")
+    ooms, _, _ = rise("cuda.ooms")
+    expandable = get("cuda.expandable_segments")
+    return Memory(get("cuda.allocated"), get("cuda.reserved"), get("cuda.peak_allocated"), get("cuda.alloc_retries"),
+                  get("cuda.ooms"), inactive_split=get("cuda.inactive_split"), peak_reserved=get("cuda.peak_reserved"),
+                  total=get("cuda.total"), limit=get("cuda.limit"),
+                  retries_per_step=None if retries is None else round(retries / (b - a), 4),
+                  retries_from=a, retries_to=b, ooms_in_window=None if ooms is None else int(ooms),
+                  expandable=None if expandable is None else bool(expandable))
+
+
+def increase(samples: Iterable[tuple[int, int, float]], first_step: int, last_step: int) -> tuple[float | None, int, int]:
+    """How much a counter rose between its first and last reads taken in steps first_step..
+    last_step + 1 (a read carries the step in progress), and those reads' steps: (rise, from, to).
+    A fall (the job reset its allocator's statistics) counts as a restart from zero. None when
+    fewer than two reads span a step."""
+    within = [(step, v) for _, step, v in samples if first_step <= step <= last_step + 1]
+    if len(within) < 2 or within[-1][0] <= within[0][0]:
+        return None, 0, 0
+    rise = 0.0
+    for (_, before), (_, after) in zip(within, within[1:], strict=False):
+        rise += after - before if after >= before else after
+    return rise, within[0][0], within[-1][0]
+
+
+def peak_share(m: Memory) -> float | None:
+    """The peak of live tensors over what the allocator may use."""
+    cap = m.capacity
+    return m.peak_allocated / cap if m.peak_allocated is not None and cap else None
+
+
+def unallocated(m: Memory) -> int | None:
+    """Reserved by the allocator but not in live tensors: its cache (free segments, and split
+    blocks that a request of another size may not fit)."""
+    return max(0, m.reserved - m.allocated) if m.reserved is not None and m.allocated is not None else None
+
+
+def forecast(m: Memory | None) -> str | None:
+    """'peak 71.2 of 79.6 GiB: 11% left', once the peak is within MEMORY_FULL of the capacity."""
+    share = peak_share(m) if m is not None else None
+    if share is None or share < T.MEMORY_FULL.value:
+        return None
+    cap = "the cap of " if m.limit else ""
+    return f"peak {m.peak_allocated / GIB:.1f} of {cap}{m.capacity / GIB:.1f} GiB: {max(0.0, 1 - share):.0%} left"
+
+
+# -- what an out-of-memory error says (torch's CUDACachingAllocator message) --------------------------
+
+_UNITS = {"bytes": 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_SIZE = r"([\d.]+) (bytes|B|KiB|MiB|GiB|TiB)"
+_OOM_PARTS = {
+    "asked": re.compile(r"Tried to allocate " + _SIZE),
+    "capacity": re.compile(r"total capacity of " + _SIZE),
+    "free": re.compile(r"of which " + _SIZE + " is free"),
+    "allocated": re.compile(r"Of the allocated memory " + _SIZE + " is allocated by PyTorch"),
+    "unallocated": re.compile(_SIZE + " is reserved by PyTorch but unallocated"),
+}
+
+
+def oom_numbers(text: str) -> dict[str, int]:
+    """The sizes a CUDA out-of-memory message gives, in bytes, by what they are: asked (the request
+    that failed), capacity, free (on the device), allocated (in live tensors), unallocated (reserved
+    by the allocator, not in tensors). Missing ones are left out."""
+    out = {}
+    for key, pattern in _OOM_PARTS.items():
+        found = pattern.search(text)
+        if found:
+            out[key] = int(float(found.group(1)) * _UNITS[found.group(2)])
+    return out
+
+
+def gib(b: int | None) -> str:
+    return "n/a" if b is None else f"{b / GIB:.1f} GiB" if b >= GIB / 10 or b == 0 else f"{b / 2**20:.0f} MiB"
