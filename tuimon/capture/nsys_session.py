@@ -149,7 +149,11 @@ class SessionWindows:
                                      kw.get("first_step", s.first_step), kw.get("last_step", s.last_step),
                                      kw.get("message", s.message), kw.get("path", s.path), time.monotonic_ns())
 
-    def request(self, steps: int | None = None, seconds: float | None = None) -> int:
+    def request(self, steps: int | None = None, seconds: float | None = None, kind: int = 0) -> int:
+        """kind: 0 only (the session's own, nsys); a memory window is the probe's (CaptureClient)."""
+        if kind:
+            raise CaptureRefused("this job's windows are its nsys session's here: a memory window is its "
+                                 "probe's (`tuimon capture PID --memory`)")
         check_request(self.pid, self.alive(), steps, seconds)
         with self._lock:
             if self._status.busy:

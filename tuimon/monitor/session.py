@@ -362,7 +362,7 @@ class LiveSession:
         if memory and isinstance(self.captures, nsys_session.SessionWindows):
             raise CaptureRefused("this job's windows are its nsys session's here: `tuimon capture PID --memory` asks "
                                  "its probe for a memory window")
-        seq = self.captures.request(steps=steps, seconds=seconds, **({"kind": KIND_MEMORY} if memory else {}))
+        seq = self.captures.request(steps=steps, seconds=seconds, kind=KIND_MEMORY if memory else 0)
         return f"{'memory ' if memory else ''}capture {seq} asked: {f'{steps} steps' if steps else f'{seconds:g} s'}"
 
     # -- lifetime ---------------------------------------------------------------------------------
