@@ -92,16 +92,16 @@ def cmd_top(args) -> int:
 
 def top_text(view: View) -> str:
     """All GPUs and their processes, and the host, as plain text (`top --once`)."""
-    from ..ui import render  # formatting helpers only; textual is not started
+    from ..ui.format import gpu_line, gpu_process_rows, host_line  # (formatting only: textual is not started)
 
     lines = []
     if not view.gpus or "gpu" in view.problems:
         lines.append(f"{'no GPU data: ' if not view.gpus else ''}{view.problems.get('gpu', 'NVML found no GPU')}")
     for g in view.gpus:
-        lines.append(render.gpu_line(g.latest))
-        lines += ["  " + row for row in render.gpu_process_rows(g.latest)]
+        lines.append(gpu_line(g.latest))
+        lines += ["  " + row for row in gpu_process_rows(g.latest)]
     if view.host is not None:
-        lines.append(render.host_line(view.host))
+        lines.append(host_line(view.host))
     return "\n".join(lines)
 
 

@@ -56,7 +56,7 @@ def summary_line(view: View, channel_pending: bool = False) -> str:
         parts.append(f"verdict: {view.verdict.headline}")
     if view.verdict.code in ("stalled", "exited"):
         parts.append(safe_text(view.verdict.evidence, 400))
-    from ..ui.render import now_line  # (formatting only: textual is not started)
+    from ..ui.panels.now import now_line  # (formatting only: textual is not started)
 
     now = now_line(view).plain
     if now:
@@ -75,7 +75,7 @@ def summary_line(view: View, channel_pending: bool = False) -> str:
 
 def baseline_words(c: Comparison) -> str:
     """The comparison with a baseline in a few words: 'REGRESSION: mean step 161.1 ms vs 80.8 ...'."""
-    from ..ui.render import peak_memory_words, vs  # (formatting only: textual is not started)
+    from ..ui.format import peak_memory_words, vs  # (formatting only: textual is not started)
 
     memory = peak_memory_words(c).replace("→", "->")
     grew = c.peak_memory is not None and c.peak_memory.grew
