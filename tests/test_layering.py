@@ -78,9 +78,9 @@ def test_layer_imports_only_what_design_allows(layer):
     assert bad == []
 
 
-# ui's text (ui/format.py, ui/panels/): pure functions to Rich Text or str, which the plain-text
-# commands (`--plain`, `--once`) share without starting Textual; screens/ and the app show them.
-TEXT_ONLY = ("ui/format.py", "ui/style.py", "ui/panels")
+# ui's text (format.py, plain.py, style.py, panels/): pure functions to Rich Text or str, which
+# `--plain` and `--once` share without starting Textual; screens/ and the app show them.
+TEXT_ONLY = ("ui/format.py", "ui/plain.py", "ui/style.py", "ui/panels")
 
 
 @pytest.mark.parametrize("part", TEXT_ONLY)
