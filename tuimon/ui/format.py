@@ -88,6 +88,16 @@ def vs(now: float, then: float) -> str:
     return f"{step_time(now)} vs {then:.2f}" if now < 10 and then < 10 else f"{step_time(now)} vs {then:.1f}"
 
 
+def throughput_words(per_s: dict[str, float], n: int = 2) -> list[str]:
+    """The job's first n counters per second: ['1,234 samples/s', ...]."""
+    return [f"{v:,.0f} {safe_text(str(name), 24)}/s" for name, v in list(per_s.items())[:n]]
+
+
+def p_words(c: Comparison) -> str:
+    """', p = 0.012' (', p < 0.001') where the p-value decided something: not for 'same'."""
+    return "" if c.state == "same" else ", p < 0.001" if c.p_value < 0.001 else f", p = {c.p_value:.3f}"
+
+
 def peak_memory_words(c: Comparison) -> str:
     """'peak memory +18%: 61.0 → 72.1 GiB' (empty: no allocator numbers on one side)."""
     m = c.peak_memory

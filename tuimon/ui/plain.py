@@ -8,7 +8,7 @@ from ..analysis.anatomy import how_of
 from ..channel.text import safe_text
 from ..model import NA, Comparison, num
 from ..monitor.state import View
-from .format import gpu_line, gpu_process_rows, host_line, peak_memory_words, vs
+from .format import gpu_line, gpu_process_rows, host_line, p_words, peak_memory_words, throughput_words, vs
 from .panels.now import now_line
 
 
@@ -28,8 +28,7 @@ def summary_line(view: View, channel_pending: bool = False) -> str:
             parts.append(f"no step for {view.stall.quiet_s:,.0f} s")
         elif t.steps_per_s:
             parts.append(f"{t.steps_per_s:.2f} steps/s")
-        for name, per_s in list(t.throughput_per_s.items())[:2]:
-            parts.append(f"{per_s:,.0f} {safe_text(name, 24)}/s")
+        parts += throughput_words(t.throughput_per_s)
         if t.data_wait_share is not None:
             parts.append(f"data wait {t.data_wait_share:.0%}")
         top = [r for r in t.ranges if r.depth == 0][:3]
@@ -77,8 +76,7 @@ def baseline_words(c: Comparison) -> str:
         step = c.progress
     else:
         head = {"regression": "REGRESSION", "faster": "faster than baseline", "same": "as baseline"}[c.state]
-        p = "" if c.state == "same" else ", p < 0.001" if c.p_value < 0.001 else f", p = {c.p_value:.3f}"
-        step = f"{head}: mean step {vs(c.mean_ms, c.baseline_mean_ms)} ({c.ratio - 1:+.0%}{p}"
+        step = f"{head}: mean step {vs(c.mean_ms, c.baseline_mean_ms)} ({c.ratio - 1:+.0%}{p_words(c)}"
         if None not in (c.p50_ms, c.baseline_p50_ms, c.p95_ms, c.baseline_p95_ms):
             step += f"; p50 {vs(c.p50_ms, c.baseline_p50_ms)}, p95 {vs(c.p95_ms, c.baseline_p95_ms)}"
         step += ")"

@@ -9,7 +9,7 @@ from rich.text import Text
 from ...analysis import thresholds as T
 from ...channel.text import safe_text
 from ...model import Comparison
-from ..format import duration, fit, peak_memory_words, step_time, vs
+from ..format import duration, fit, p_words, peak_memory_words, step_time, vs
 from ..style import BASELINE_STYLE
 
 
@@ -49,8 +49,8 @@ def baseline_panel(c: Comparison, width: int = 0) -> Text:
         lead = memory + f"{-change:.0%} faster than {name}: "
     else:
         lead = memory or f"no regression from {name} (bar {T.REGRESSION_FACTOR.show()}, {T.REGRESSION_P.show()}): "
-    p = "" if c.state == "same" else ", p < 0.001" if c.p_value < 0.001 else f", p = {c.p_value:.3f}"
-    rest = f"mean step {vs(c.mean_ms, c.baseline_mean_ms)} ({change:+.0%}; last {c.window_s:.0f} s, {c.window_steps:,} steps{p})"
+    rest = (f"mean step {vs(c.mean_ms, c.baseline_mean_ms)} ({change:+.0%}; last {c.window_s:.0f} s, "
+            f"{c.window_steps:,} steps{p_words(c)})")
     line = fit(lead + rest, room)
     out.append(line[:len(lead)], "bold" if c.regressed else "")
     out.append(line[len(lead):])

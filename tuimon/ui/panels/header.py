@@ -9,7 +9,7 @@ from rich.text import Text
 from ...channel.procinfo import how_it_ended
 from ...channel.text import safe_text
 from ...monitor.state import View
-from ..format import duration, seconds, short_command, step_time
+from ..format import duration, seconds, short_command, step_time, throughput_words
 
 
 def header(view: View, source_label: str, rates: View | None = None, width: int = 0) -> Text:
@@ -42,7 +42,7 @@ def header(view: View, source_label: str, rates: View | None = None, width: int 
         rates = [f" · {step_time(r.step_time_ms.mean)}/step{_gpu_beside(r)}"] if r.step_time_ms else []
         if r.steps_per_s:  # (the same number, inverted: beside it)
             rates = [rates[0] + f" ({r.steps_per_s:.3g}/s)"] if rates else [f" · {r.steps_per_s:.3g} steps/s"]
-        rates += [f" · {per_s:,.0f} {safe_text(str(name), 24)}/s" for name, per_s in list(r.throughput_per_s.items())[:2]]
+        rates += [f" · {words}" for words in throughput_words(r.throughput_per_s)]
         if view.stall is not None and view.stall.stalled:  # (the rates are the steps before it stopped)
             rates = [f" · no step for {seconds(view.stall.quiet_s)}"]
         fixed = len(exited) + (len(how) if exited else 0) + len(paused)
