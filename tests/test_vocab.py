@@ -1,0 +1,35 @@
+"""One vocabulary per concept (tuimon/model/vocab.py): what the channel numbers, what the diagnosis
+names and what every mapping from a name covers are the same names."""
+
+import ast
+
+from tests.conftest import ROOT
+from tuimon.channel import control, layout
+from tuimon.model import vocab
+
+
+def test_the_channel_numbers_the_same_phases_step_sources_and_capture_states():
+    assert sorted(layout.PHASES) == sorted(vocab.PHASES)
+    assert layout.STEP_SOURCES == ("none", *vocab.STEP_SOURCES)  # (the wire's 0: no source yet)
+    assert sorted(control.STATE_NAMES.values()) == sorted(vocab.CAPTURE_STATES)
+
+
+def test_the_diagnosis_tries_its_rules_in_the_vocabularys_order():
+    from tuimon.analysis.diagnosis import Evidence, diagnose
+
+    v = diagnose(Evidence())
+    assert [r.code for r in v.rules] == list(vocab.RULE_CODES)
+    assert v.code in vocab.VERDICT_CODES and v.confidence in vocab.CONFIDENCES
+
+
+def test_every_verdict_and_rule_the_diagnosis_can_make_is_named_in_the_vocabulary():
+    """Read from the source: each Verdict(...) and Rule(...) made with a literal name."""
+    tree = ast.parse((ROOT / "tuimon" / "analysis" / "diagnosis.py").read_text())
+    made = {"Verdict": set(), "Rule": set()}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in made and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                made[node.func.id].add(first.value)
+    assert made["Verdict"] and made["Verdict"] <= set(vocab.VERDICT_CODES), made["Verdict"] - set(vocab.VERDICT_CODES)
+    assert made["Rule"] and made["Rule"] <= set(vocab.RULE_CODES), made["Rule"] - set(vocab.RULE_CODES)
