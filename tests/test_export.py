@@ -19,8 +19,9 @@ from dataclasses import replace
 import pytest
 
 from tests.conftest import ROOT, tuimon_cmd, wait_for
-from tuimon.export.metrics import VERDICTS, families
+from tuimon.export.metrics import families
 from tuimon.model import Cycle, ProcessSample, StepInProgress, TrainingSnapshot
+from tuimon.model.vocab import VERDICT_CODES
 from tuimon.monitor.state import MonitorState
 from tuimon.ui.replay_frames import state_from_recording
 
@@ -48,7 +49,7 @@ def test_the_h100_recording_as_metrics():
     assert got[("tuimon_data_wait_ratio", *job)] == phases["data"]
     assert got[("tuimon_steps_total", *job)] == view.training.steps  # (a counter: exposed as _total)
     verdict = {dict(k[1:])["verdict"]: v for k, v in got.items() if k[0] == "tuimon_verdict"}
-    assert set(verdict) == set(VERDICTS) and verdict["input-bound"] == 1 and sum(verdict.values()) == 1
+    assert set(verdict) == set(VERDICT_CODES) and verdict["input-bound"] == 1 and sum(verdict.values()) == 1
 
 
 def test_the_baseline_series():

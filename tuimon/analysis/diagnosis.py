@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..model import CopyTimes, HotLine, JobEnd, Memory, OpCounts, StepInProgress, Straggler
+from ..model.vocab import Confidence, RuleCode, VerdictCode
 from . import thresholds as T
 from .anatomy import how_of
 from .present import exited_words, stalled_words
@@ -104,7 +105,7 @@ class Check:
 
 @dataclass(frozen=True)
 class Rule:
-    code: str  # unique among the rules (input-high, input-moderate, memory-bound, ...)
+    code: RuleCode
     title: str
     fired: bool
     checks: list[Check]
@@ -113,12 +114,11 @@ class Rule:
 
 @dataclass(frozen=True)
 class Verdict:
-    code: str  # exited | stalled | waiting | straggler | input-bound | comm-bound | memory-bound | compute-bound |
-    # healthy | sync-bound | host-bound | mixed
+    code: VerdictCode
     headline: str
     evidence: str  # the numbers that decided it
     next_step: str
-    confidence: str  # high | medium | low
+    confidence: Confidence
     rules: list[Rule] = field(default_factory=list)
 
 
@@ -266,7 +266,7 @@ def rule_comm(c: _Context) -> Rule:
                 else "no collectives seen")
 
 
-def rule_gpu_unit(c: _Context, code: str) -> Rule:
+def rule_gpu_unit(c: _Context, code: RuleCode) -> Rule:
     """memory-bound / compute-bound / healthy, among steps where the GPU is busy."""
     e = c.e
     busy = c.busy_check()

@@ -14,10 +14,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ..analysis import thresholds as T
 from ..model import NA
+from ..model.vocab import VERDICT_CODES
 from ..monitor.state import View
-
-VERDICTS = ("exited", "stalled", "waiting", "straggler", "input-bound", "copy-bound", "comm-bound", "memory-bound", "compute-bound",
-            "healthy", "sync-bound", "host-bound", "mixed")
 
 
 def _num(v) -> float | None:
@@ -165,7 +163,7 @@ def _job(f: _Families, view: View) -> None:
               t.memory.alloc_retries, counter=True)
     _ranks(f, view, labels)
     code = view.verdict.code
-    for c in VERDICTS:  # a state set: exactly one is 1
+    for c in VERDICT_CODES:  # a state set: exactly one is 1
         f.add("tuimon_verdict", "The diagnosis: 1 for the current verdict", {**labels, "verdict": c}, int(c == code))
     _baseline(f, view, labels)
 

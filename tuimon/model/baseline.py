@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .training import PhaseRow, StepTimes
+from .vocab import ComparisonState
 
 BASELINE_VERSION = 2  # 2: batches (the mean step time's evidence), the peak allocated, GPU step time as a mean
 
@@ -58,7 +59,7 @@ class Comparison:
     """The window of recent steps (its newest batches) against the baseline's batches."""
 
     file: str  # the baseline's file, as given
-    state: str  # the step time: 'regression' | 'faster' | 'same' | 'collecting' (no decision yet)
+    state: ComparisonState  # the step time's (collecting: no decision yet)
     progress: str = ""  # while collecting, in words: "collecting: 6 s of 9"
     collected_s: float | None = None  # while collecting: seconds of steps past the warm-up so far
     needed_s: float | None = None  # ...and the seconds a decision needs (0 in the warm-up)

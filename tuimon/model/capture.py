@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .vocab import CaptureState
+
+BUSY: tuple[CaptureState, ...] = ("armed", "capturing", "writing")  # a window is on its way
+
 
 @dataclass(frozen=True)
 class CaptureSummary:
@@ -37,7 +41,7 @@ class WindowCost:
 @dataclass(frozen=True)
 class CaptureStatus:
     seq: int  # the request this state answers (0: none yet)
-    state: str  # idle | armed | capturing | writing | done | failed
+    state: str  # a CaptureState (vocab.py), or the control block's unknown number in words
     kind: str  # 'nsys' | 'torch.profiler'
     first_step: int = 0
     last_step: int = 0
@@ -49,4 +53,4 @@ class CaptureStatus:
 
     @property
     def busy(self) -> bool:
-        return self.state in ("armed", "capturing", "writing")
+        return self.state in BUSY
