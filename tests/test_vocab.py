@@ -33,3 +33,14 @@ def test_every_verdict_and_rule_the_diagnosis_can_make_is_named_in_the_vocabular
                 made[node.func.id].add(first.value)
     assert made["Verdict"] and made["Verdict"] <= set(vocab.VERDICT_CODES), made["Verdict"] - set(vocab.VERDICT_CODES)
     assert made["Rule"] and made["Rule"] <= set(vocab.RULE_CODES), made["Rule"] - set(vocab.RULE_CODES)
+
+
+def test_a_straggler_gets_advice_for_every_phase_it_can_be_slower_in():
+    """Its slower phases are its own work: every phase but comm (the wait itself, analysis/ranks.py)."""
+    from tuimon.analysis.diagnosis import STRAGGLER_FIX, Evidence, diagnose
+    from tuimon.model import Straggler
+
+    assert sorted(STRAGGLER_FIX) == sorted(set(vocab.PHASES) - {"comm"})
+    s = Straggler(rank=1, pid=812, ratio=1.8, own_ms=36.0, others_ms=20.0, slower={"copy": 14.0, "forward": 2.0})
+    v = diagnose(Evidence(steps=50, step_ms=40.0, data_share=0.01, ranks=2, straggler=s, comm_share=0.3))
+    assert v.code == "straggler" and v.next_step.startswith("rank 1: its host-to-device copies take longer"), v

@@ -427,8 +427,10 @@ def _verdict(key: str, c: _Context, rules: list[Rule]) -> Verdict:
     return _host_verdict(c, rules)
 
 
-STRAGGLER_FIX = {
+STRAGGLER_FIX: dict[str, str] = {  # by the phase it is slowest in, beyond the others (comm: the wait itself)
     "data": "its batches come slower: its DataLoader workers, its share of the data, or its storage",
+    "copy": "its host-to-device copies take longer: pinned memory (DataLoader pin_memory=True) and non_blocking=True "
+            "on that rank, or a slower PCIe link (g)",
     "forward": "uneven work (batch or sequence sizes per rank) or a slower GPU: compare its SM activity, clocks and "
                "throttle reasons (g)",
     "backward": "uneven work (batch or sequence sizes per rank) or a slower GPU: compare its SM activity, clocks and "
