@@ -138,7 +138,7 @@ def _below(what, value, t: T.Threshold, fmt=share) -> Check:
     return Check(what, fmt(value), f"< {t.show()}", None if value is None else value < t.value, t.source)
 
 
-def _margin(value: float | None, t: T.Threshold, above: bool = True) -> str:
+def _margin(value: float | None, t: T.Threshold, above: bool = True) -> Confidence:
     """high when the deciding number is clearly past its threshold (by a quarter), else medium."""
     if value is None:
         return "low"
@@ -482,7 +482,7 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     cpu = "loop thread CPU not read yet" if e.loop_cpu is None else \
         f"loop thread at {e.loop_cpu:.0f}% CPU" + (f" + {wait:.0f}% waiting for a core" if wait else "")
     gpu = c.gpu_words()
-    confidence = "low" if c.busy is None else _margin(c.busy, T.GPU_IDLE, above=False)
+    confidence: Confidence = "low" if c.busy is None else _margin(c.busy, T.GPU_IDLE, above=False)
     if other > model and e.loop_cpu is None:  # Python or a blocked thread: only its CPU can tell
         return Verdict("host-bound", "host-bound: outside the model",
                        f"{gpu} · other {share(other)} of the step (forward+backward+optimizer {share(model)}) · {cpu}",
@@ -604,7 +604,7 @@ def _exited_verdict(c: _Context, rules: list[Rule]) -> Verdict:
 def _stalled_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     headline, evidence, step = stalled_words(c.e, c.gpu_words())
     s = c.e.stall
-    confidence = "high" if s is not None and s.quiet_s >= 2 * s.limit_s else "medium"
+    confidence: Confidence = "high" if s is not None and s.quiet_s >= 2 * s.limit_s else "medium"
     return Verdict("stalled", headline, evidence, step, confidence, rules)
 
 
@@ -648,7 +648,7 @@ def _outside_verdict(c: _Context, rules: list[Rule]) -> Verdict:
         if code in fired:
             v = _verdict(code, c, rules)
             units = f" · DRAM {pct(e.dram_bw)} · {c.compute_name} {pct(c.compute)}" if not c.busy_note else ""
-            confidence = "low" if v.confidence == "low" else "medium"  # (no loop timings beside it)
+            confidence: Confidence = "low" if v.confidence == "low" else "medium"  # (no loop timings beside it)
             return Verdict(v.code, v.headline, f"{gpu}{units}{seen}", f"{v.next_step}; {ANATOMY}", confidence, rules)
     if c.busy is None and not main:
         return Verdict("waiting", "no loop timings", f"no channel, no GPU activity seen{seen}",
