@@ -44,3 +44,15 @@ def test_a_straggler_gets_advice_for_every_phase_it_can_be_slower_in():
     s = Straggler(rank=1, pid=812, ratio=1.8, own_ms=36.0, others_ms=20.0, slower={"copy": 14.0, "forward": 2.0})
     v = diagnose(Evidence(steps=50, step_ms=40.0, data_share=0.01, ranks=2, straggler=s, comm_share=0.3))
     assert v.code == "straggler" and v.next_step.startswith("rank 1: its host-to-device copies take longer"), v
+
+
+def test_every_mapping_of_the_ui_covers_its_vocabulary():
+    from tuimon.ui import format as fmt
+    from tuimon.ui import style
+
+    for mapping, members in ((style.COMPARISON_STYLE, vocab.COMPARISON_STATES),
+                             (fmt.COMPARISON_BADGE, vocab.COMPARISON_STATES),
+                             (fmt.COMPARISON_WORDS, vocab.COMPARISON_STATES),
+                             (style.PHASE_STYLE, vocab.PHASES),
+                             (fmt.STEP_SOURCE_WORDS, vocab.STEP_SOURCES)):
+        assert sorted(mapping) == sorted(members)

@@ -6,6 +6,17 @@ from __future__ import annotations
 from ..analysis.anatomy import how_of
 from ..channel.text import safe_text
 from ..model import NA, Comparison, num
+from ..model.vocab import ComparisonState
+
+# The comparison's state in words: on the baseline panel's badge, and in the plain-text line.
+COMPARISON_BADGE: dict[ComparisonState, str] = {"regression": "REGRESSION", "faster": "FASTER", "same": "AS BASELINE",
+                                                "collecting": "BASELINE"}
+COMPARISON_WORDS: dict[ComparisonState, str] = {"regression": "REGRESSION", "faster": "faster than baseline",
+                                                "same": "as baseline", "collecting": "baseline"}
+# What counts the steps (vocab.StepSource, read from a channel: .get() with the name itself as default).
+STEP_SOURCE_WORDS: dict[str, str] = {
+    "optimizer": "optimizer.step()", "tuimon.step": "tuimon.step()", "backward": "each backward() (no optimizer step seen)",
+    "forward": "each model call (no backward seen)", "dataloader": "each DataLoader batch (no model call seen)"}
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 

@@ -8,7 +8,16 @@ from ..analysis.anatomy import how_of
 from ..channel.text import safe_text
 from ..model import NA, Comparison, num
 from ..monitor.state import View
-from .format import gpu_line, gpu_process_rows, host_line, p_words, peak_memory_words, throughput_words, vs
+from .format import (
+    COMPARISON_WORDS,
+    gpu_line,
+    gpu_process_rows,
+    host_line,
+    p_words,
+    peak_memory_words,
+    throughput_words,
+    vs,
+)
 from .panels.now import now_line
 
 
@@ -75,8 +84,7 @@ def baseline_words(c: Comparison) -> str:
     if c.state == "collecting":
         step = c.progress
     else:
-        head = {"regression": "REGRESSION", "faster": "faster than baseline", "same": "as baseline"}[c.state]
-        step = f"{head}: mean step {vs(c.mean_ms, c.baseline_mean_ms)} ({c.ratio - 1:+.0%}{p_words(c)}"
+        step = f"{COMPARISON_WORDS[c.state]}: mean step {vs(c.mean_ms, c.baseline_mean_ms)} ({c.ratio - 1:+.0%}{p_words(c)}"
         if None not in (c.p50_ms, c.baseline_p50_ms, c.p95_ms, c.baseline_p95_ms):
             step += f"; p50 {vs(c.p50_ms, c.baseline_p50_ms)}, p95 {vs(c.p95_ms, c.baseline_p95_ms)}"
         step += ")"
@@ -85,9 +93,9 @@ def baseline_words(c: Comparison) -> str:
         if c.grown is not None:
             step += f", {safe_text(c.grown.name, 24)} grew {c.grown.baseline_ms:.1f} -> {c.grown.now_ms:.1f} ms"
     if grew and c.state != "regression":  # (a regression of its own)
-        words = f"REGRESSION: {memory}; step time {step}"
+        words = f"{COMPARISON_WORDS['regression']}: {memory}; step time {step}"
     else:
-        words = ("baseline: " if c.state == "collecting" else "") + step + (f", {memory}" if grew else "")
+        words = (f"{COMPARISON_WORDS['collecting']}: " if c.state == "collecting" else "") + step + (f", {memory}" if grew else "")
     return words + notes(c)
 
 

@@ -1,16 +1,20 @@
-"""The colours (Rich styles) the panels give each verdict, comparison state and phase."""
+"""The colour (a Rich style) of each name of a vocabulary (model/vocab.py): one mapping per
+vocabulary, each covering all of it (tests/test_vocab.py). A phase's name comes from a channel:
+its mapping is read with .get() and a default."""
 
 from __future__ import annotations
 
-VERDICT_STYLE = {"exited": "bold red", "stalled": "bold red", "copy-bound": "bold yellow",
+from ..model.vocab import ComparisonState, VerdictCode
+
+VERDICT_STYLE: dict[VerdictCode, str] = {"exited": "bold red", "stalled": "bold red", "copy-bound": "bold yellow",
                  "input-bound": "bold yellow", "sync-bound": "bold red", "host-bound": "bold red",
                  "memory-bound": "bold magenta", "compute-bound": "bold green", "healthy": "bold green",
                  "mixed": "bold", "waiting": "dim"}
 
 
-BASELINE_STYLE = {"regression": "bold red", "faster": "bold green", "same": "bold green", "collecting": "dim"}
+COMPARISON_STYLE: dict[ComparisonState, str] = {"regression": "bold red", "faster": "bold green", "same": "bold green", "collecting": "dim"}
 
 
-PHASE_STYLE = {"data": "yellow", "copy": "bright_yellow", "forward": "blue", "backward": "magenta", "optimizer": "cyan",
+PHASE_STYLE: dict[str, str] = {"data": "yellow", "copy": "bright_yellow", "forward": "blue", "backward": "magenta", "optimizer": "cyan",
                "sync": "red",
                "comm": "green", "other": "grey50"}

@@ -9,8 +9,9 @@ from rich.text import Text
 from ...analysis import thresholds as T
 from ...channel.text import safe_text
 from ...model import Comparison
-from ..format import duration, fit, p_words, peak_memory_words, step_time, vs
-from ..style import BASELINE_STYLE
+from ...model.vocab import ComparisonState
+from ..format import COMPARISON_BADGE, duration, fit, p_words, peak_memory_words, step_time, vs
+from ..style import COMPARISON_STYLE
 
 
 def baseline_panel(c: Comparison, width: int = 0) -> Text:
@@ -19,9 +20,9 @@ def baseline_panel(c: Comparison, width: int = 0) -> Text:
     changed number re-sends only its cells. The p-value is shown where it decided something."""
     out = Text()
     memory_grew = c.peak_memory is not None and c.peak_memory.grew
-    state = "regression" if c.regressed else c.state
-    head = {"regression": "REGRESSION", "faster": "FASTER", "same": "AS BASELINE", "collecting": "BASELINE"}[state]
-    out.append(f" {head} ", BASELINE_STYLE[state] + " reverse")
+    state: ComparisonState = "regression" if c.regressed else c.state
+    head = COMPARISON_BADGE[state]
+    out.append(f" {head} ", COMPARISON_STYLE[state] + " reverse")
     out.append("  ")
     room = (width - len(head) - 4) if width else 10**6
     name = os.path.basename(c.file) or c.file

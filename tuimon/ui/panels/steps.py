@@ -7,12 +7,7 @@ from rich.text import Text
 from ...channel.text import safe_text
 from ...model import NA
 from ...monitor.state import View
-from ..format import spark
-
-STEP_SOURCE_WORDS = {"optimizer": "optimizer.step()", "tuimon.step": "tuimon.step()",
-                     "backward": "each backward() (no optimizer step seen)",
-                     "forward": "each model call (no backward seen)", "dataloader": "each DataLoader batch (no model "
-                     "call seen)"}
+from ..format import STEP_SOURCE_WORDS, spark
 
 
 def steps_panel(view: View, width: int, stats: View | None = None) -> Text:
