@@ -3,6 +3,8 @@ names and what every mapping from a name covers are the same names."""
 
 import ast
 
+import pytest
+
 from tests.conftest import ROOT
 from tuimon.channel import control, layout
 from tuimon.model import vocab
@@ -50,9 +52,26 @@ def test_every_mapping_of_the_ui_covers_its_vocabulary():
     from tuimon.ui import format as fmt
     from tuimon.ui import style
 
-    for mapping, members in ((style.COMPARISON_STYLE, vocab.COMPARISON_STATES),
+    for mapping, members in ((style.VERDICT_STYLE, vocab.VERDICT_CODES),
+                             (fmt.VERDICT_NAMES, vocab.VERDICT_CODES),
+                             (style.COMPARISON_STYLE, vocab.COMPARISON_STATES),
                              (fmt.COMPARISON_BADGE, vocab.COMPARISON_STATES),
                              (fmt.COMPARISON_WORDS, vocab.COMPARISON_STATES),
                              (style.PHASE_STYLE, vocab.PHASES),
                              (fmt.STEP_SOURCE_WORDS, vocab.STEP_SOURCES)):
         assert sorted(mapping) == sorted(members)
+
+
+@pytest.mark.asyncio
+async def test_the_help_names_every_class_of_verdict():
+    from tuimon.ui.app import make_app
+    from tuimon.ui.format import VERDICT_NAMES
+
+    app = make_app(None, "test")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        shown = " ".join(str(app.screen.query_one("#help").render()).split())
+        assert app.screen.query_one("#help").region.height <= 24  # (whole, on the smallest screen)
+    for code, name in VERDICT_NAMES.items():
+        assert (name in shown) == (code != "waiting"), (code, name)  # (waiting: no verdict yet)

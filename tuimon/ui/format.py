@@ -6,7 +6,14 @@ from __future__ import annotations
 from ..analysis.anatomy import how_of
 from ..channel.text import safe_text
 from ..model import NA, Comparison, num
-from ..model.vocab import ComparisonState
+from ..model.vocab import VERDICT_CODES, ComparisonState, VerdictCode
+
+# Each verdict's class in words, as the help lists them.
+VERDICT_NAMES: dict[VerdictCode, str] = {
+    "exited": "exited", "stalled": "stalled", "waiting": "not enough data yet", "straggler": "straggler",
+    "input-bound": "input-bound", "copy-bound": "copy-bound", "comm-bound": "comm-bound",
+    "memory-bound": "GPU memory-bound", "compute-bound": "compute-bound", "healthy": "healthy",
+    "sync-bound": "sync-bound", "host-bound": "host-bound", "mixed": "no single bottleneck"}
 
 # The comparison's state in words: on the baseline panel's badge, and in the plain-text line.
 COMPARISON_BADGE: dict[ComparisonState, str] = {"regression": "REGRESSION", "faster": "FASTER", "same": "AS BASELINE",
@@ -107,6 +114,13 @@ def throughput_words(per_s: dict[str, float], n: int = 2) -> list[str]:
 def p_words(c: Comparison) -> str:
     """', p = 0.012' (', p < 0.001') where the p-value decided something: not for 'same'."""
     return "" if c.state == "same" else ", p < 0.001" if c.p_value < 0.001 else f", p = {c.p_value:.3f}"
+
+
+def verdict_names() -> str:
+    """Every class a verdict names, in the order the rules try them: 'exited, stalled, ..., or no
+    single bottleneck' (not 'waiting': no verdict yet, which the verdict panel says as such)."""
+    names = [VERDICT_NAMES[code] for code in VERDICT_CODES if code != "waiting"]
+    return ", ".join(names[:-1]) + ", or " + names[-1]
 
 
 def peak_memory_words(c: Comparison) -> str:

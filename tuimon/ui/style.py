@@ -6,15 +6,12 @@ from __future__ import annotations
 
 from ..model.vocab import ComparisonState, VerdictCode
 
-VERDICT_STYLE: dict[VerdictCode, str] = {"exited": "bold red", "stalled": "bold red", "copy-bound": "bold yellow",
-                 "input-bound": "bold yellow", "sync-bound": "bold red", "host-bound": "bold red",
-                 "memory-bound": "bold magenta", "compute-bound": "bold green", "healthy": "bold green",
-                 "mixed": "bold", "waiting": "dim"}
-
-
-COMPARISON_STYLE: dict[ComparisonState, str] = {"regression": "bold red", "faster": "bold green", "same": "bold green", "collecting": "dim"}
-
-
-PHASE_STYLE: dict[str, str] = {"data": "yellow", "copy": "bright_yellow", "forward": "blue", "backward": "magenta", "optimizer": "cyan",
-               "sync": "red",
-               "comm": "green", "other": "grey50"}
+VERDICT_STYLE: dict[VerdictCode, str] = {
+    "exited": "bold red", "stalled": "bold red", "waiting": "dim", "straggler": "bold yellow",
+    "input-bound": "bold yellow", "copy-bound": "bold yellow", "comm-bound": "bold yellow",
+    "memory-bound": "bold magenta", "compute-bound": "bold green", "healthy": "bold green",
+    "sync-bound": "bold red", "host-bound": "bold red", "mixed": "bold"}
+COMPARISON_STYLE: dict[ComparisonState, str] = {"regression": "bold red", "faster": "bold green", "same": "bold green",
+                                                "collecting": "dim"}
+PHASE_STYLE: dict[str, str] = {"data": "yellow", "copy": "bright_yellow", "forward": "blue", "backward": "magenta",
+                               "comm": "green", "optimizer": "cyan", "sync": "red", "other": "grey50"}

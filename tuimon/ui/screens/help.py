@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from ..format import verdict_names
 
 
 class HelpScreen(ModalScreen):
@@ -31,11 +35,10 @@ class HelpScreen(ModalScreen):
   ?    this help
   q    {quit}  (also Ctrl-C)
 
-The verdict (e explains it): exited, stalled, straggler, input-bound,
-comm-bound, GPU memory- or compute-bound, healthy, sync-bound,
-host-bound, or no single bottleneck; each with the numbers that decided
-it and a next step. "now" under it is the step in progress. "coarse"
-marks GPUs without GPM, where only kernel-busy time is known."""
+{verdicts}"""
+    VERDICTS = ("The verdict (e explains it): {names}; each with the numbers that decided it and a next step. "
+                '"now" under it is the step in progress. "coarse" marks GPUs without GPM, where only kernel-busy '
+                "time is known.")
 
     TOP = """tuimon top keys
 
@@ -51,4 +54,5 @@ without GPM, where only kernel-busy time is known."""
 
     def compose(self) -> ComposeResult:
         quit = "quit and stop the demo job" if self.quit_stops_job else "quit (the training process goes on)"
-        yield Static(Text(self.TOP if self.top else self.TRAINING.format(quit=quit)), id="help")
+        verdicts = textwrap.fill(self.VERDICTS.format(names=verdict_names()), 72, break_on_hyphens=False)
+        yield Static(Text(self.TOP if self.top else self.TRAINING.format(quit=quit, verdicts=verdicts)), id="help")
