@@ -334,7 +334,8 @@ def test_view_json_and_panels_show_the_lines_from_outside():
     s._add({mode: (raw, "") for mode, raw in RAW.items()}, 2)
     state = MonitorState()
     from tuimon.model import NA
-    state.apply(Cycle(1, ProcessSample(100, 1), channel=NA("PID 100 has no tuimon channel"), outside=s.latest()))
+    state.apply(Cycle(t=1, process=ProcessSample(pid=100, t=1), channel=NA("PID 100 has no tuimon channel"),
+                      outside=s.latest()))
     view = state.view()
     doc = view_json(view, 100)
     assert doc["samples"] == 50 and doc["hot_lines"][0]["line"] == "train.py:7 in spin"

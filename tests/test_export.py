@@ -298,7 +298,7 @@ def test_the_grafana_dashboard_asks_only_for_series_the_exporter_serves():
     view = state_from_recording(fixture, baseline=("good.json", h100_baseline())).view()
     ddp = state_from_recording(str(ROOT / "tests" / "fixtures" / "h200x2_ddp_straggler.jsonl")).view()  # (ranks)
     live = MonitorState()  # (a live job: the step in progress and the stall bar; the recordings predate them)
-    live.apply(Cycle(1, ProcessSample(1, procs=[]), training=TrainingSnapshot(
+    live.apply(Cycle(t=1, process=ProcessSample(pid=1, procs=[]), training=TrainingSnapshot(
         pid=1, steps=20, since_step_s=0.4, longest_step_ms=30.0,
         now=StepInProgress(step=21, phase="forward", phase_s=0.1, step_s=0.4, still_s=0.1))))
     # (a newer probe than the recordings': the GPU's mean step time)

@@ -102,15 +102,20 @@ async def test_ctrl_c_quits_and_there_is_no_palette_key():
 
 
 def cycle_with(procs, **kw):
-    return Cycle(1, ProcessSample(100, 1, procs=procs, cpu_percent=0.0, rss=0, **kw))
+    return Cycle(t=1, process=ProcessSample(pid=100, t=1, procs=procs, cpu_percent=0.0, rss=0, **kw))
 
 
 def test_the_process_panel_names_each_role_and_does_not_sum_shared_pages():
-    rows = [ProcRow(100, "target", "bash", 0.0, 4 << 20, 1, "sleeping", pss=2 << 20),  # ./job.sh
-            ProcRow(101, "child", "python", 98.0, 900 << 20, 12, "running", pss=700 << 20, loop=True),
-            ProcRow(102, "child", "pt_data_worker", 40.0, 800 << 20, 3, "running", pss=60 << 20),
-            ProcRow(103, "child", "pt_data_worker", 38.0, 800 << 20, 3, "running", pss=60 << 20),
-            ProcRow(104, "child", "nvidia-smi", 1.0, 20 << 20, 1, "sleeping", pss=10 << 20)]
+    rows = [ProcRow(pid=100, role="target", name="bash", cpu_percent=0.0, rss=4 << 20, threads=1,
+                    state="sleeping", pss=2 << 20),  # ./job.sh
+            ProcRow(pid=101, role="child", name="python", cpu_percent=98.0, rss=900 << 20, threads=12,
+                    state="running", pss=700 << 20, loop=True),
+            ProcRow(pid=102, role="child", name="pt_data_worker", cpu_percent=40.0, rss=800 << 20, threads=3,
+                    state="running", pss=60 << 20),
+            ProcRow(pid=103, role="child", name="pt_data_worker", cpu_percent=38.0, rss=800 << 20, threads=3,
+                    state="running", pss=60 << 20),
+            ProcRow(pid=104, role="child", name="nvidia-smi", cpu_percent=1.0, rss=20 << 20, threads=1,
+                    state="sleeping", pss=10 << 20)]
     state = MonitorState()
     state.apply(cycle_with(rows))
     shown = process_panel(state.view()).plain
@@ -119,7 +124,8 @@ def test_the_process_panel_names_each_role_and_does_not_sum_shared_pages():
     assert "DataLoader workers 2  CPU 78%  PSS 120.0 MiB" in shown  # not 1.6 GiB of RSS
     assert "other subprocesses 1" in shown
     # where PSS cannot be read (another user's process): RSS, said to overlap
-    state.apply(cycle_with([rows[1], rows[2], ProcRow(103, "child", "pt_data_worker", 1.0, 800 << 20)]))
+    state.apply(cycle_with([rows[1], rows[2], ProcRow(pid=103, role="child", name="pt_data_worker",
+                                                      cpu_percent=1.0, rss=800 << 20)]))
     assert "RSS 1.6 GiB (shared pages counted per process)" in process_panel(state.view()).plain
 
 
@@ -138,13 +144,14 @@ async def test_a_replay_says_where_it_is_and_counts_bad_lines(tmp_path):
 
 def test_a_recording_without_gpus_says_so_instead_of_waiting():
     state = MonitorState()
-    state.apply(Cycle(1, ProcessSample(100, 1), gpus=[]))
+    state.apply(Cycle(t=1, process=ProcessSample(pid=100, t=1), gpus=[]))
     assert gpus_panel(state.view(), 100).plain.startswith("no GPU samples")
 
 
 def test_a_job_that_ended_names_its_log_and_shows_its_last_lines():
     state = MonitorState()
-    state.apply(Cycle(1, ProcessSample(100, 1, alive=False, exit_code=-9), job_log="/tmp/x/job-1.log",
+    state.apply(Cycle(t=1, process=ProcessSample(pid=100, t=1, alive=False, exit_code=-9),
+                      job_log="/tmp/x/job-1.log",
                       job_tail=["line 1", "Traceback (most recent call last):", "MemoryError"]))
     view = state.view()
     shown = ended_panel(view).plain

@@ -123,8 +123,9 @@ def memory(gauges: dict[int, float], name_of: Callable[[int], str]) -> Memory | 
         v = g.get(name)
         return int(v) if v is not None else None
 
-    return Memory(get("cuda.allocated"), get("cuda.reserved"), get("cuda.peak_allocated"),
-                  get("cuda.alloc_retries"), get("cuda.ooms"))
+    return Memory(allocated=get("cuda.allocated"), reserved=get("cuda.reserved"),
+                  peak_allocated=get("cuda.peak_allocated"),
+                  alloc_retries=get("cuda.alloc_retries"), ooms=get("cuda.ooms"))
 
 
 def ddp_backward_ms(gauges: dict[int, float], name_of: Callable[[int], str]) -> float | None:

@@ -36,7 +36,7 @@ from .present import exited_words, stalled_words
 from .stall import Stall
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Evidence:
     """The window's numbers the rules read. None: not measured."""
 

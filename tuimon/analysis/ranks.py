@@ -57,8 +57,9 @@ def straggler(rows: list[RankRow]) -> Straggler | None:
     ref = ref if ref > 0 else measured  # (neither bound usable: what they measure)
     if ref <= 0:
         return None
-    return Straggler(slow.rank, slow.pid, round(slow.own_ms / ref, 3), round(slow.own_ms, 2), round(ref, 2), slower,
-                     round(measured, 2))
+    return Straggler(rank=slow.rank, pid=slow.pid, ratio=round(slow.own_ms / ref, 3),
+                     own_ms=round(slow.own_ms, 2), others_ms=round(ref, 2), slower=slower,
+                     others_measured_ms=round(measured, 2))
 
 
 def comm_share(rows: list[RankRow]) -> float | None:

@@ -206,7 +206,8 @@ def _peak_memory(baseline: Baseline, t: TrainingSnapshot | None) -> PeakMemory |
     if not now or not then:
         return None
     ratio = now / then
-    return PeakMemory(then, now, round(ratio, 4), ratio >= T.PEAK_MEMORY_FACTOR.value)
+    return PeakMemory(baseline_bytes=then, now_bytes=now, ratio=round(ratio, 4),
+                      grew=ratio >= T.PEAK_MEMORY_FACTOR.value)
 
 
 def _phase_deltas(baseline: Baseline, t: TrainingSnapshot) -> list[PhaseDelta]:

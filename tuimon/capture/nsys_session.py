@@ -135,7 +135,7 @@ class SessionWindows:
         self.session, self.pid, self.program = session, pid, program
         self.steps_now, self.alive, self.start_args = steps_now, alive, list(start_args)
         self.lock_path = lock_path  # the job's segment: locked by the monitor whose window runs
-        self._status = CaptureStatus(0, "idle", "nsys", message=COST_NOTE)
+        self._status = CaptureStatus(seq=0, state="idle", kind="nsys", message=COST_NOTE)
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._collecting = False
@@ -145,9 +145,11 @@ class SessionWindows:
 
     def _set(self, **kw) -> None:
         s = self._status
-        self._status = CaptureStatus(kw.get("seq", s.seq), kw.get("state", s.state), "nsys",
-                                     kw.get("first_step", s.first_step), kw.get("last_step", s.last_step),
-                                     kw.get("message", s.message), kw.get("path", s.path), time.monotonic_ns())
+        self._status = CaptureStatus(seq=kw.get("seq", s.seq), state=kw.get("state", s.state), kind="nsys",
+                                     first_step=kw.get("first_step", s.first_step),
+                                     last_step=kw.get("last_step", s.last_step),
+                                     message=kw.get("message", s.message), path=kw.get("path", s.path),
+                                     updated_ns=time.monotonic_ns())
 
     def request(self, steps: int | None = None, seconds: float | None = None) -> int:
         check_request(self.pid, self.alive(), steps, seconds)

@@ -10,7 +10,7 @@ from .vocab import ComparisonState
 BASELINE_VERSION = 2  # 2: batches (the mean step time's evidence), the peak allocated, GPU step time as a mean
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Baseline:
     version: int
     created: str  # ISO 8601, local time with offset
@@ -44,7 +44,7 @@ class PhaseDelta:
         return self.now_ms - self.baseline_ms
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PeakMemory:
     """The caching allocator's peak allocated, the baseline's and now."""
 

@@ -9,7 +9,7 @@ from .vocab import CaptureState
 BUSY: tuple[CaptureState, ...] = ("armed", "capturing", "writing")  # a window is on its way
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CaptureSummary:
     state: str  # 'pending' (being read) | 'done' | 'failed' | 'waiting' (nsys has not written it yet)
     file: str | None = None
@@ -38,7 +38,7 @@ class WindowCost:
     lost_ms: float  # the time the job lost: what those steps took beyond the typical step
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CaptureStatus:
     seq: int  # the request this state answers (0: none yet)
     state: str  # a CaptureState (vocab.py), or the control block's unknown number in words

@@ -120,8 +120,9 @@ class BaselineBuilder:
             rank=t.rank if t is not None else None,
             world_size=t.world_size if t is not None else None,
             steps=steps,
-            step_time_ms=StepTimes(round(percentile(s, 50), 3), round(percentile(s, 95), 3),
-                                   round(percentile(s, 99), 3), round(mean, 3), round(samples[-1], 3)),
+            step_time_ms=StepTimes(p50=round(percentile(s, 50), 3), p95=round(percentile(s, 95), 3),
+                                   p99=round(percentile(s, 99), 3), mean=round(mean, 3),
+                                   last=round(samples[-1], 3)),
             steps_per_s=round(1e3 / mean, 3),
             throughput_per_s={k[6:]: round(self._mean(k) * 1e3 / mean, 3) for k in self._weighted
                               if k.startswith("count:")},

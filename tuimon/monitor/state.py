@@ -60,7 +60,7 @@ def _mean(values: list) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class View:
     training: TrainingSnapshot | None
     process: ProcessSample | None
@@ -220,13 +220,17 @@ class MonitorState:
                 for i in sorted(self.gpus)]
         straggler, comm_share = job_ranks.straggler(self.ranks), job_ranks.comm_share(self.ranks)
         ended = self._job_end()
-        return View(self.training, self.process, gpus, list(self._step_ms),
-                    self._verdict(straggler, comm_share, ended), self.target_gpus(), self.gpu_note, paused,
-                    self.capture, [self.captures[k] for k in sorted(self.captures)], dict(self.problems), self.channel,
-                    self.shown_why, [_mean(c.step_ms) for c in self._columns],
-                    [_mean(c.gpu_step_ms) for c in self._columns], self._nvml_memory(), self.host,
-                    self.job_log, list(self.job_tail), self._comparison, list(self.ranks),
-                    straggler, comm_share, ended, loop_stall.check(self.training), outside=self.outside)
+        return View(training=self.training, process=self.process, gpus=gpus, step_ms=list(self._step_ms),
+                    verdict=self._verdict(straggler, comm_share, ended), target_gpus=self.target_gpus(),
+                    gpu_note=self.gpu_note, paused=paused, capture=self.capture,
+                    captures=[self.captures[k] for k in sorted(self.captures)], problems=dict(self.problems),
+                    channel=self.channel, shown_why=self.shown_why,
+                    step_columns=[_mean(c.step_ms) for c in self._columns],
+                    gpu_step_columns=[_mean(c.gpu_step_ms) for c in self._columns],
+                    nvml_memory=self._nvml_memory(), host=self.host, job_log=self.job_log,
+                    job_tail=list(self.job_tail), baseline=self._comparison, ranks=list(self.ranks),
+                    straggler=straggler, comm_share=comm_share, job_end=ended,
+                    stall=loop_stall.check(self.training), outside=self.outside)
 
     def _job_end(self) -> JobEnd | None:
         """How the process ended, once its sampler saw it gone (or its channel says it exited)."""

@@ -123,13 +123,13 @@ def _v1_cycles(lines: Iterator[dict], rec: Recording) -> Iterator[Cycle]:
             continue
         key = V1_SOURCES[source]
         if parts and (key in parts or t - first_t > V1_CYCLE_GAP_NS):
-            yield Cycle(first_t, **parts)
+            yield Cycle(t=first_t, **parts)
             parts = {}
         if not parts:
             first_t = t
         parts[key] = data
     if parts:
-        yield Cycle(first_t, **parts)
+        yield Cycle(t=first_t, **parts)
 
 
 def _v1_data(source: str, data):
