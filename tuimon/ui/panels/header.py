@@ -12,13 +12,13 @@ from ...monitor.state import View
 from ..format import duration, seconds, short_command, step_time, throughput_words
 
 
-def header(view: View, source_label: str, rates: View | None = None, width: int = 0) -> Text:
-    """Who, how long, how fast. rates: the view the window's steps/s and throughput come from
+def header(view: View, source_label: str, window: View | None = None, width: int = 0) -> Text:
+    """Who, how long, how fast. window: the window view, which the steps/s and throughput come from
     (default: view). width: fit it there, so it never wraps (0: no limit): rates the width cannot
     hold are left out, the command is cut, then the label and "last numbers kept" left out; what
     still does not fit is cut with "…"."""
     t, p = view.training, view.process
-    r = (rates or view).training or t
+    r = (window or view).training or t
     pid = t.pid if t else p.pid if p else None
     what = ""
     if t and t.argv:
@@ -27,7 +27,7 @@ def header(view: View, source_label: str, rates: View | None = None, width: int 
         target = next((x for x in p.procs if x.role == "target"), None)
         if target is not None and isinstance(target.name, str):
             what = safe_text(target.name, 40)
-    exited = at = kept = ""
+    exited = at = kept = how = ""
     if p and not p.alive:
         exited = "  PROCESS EXITED"
         at = time.strftime(" at %H:%M:%S", time.localtime(p.exited_at)) if p.exited_at else ""
@@ -45,14 +45,14 @@ def header(view: View, source_label: str, rates: View | None = None, width: int 
         rates += [f" · {words}" for words in throughput_words(r.throughput_per_s)]
         if view.stall is not None and view.stall.stalled:  # (the rates are the steps before it stopped)
             rates = [f" · no step for {seconds(view.stall.quiet_s)}"]
-        fixed = len(exited) + (len(how) if exited else 0) + len(paused)
+        fixed = len(exited) + len(how) + len(paused)
         for rate in rates:  # a narrow terminal keeps what fits, the step time first
             if not width or 7 + 12 + len(f"PID {pid} ") + len(rest.plain) + fixed + len(rate) <= width:
                 rest.append(rate)
     optional = {"label": f"  [{source_label}]", "kept": kept, "at": at}
     if width:  # the command is cut first (to 24 characters, then 12), left out in turn: the label, "kept", the time
         room = width - 7 - (len(f"PID {pid} ") if pid else 0) - len(rest.plain) - len(exited) - len(paused)
-        room -= len(how) if exited else 0
+        room -= len(how)
         for name, keep in (("label", 24), ("kept", 12), ("at", 12)):
             if room - min(len(what), keep) < sum(map(len, optional.values())):
                 optional[name] = ""

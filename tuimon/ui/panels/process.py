@@ -10,14 +10,14 @@ from ...monitor.state import View
 from ..format import human_bytes, value
 
 
-def process_panel(view: View, stats: View | None = None) -> Text:
+def process_panel(view: View, window: View | None = None) -> Text:
     """The training process (and its launcher, when the channel is a descendant's), its DataLoader
-    workers, other subprocesses. Whether it lives comes from view; CPU and memory from stats (the
+    workers, other subprocesses. Whether it lives comes from view; CPU and memory from window (the
     window view: 1 s CPU readings jitter, and each redraw is bytes to the terminal). Memory is PSS
     where readable: forked workers share most of their pages, which RSS would count once each."""
     if view.process is not None and not view.process.alive:
         return Text("process exited", "bold red")
-    p = (stats or view).process or view.process
+    p = (window or view).process or view.process
     if not p:
         return Text(view.problems.get("process") or "no process data", "dim")
     out = Text()
@@ -47,7 +47,7 @@ def process_panel(view: View, stats: View | None = None) -> Text:
         wait = p.loop_cpu_wait
         out.append(f"\n{'loop' if view.training is not None else 'main'} thread CPU {p.loop_cpu:.0f}%" + (f", waiting for a core {wait:.0f}%" if wait and wait >= 0.5
                                                               else ""), "dim")
-    mem = memory_line(stats or view)
+    mem = memory_line(window or view)
     if mem:
         out.append("\n" + mem)
     return out

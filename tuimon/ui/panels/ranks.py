@@ -12,7 +12,7 @@ def ranks_panel(view: View, width: int = 0, shown: int | None = None) -> Text:
     """One line per rank: its GPU and SM activity, step time, own work, time in collectives, data
     wait and largest phase; * marks the rank shown in detail (shown: its PID), the straggler is named."""
     shown = shown if shown is not None else view.training.pid if view.training else None
-    slow = view.straggler if view.verdict.code == "straggler" else None
+    straggler = view.straggler if view.verdict.code == "straggler" else None
     out = Text(fit(f"{'rank':>5} {'pid':>7} {'GPU':>3} {'SM':>5} {'step p50/p95 ms':>16} {'own ms':>7} "
                    f"{'comm ms':>13} {'data':>5}  top phase", width or 200), "dim")
     for r in view.ranks:
@@ -35,8 +35,8 @@ def ranks_panel(view: View, width: int = 0, shown: int | None = None) -> Text:
         elif r.stalled:
             quiet = r.since_step_s if r.since_step_s is not None else r.now_phase_s
             flag = f"  STALLED in {r.now_phase or '?'}" + (f", no step for {seconds(quiet)}" if quiet else "")
-        elif slow is not None and r.pid == slow.pid:
-            flag = f"  STRAGGLER {slow.ratio:.1f}x"
+        elif straggler is not None and r.pid == straggler.pid:
+            flag = f"  STRAGGLER {straggler.ratio:.1f}x"
         line = fit(line + flag, width or 200)
         out.append("\n" + line[:len(line) - len(flag)] if flag else "\n" + line, "dim" if r.state != "alive" else "")
         if flag:

@@ -10,18 +10,18 @@ from ...monitor.state import View
 from ..format import STEP_SOURCE_WORDS, spark
 
 
-def steps_panel(view: View, width: int, stats: View | None = None) -> Text:
-    """Step time: sparklines from view, the window's statistics from stats (default: view)."""
+def steps_panel(view: View, width: int, window: View | None = None) -> Text:
+    """Step time: sparklines from view, the statistics from the window view (default: view)."""
     if view.training is None:
         return no_channel_text(view)
-    t = (stats or view).training or view.training
+    t = (window or view).training or view.training
     st = t.step_time_ms
     if not st:
         return Text("no steps yet (a step ends at the loop's optimizer.step(), else at its backward(), its model "
                     "call or its DataLoader's next())", "dim")
     out = Text()
     source = "" if t.step_source in (None, "optimizer") else f"; a step: {STEP_SOURCE_WORDS.get(t.step_source, t.step_source)}"
-    stats = f" mean {st.mean:.1f}  p50 {st.p50:.1f}  p95 {st.p95:.1f}  p99 {st.p99:.1f} ms  (last {t.window_steps} steps{source})"
+    host_stats = f" mean {st.mean:.1f}  p50 {st.p50:.1f}  p95 {st.p95:.1f}  p99 {st.p99:.1f} ms  (last {t.window_steps} steps{source})"
     g = t.gpu
     gpu_stats = ""
     if g is not None:
@@ -31,12 +31,12 @@ def steps_panel(view: View, width: int, stats: View | None = None) -> Text:
         if g.lag_ms is not None:
             gpu_stats += f" · {g.lag_ms:.1f} ms queued at step end"
     series = view.step_columns or view.step_ms
-    spark_w = max(8, width - max(len(stats), len(gpu_stats)) - 6)
+    spark_w = max(8, width - max(len(host_stats), len(gpu_stats)) - 6)
     hi = max([v for v in series[-spark_w:] if v is not None] + [v for v in view.gpu_step_columns[-spark_w:]
                                                                  if v is not None] or [1.0])
     out.append("host ", "dim")
     out.append(spark(series, spark_w, hi=hi), "cyan")
-    out.append(stats)
+    out.append(host_stats)
     if g is not None:
         out.append("\nGPU  ", "dim")
         out.append(spark(view.gpu_step_columns, spark_w, hi=hi), "green")

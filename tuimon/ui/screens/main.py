@@ -10,6 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from ...analysis.diagnosis import Verdict
 from ...monitor.state import COLUMN_S, View
 from ..panels.baseline import baseline_panel
 from ..panels.breakdown import breakdown_panel
@@ -46,62 +47,62 @@ class MainScreen(Screen):
                 yield Panel(id=wid, classes="box")
         yield Footer()
 
-    _slow: View | None = None
-    _slow_at = 0.0
-    _verdict_for: tuple | None = None  # (verdict, width) the verdict panel shows
+    _window: View | None = None
+    _window_at = 0.0
+    _verdict_for: tuple[Verdict, int] | None = None  # (verdict, width) the verdict panel shows
 
     def _window_view(self, view: View) -> View:
-        """The view the window statistics are drawn from: renewed every SLOW_S, or at once when
-        the verdict or the training's presence changes. Statistics over the last 100 steps move
-        slowly, and each redraw is bytes to the terminal; live numbers use the newest view."""
-        now, slow = time.monotonic(), self._slow
-        if (slow is None or now - self._slow_at >= SLOW_S or slow.verdict.code != view.verdict.code
-                or (slow.training is None) != (view.training is None) or slow.paused != view.paused
-                or _baseline_state(slow) != _baseline_state(view)):
-            self._slow, self._slow_at = view, now
-        return self._slow
+        """The window view: the view the window statistics are drawn from, renewed every WINDOW_S,
+        or at once when the verdict or the training's presence changes. Statistics over the last 100
+        steps move slowly, and each redraw is bytes to the terminal; live numbers use the newest view."""
+        now, window = time.monotonic(), self._window
+        if (window is None or now - self._window_at >= WINDOW_S or window.verdict.code != view.verdict.code
+                or (window.training is None) != (view.training is None) or window.paused != view.paused
+                or _baseline_state(window) != _baseline_state(view)):
+            self._window, self._window_at = view, now
+        return self._window
 
     def show_view(self, view: View, label: str) -> None:
         q = self.query_one
-        slow = self._window_view(view)
+        window = self._window_view(view)
         head = q("#header", Panel)
-        head.show(header(view, label, rates=slow, width=head.text_width))
-        status, line = status_line(view), q("#status", Panel)
-        if line.display != bool(status):
-            line.display = bool(status)  # (a change of display lays the screen out again)
-        line.show(status)
+        head.show(header(view, label, window=window, width=head.text_width))
+        status, problems = q("#status", Panel), status_line(view)
+        if status.display != bool(problems):
+            status.display = bool(problems)  # (a change of display lays the screen out again)
+        status.show(problems)
         verdict = q("#verdict", Panel)
-        shown = self._verdict_for
-        if shown is None or shown[0] is not slow.verdict or shown[1] != verdict.text_width:  # (fitted to the width)
-            self._verdict_for = (slow.verdict, verdict.text_width)
-            verdict.show(verdict_line(slow.verdict, verdict.text_width))
+        drawn = self._verdict_for
+        if drawn is None or drawn[0] is not window.verdict or drawn[1] != verdict.text_width:  # (fitted to the width)
+            self._verdict_for = (window.verdict, verdict.text_width)
+            verdict.show(verdict_line(window.verdict, verdict.text_width))
         now = q("#now", Panel)
-        line = now_line(view, now.text_width)
-        if now.display != bool(line):
-            now.display = bool(line)
-        now.show(line)
+        doing = now_line(view, now.text_width)
+        if now.display != bool(doing):
+            now.display = bool(doing)
+        now.show(doing)
         ended, words = q("#ended", Panel), ended_panel(view)
         if ended.display != bool(words):
             ended.display = bool(words)
         ended.show(words)
         base = q("#baseline", Panel)
-        if base.display != (slow.baseline is not None):
-            base.display = slow.baseline is not None
-        if slow.baseline is not None:  # (while collecting, its progress as it goes)
-            shown = view.baseline if view.baseline is not None and view.baseline.state == "collecting" else slow.baseline
-            base.show(baseline_panel(shown, base.text_width))
+        if base.display != (window.baseline is not None):
+            base.display = window.baseline is not None
+        if window.baseline is not None:  # (while collecting, its progress as it goes)
+            collecting = view.baseline is not None and view.baseline.state == "collecting"
+            base.show(baseline_panel(view.baseline if collecting else window.baseline, base.text_width))
         ranks = q("#ranks", Panel)
-        if ranks.display != (len(slow.ranks) > 1):
-            ranks.display = q("#ranks-title", Static).display = len(slow.ranks) > 1
-        if len(slow.ranks) > 1:
-            ranks.show(ranks_panel(slow, ranks.text_width, view.training.pid if view.training else None))
+        if ranks.display != (len(window.ranks) > 1):
+            ranks.display = q("#ranks-title", Static).display = len(window.ranks) > 1
+        if len(window.ranks) > 1:
+            ranks.show(ranks_panel(window, ranks.text_width, view.training.pid if view.training else None))
         gpus = q("#gpus", Panel)
         gpus.show(gpus_panel(view, gpus.text_width))
         steps = q("#steps", Panel)
-        steps.show(steps_panel(view, steps.text_width, stats=slow))
+        steps.show(steps_panel(view, steps.text_width, window=window))
         bd = q("#breakdown", Panel)
-        bd.show(breakdown_panel(slow, bd.text_width, plain=self.app.no_color))
-        q("#process", Panel).show(process_panel(view, stats=slow))
+        bd.show(breakdown_panel(window, bd.text_width, plain=self.app.no_color))
+        q("#process", Panel).show(process_panel(view, window=window))
         q("#capture", Panel).show(capture_panel(view, self.app.capture_steps))
 
 
@@ -109,4 +110,4 @@ def _baseline_state(view: View) -> tuple | None:
     return (view.baseline.state, view.baseline.regressed) if view.baseline is not None else None
 
 
-SLOW_S = COLUMN_S  # window statistics are redrawn this often (or at once when the verdict changes)
+WINDOW_S = COLUMN_S  # window statistics are redrawn this often (or at once when the verdict changes)
