@@ -38,9 +38,9 @@ def straggler(rows: list[RankRow]) -> Straggler | None:
         return None
     slow, others = ranked[-1], ranked[:-1]
     measured = _median([r.own_ms for r in others])
-    # (on GPUs only: on CPUs (gloo) nothing waits beside the backward, and DDP's timer there is one
-    # host-timed iteration, noise on two busy cores: 42.0 against 35.4 ms for the same backward here,
-    # and a CI run whose others' work came out 16.8 ms under what they measured: 2.99x for the loops' 2.06x)
+    # (on GPUs only: on CPUs (gloo) nothing waits beside the backward to slow it, and DDP's timer there
+    # times one iteration on a host as busy as the job makes it: its noise alone would move the others'
+    # work and the ratio. tests/test_ranks.py: test_the_others_own_work_is_the_tighter_of_two_bounds)
     backward = [r.ddp_backward_ms for r in others if r.ddp_backward_ms is not None and r.gpu is not None]
     slowed = _median(backward) - slow.ddp_backward_ms \
         if backward and slow.ddp_backward_ms is not None and slow.gpu is not None else 0.0

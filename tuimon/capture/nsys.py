@@ -29,8 +29,8 @@ def stats(nsys: str, report: str, top: int = 10, timeout: float = 120, cancel=No
     CommandFailed on a timeout or a cancel."""
     out = {}
     for name in ("cuda_gpu_kern_sum", "nvtx_sum", "cuda_api_sum"):
-        # --force-export: seen on an H100, the report's mtime moved after the first call exported
-        # it, and later calls refused the export as "older than input file".
+        # --force-export: the first call's export can move the report's mtime, and nsys refuses
+        # to reuse an export "older than input file": every call exports again.
         p = run([nsys, "stats", "--report", name, "--format", "csv", "--output", "-", "--force-export=true", report],
                 timeout, cancel)
         rows = _csv_rows(p.stdout)

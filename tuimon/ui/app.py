@@ -80,8 +80,8 @@ class TuimonApp(App):
 
     def _hangup(self, signum, frame) -> None:
         # The kernel follows a hangup's SIGHUP with SIGCONT, on which Textual resumes application
-        # mode - a second output thread on the dead terminal, and a shutdown that could hang
-        # for good (seen in about 1 of 8 tmux kill-session runs). Drop that first, then exit.
+        # mode - a second output thread on the dead terminal, and a shutdown that can hang for
+        # good. Drop that first, then exit (tests/test_tmux.py: test_a_closed_terminal_ends_tuimon).
         signal.signal(signal.SIGCONT, signal.SIG_DFL)
         try:
             self._loop.call_soon_threadsafe(self.exit)
