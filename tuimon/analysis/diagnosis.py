@@ -151,6 +151,7 @@ class _Context:
 
     def __init__(self, e: Evidence):
         self.e = e
+        self.busy: float | None  # % (None: not measured)
         if e.sm_active is not None:
             self.busy, self.busy_name, self.busy_note = e.sm_active, "SM activity", ""
         elif e.util_gpu is not None:  # kernel-running time: a GPU running one tiny kernel reads 100%
@@ -160,8 +161,9 @@ class _Context:
             self.busy_note = ""
         else:
             self.busy, self.busy_name, self.busy_note = None, "GPU activity", " (no GPU metrics)"
-        compute = [(v, n) for v, n in ((e.tensor_active, "tensor"), (e.fp32_active, "FP32"), (e.fp16_active, "FP16"))
-                   if v is not None]
+        compute: list[tuple[float, str]] = [(v, n) for v, n in ((e.tensor_active, "tensor"), (e.fp32_active, "FP32"),
+                                                                (e.fp16_active, "FP16")) if v is not None]
+        self.compute: float | None
         self.compute, self.compute_name = max(compute) if compute else (None, "compute")
 
     def busy_check(self, t=T.GPU_BUSY) -> Check:
@@ -597,8 +599,10 @@ def _optimizer_step(e: Evidence, opt: float) -> str:
 
 
 def _exited_verdict(c: _Context, rules: list[Rule]) -> Verdict:
-    headline, evidence, step = exited_words(c.e.job_end, c.e.memory, c.e.ran_as)
-    return Verdict("exited", headline, evidence, step, "high" if c.e.job_end.how != "unknown" else "medium", rules)
+    end = c.e.job_end
+    assert end is not None  # (the rule fired: the process ended)
+    headline, evidence, step = exited_words(end, c.e.memory, c.e.ran_as)
+    return Verdict("exited", headline, evidence, step, "high" if end.how != "unknown" else "medium", rules)
 
 
 def _stalled_verdict(c: _Context, rules: list[Rule]) -> Verdict:

@@ -80,6 +80,7 @@ class CaptureClient:
         if steps is not None:
             self.ctl.write_request(seq, L.CAPTURE_STEPS, steps=steps)
         else:
+            assert seconds is not None  # (check_request: steps or seconds)
             self.ctl.write_request(seq, L.CAPTURE_SECONDS, seconds=seconds)
         return seq
 

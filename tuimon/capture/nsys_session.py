@@ -14,7 +14,7 @@ import secrets
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..channel.control import MAX_SECONDS
 from ..channel.paths import safe_file_part
@@ -89,7 +89,7 @@ def session_name() -> str:
     return f"tuimon-{os.getuid()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-def launch_command(nsys: str, session: str, cmd: list[str], launch_args: list[str] = ()) -> list[str]:
+def launch_command(nsys: str, session: str, cmd: list[str], launch_args: Sequence[str] = ()) -> list[str]:
     own_trace = any(a.split("=", 1)[0] in ("-t", "--trace") for a in launch_args)
     return [nsys, "launch", f"--session-new={session}", *([] if own_trace else [TRACE]), *launch_args, *cmd]
 
@@ -104,7 +104,7 @@ class NsysSession:
             said = (done.stderr.strip() or done.stdout.strip()).splitlines()
             raise CommandFailed(f"nsys {args[0]} failed ({done.returncode}): {safe_text(said[-1] if said else '', 300)}")
 
-    def start(self, output: str, start_args: list[str] = (), timeout: float = 60) -> None:
+    def start(self, output: str, start_args: Sequence[str] = (), timeout: float = 60) -> None:
         self._call("start", "-o", output, "--force-overwrite=true", *start_args, timeout=timeout)
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
@@ -131,7 +131,7 @@ class SessionWindows:
     """Windows of one job's session, each on a thread of its own (nsys stop takes seconds)."""
 
     def __init__(self, session: NsysSession, pid: int, program: str, steps_now: Callable[[], int],
-                 alive: Callable[[], bool], start_args: list[str] = (), lock_path: str | None = None):
+                 alive: Callable[[], bool], start_args: Sequence[str] = (), lock_path: str | None = None):
         self.session, self.pid, self.program = session, pid, program
         self.steps_now, self.alive, self.start_args = steps_now, alive, list(start_args)
         self.lock_path = lock_path  # the job's segment: locked by the monitor whose window runs
@@ -201,6 +201,7 @@ class SessionWindows:
                 ended = self._until(lambda: self._progress(first) >= first + steps - 1, STEP_WAIT_S)
                 note = "" if ended else f"; the job stopped stepping: closed after {STEP_WAIT_S:g} s"
             else:
+                assert seconds is not None  # (check_request: steps or seconds)
                 end = time.monotonic() + seconds
                 self._until(lambda: self._progress(first) < 0 or time.monotonic() >= end, seconds + 1)
                 note = ""

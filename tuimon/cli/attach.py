@@ -112,7 +112,7 @@ def read_recording(path: str, on_cycle) -> Recording | None:
 
 
 def cmd_replay(args) -> int:
-    cycles = []
+    cycles: list[None] = []
     rec = read_recording(args.file, lambda c: cycles.append(None))  # (counted, not kept)
     if rec is None:
         return 2

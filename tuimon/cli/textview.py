@@ -46,7 +46,8 @@ def follow(session: LiveSession, interval: float, until=None, out=sys.stdout, ba
     from ..ui.plain import summary_line  # (formatting only: textual is not started)
 
     state, problems = MonitorState(baseline=baseline), ProblemLines()
-    said_channel, stacks_said = [False], [None]
+    said_channel = [False]
+    stacks_said: list[str | None] = [None]
     started = time.monotonic()
 
     def on_cycle(c) -> None:

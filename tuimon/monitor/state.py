@@ -191,11 +191,10 @@ class MonitorState:
             self.outside = c.outside
         if self.baseline is not None:
             self._batches.add(c.training)
-            self._compare(c.t)
+            self._compare(c.t, *self.baseline)
 
-    def _compare(self, t_ns: int) -> None:
+    def _compare(self, t_ns: int, file: str, baseline: Baseline) -> None:
         """Once per cycle (not per view): the comparison sorts the baseline's steps."""
-        file, baseline = self.baseline
         models = [s.name for i in self.target_gpus() if isinstance((s := self.gpus[i]).name, str)]
         cmp = compare(baseline, file, self.training, self._batches, models, self._reference)
         if not cmp.regressed:
@@ -253,8 +252,8 @@ class MonitorState:
                 mine = [p.gpu_mem for p in s.processes if p.pid in pids and p.gpu_mem is not None]
                 if mine:
                     used = (used or 0) + sum(mine)
-            if num(s.mem_total) is not None:
-                total = (total or 0) + s.mem_total
+            if (mem_total := num(s.mem_total)) is not None:
+                total = (total or 0) + mem_total
         return used, total
 
     def _gpu_columns(self, i: int) -> dict[str, list]:

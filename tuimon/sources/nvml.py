@@ -81,7 +81,9 @@ class DeviceSampler:
         self.error: str | None = None  # why no GPU can be sampled at all
         if nvml is None:
             try:
-                import pynvml as nvml
+                import pynvml
+
+                nvml = pynvml
             except ImportError as e:  # nvidia-ml-py not installed
                 nvml = None
                 self.error = f"pynvml is not installed ({e}): pip install nvidia-ml-py"
@@ -185,7 +187,8 @@ class DeviceSampler:
         return out
 
     def _sample_device(self, dev: dict, h, t: int) -> GpuSample:
-        nvml, i, errors = self.nvml, dev["index"], []
+        nvml, i = self.nvml, dev["index"]
+        errors: list[str] = []
 
         def read(field, fn, *args):
             return self._read(errors, field, fn, *args)

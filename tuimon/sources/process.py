@@ -27,6 +27,7 @@ class ProcessSampler:
         self.loop_tid: int | None = None  # the target's thread that steps, when the channel says
         self._loop_cpu: tuple | None = None  # (tid, ticks, run delay ns, monotonic s) at the last sample
         self._pss: dict[int, tuple[float, int | None]] = {}  # pid -> (monotonic s when read, PSS)
+        self._target: psutil.Process | None
         try:
             self._target = self._procs[pid] = psutil.Process(pid)
             self._target.cpu_percent(None)  # prime: the first reading is relative to this
@@ -137,6 +138,8 @@ def _read_pss(p: psutil.Process | None) -> int | None:
 def _row(p: psutil.Process, role: str) -> ProcRow | None:
     try:
         with p.oneshot():
+            io_read: int | NA
+            io_write: int | NA
             try:
                 io = p.io_counters()
                 io_read, io_write = io.read_bytes, io.write_bytes

@@ -152,7 +152,7 @@ class ReplaySource:
 
     def run(self, on_cycle, stop=None) -> int:
         n = 0
-        first_t = start = None
+        first_t, start = None, 0.0  # the first cycle's time, and when it was played
         for c in self.recording.cycles():
             if stop is not None and stop.is_set():
                 break

@@ -113,7 +113,9 @@ def throughput_words(per_s: dict[str, float], n: int = 2) -> list[str]:
 
 def p_words(c: Comparison) -> str:
     """', p = 0.012' (', p < 0.001') where the p-value decided something: not for 'same'."""
-    return "" if c.state == "same" else ", p < 0.001" if c.p_value < 0.001 else f", p = {c.p_value:.3f}"
+    if c.state == "same" or c.p_value is None:  # (a decided comparison has its p-value)
+        return ""
+    return ", p < 0.001" if c.p_value < 0.001 else f", p = {c.p_value:.3f}"
 
 
 def verdict_names() -> str:

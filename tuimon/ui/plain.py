@@ -84,8 +84,10 @@ def baseline_words(c: Comparison) -> str:
     if c.state == "collecting":
         step = c.progress
     else:
+        assert c.ratio is not None and c.mean_ms is not None and c.baseline_mean_ms is not None  # (decided: set)
         step = f"{COMPARISON_WORDS[c.state]}: mean step {vs(c.mean_ms, c.baseline_mean_ms)} ({c.ratio - 1:+.0%}{p_words(c)}"
-        if None not in (c.p50_ms, c.baseline_p50_ms, c.p95_ms, c.baseline_p95_ms):
+        if (c.p50_ms is not None and c.baseline_p50_ms is not None and c.p95_ms is not None
+                and c.baseline_p95_ms is not None):
             step += f"; p50 {vs(c.p50_ms, c.baseline_p50_ms)}, p95 {vs(c.p95_ms, c.baseline_p95_ms)}"
         step += ")"
         if c.gpu_grown is not None:

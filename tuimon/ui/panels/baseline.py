@@ -43,6 +43,7 @@ def baseline_panel(c: Comparison, width: int = 0) -> Text:
         out.append(fit(f"the baseline: {base}" + "".join(f"  ({n})" for n in c.notes), (width - 2) if width else 10**6),
                    "dim")
         return out
+    assert c.ratio is not None and c.mean_ms is not None and c.baseline_mean_ms is not None  # (decided: set)
     change = c.ratio - 1
     if c.state == "regression":
         lead = memory + f"{change:.0%} slower than {name}{held}: "

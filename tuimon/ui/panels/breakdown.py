@@ -42,7 +42,7 @@ def breakdown_panel(view: View, width: int, plain: bool = False) -> Text:
     or, from a probe without phases, data wait, top-level ranges and the unaccounted rest."""
     t = view.training
     if t is None:
-        return outside_panel(view, width) if view.outside is not None else Text("needs the probe (see above)", "dim")
+        return outside_panel(view.outside, width) if view.outside is not None else Text("needs the probe (see above)", "dim")
     bar_w = max(10, width - 2)
     if t.phases:
         out = stacked_bar([(p.name, p.share, PHASE_STYLE.get(p.name, "white")) for p in t.phases], bar_w, plain)

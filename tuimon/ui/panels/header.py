@@ -18,7 +18,6 @@ def header(view: View, source_label: str, window: View | None = None, width: int
     hold are left out, the command is cut, then the label and "last numbers kept" left out; what
     still does not fit is cut with "…"."""
     t, p = view.training, view.process
-    r = (window or view).training or t
     pid = t.pid if t else p.pid if p else None
     what = ""
     if t and t.argv:
@@ -38,6 +37,7 @@ def header(view: View, source_label: str, window: View | None = None, width: int
     if t and t.world_size:
         rest.append(f" · rank {t.rank}/{t.world_size}", "dim")
     if t:
+        r = (window or view).training or t
         rest.append(f" · up {duration(t.uptime_s)} · step {t.steps:,}")
         rates = [f" · {step_time(r.step_time_ms.mean)}/step{_gpu_beside(r)}"] if r.step_time_ms else []
         if r.steps_per_s:  # (the same number, inverted: beside it)

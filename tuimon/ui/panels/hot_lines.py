@@ -35,7 +35,7 @@ def _outside_lines_text(view: View, width: int) -> Text:
     if o is None:
         return Text("needs the probe (tuimon run), or `tuimon attach` to sample the main thread from outside", "dim")
     if o.state == "failed" or not o.hot_lines:
-        return outside_panel(view, width)
+        return outside_panel(o, width)
     out = Text(outside_words(o) + " · share of its time · how it was there\n", "dim")
     out.append("\noutside: no phases without the probe\n", "bold")
     for h in o.hot_lines:

@@ -12,9 +12,9 @@ def now_line(view: View, width: int = 0) -> Text:
     """What the loop is doing now: the step in progress, its open phase and for how long, and
     where the loop thread is. Empty without a live channel."""
     t = view.training
-    n = t.now if t is not None and t.state == "alive" else None
-    if n is None:
+    if t is None or t.state != "alive" or t.now is None:
         return Text()
+    n = t.now
     out = Text("now ", "bold")
     long = (n.step_s or 0) >= 1 or n.phase_s >= 1
     if not long:  # a fast loop: phases come and go within a sample; its steps say it moves

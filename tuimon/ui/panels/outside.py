@@ -6,11 +6,11 @@ from rich.text import Text
 
 from ...analysis import thresholds as T
 from ...channel.text import safe_text
-from ...monitor.state import View
+from ...model import OutsideLines
 from ..format import fit, how_words
 
 
-def outside_words(o) -> str:
+def outside_words(o: OutsideLines) -> str:
     """How the lines from outside were sampled: 'main thread (MainThread) of PID 812, sampled from
     outside by py-spy 0.4.2 at 25 Hz · 480 samples over the last 10 s'."""
     name = f" ({safe_text(o.thread, 30)})" if o.thread else ""
@@ -20,9 +20,8 @@ def outside_words(o) -> str:
             f"{span}{others}")
 
 
-def outside_panel(view: View, width: int, lines: int = 3) -> Text:
+def outside_panel(o: OutsideLines, width: int, lines: int = 3) -> Text:
     """No probe: the main thread's top lines sampled from outside (py-spy), or why there are none."""
-    o = view.outside
     if o.state == "failed":
         out = Text("hot lines: ", "bold yellow")
         out.append(safe_text(o.why, 600))

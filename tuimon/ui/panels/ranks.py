@@ -25,7 +25,7 @@ def ranks_panel(view: View, width: int = 0, shown: int | None = None) -> Text:
         data = "n/a" if r.data_wait_share is None else f"{r.data_wait_share:.0%}"
         work = {k: v for k, v in r.phases.items() if k != "comm"}
         total = sum(r.phases.values())
-        top = max(work, key=work.get) if work else None
+        top = max(work, key=lambda k: work[k]) if work else None
         phase = f"{top} {work[top] / total:.0%}" if top and total > 0 else "-"
         rank = "?" if r.rank is None else str(r.rank)
         line = (f"{mark}{rank:>4} {r.pid:>7} {gpu:>3} {sm:>5} {step:>16} {own:>7} {comm:>13} {data:>5}  {phase}")

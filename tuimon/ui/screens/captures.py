@@ -40,9 +40,9 @@ class CapturesScreen(Screen):
                       window_steps(c.state, c.first_step, c.last_step).removeprefix("steps "),
                       Text(safe_text(os.path.basename((c.summary.file if c.summary else None) or c.path), 60)),
                       Text(safe_text(c.message, 60)))
-        done = [c for c in view.captures if c.summary]
+        done = [c.summary for c in view.captures if c.summary is not None]
         if done:
-            s = done[-1].summary
+            s = done[-1]
             lines = ([s.file or ""] + ([s.error] if s.error else []) + s.lines)
         else:
             lines = ["no finished capture yet (c on the main screen)"]

@@ -33,7 +33,7 @@ class GpuScreen(Screen):
 
     def action_next_gpu(self) -> None:
         if self._view and self._view.gpus:
-            self.index = (self.index + 1) % len(self._view.gpus)
+            self.index = ((self.index or 0) + 1) % len(self._view.gpus)  # (set by the first view with GPUs)
             self.show_view(self._view, "")
 
     def show_view(self, view: View, label: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, cast
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -25,6 +26,9 @@ from ..panels.status import status_line
 from ..panels.steps import steps_panel
 from ..panels.verdict import verdict_line
 from ..widgets import Panel
+
+if TYPE_CHECKING:
+    from ..app import TuimonApp
 
 
 class MainScreen(Screen):
@@ -60,7 +64,8 @@ class MainScreen(Screen):
                 or (window.training is None) != (view.training is None) or window.paused != view.paused
                 or _baseline_state(window) != _baseline_state(view)):
             self._window, self._window_at = view, now
-        return self._window
+            return view
+        return window
 
     def show_view(self, view: View, label: str) -> None:
         q = self.query_one
@@ -89,8 +94,9 @@ class MainScreen(Screen):
         if base.display != (window.baseline is not None):
             base.display = window.baseline is not None
         if window.baseline is not None:  # (while collecting, its progress as it goes)
-            collecting = view.baseline is not None and view.baseline.state == "collecting"
-            base.show(baseline_panel(view.baseline if collecting else window.baseline, base.text_width))
+            latest = view.baseline
+            collecting = latest is not None and latest.state == "collecting"
+            base.show(baseline_panel(latest if latest is not None and collecting else window.baseline, base.text_width))
         ranks = q("#ranks", Panel)
         if ranks.display != (len(window.ranks) > 1):
             ranks.display = q("#ranks-title", Static).display = len(window.ranks) > 1
@@ -103,7 +109,7 @@ class MainScreen(Screen):
         bd = q("#breakdown", Panel)
         bd.show(breakdown_panel(window, bd.text_width, plain=self.app.no_color))
         q("#process", Panel).show(process_panel(view, window=window))
-        q("#capture", Panel).show(capture_panel(view, self.app.capture_steps))
+        q("#capture", Panel).show(capture_panel(view, cast("TuimonApp", self.app).capture_steps))
 
 
 def _baseline_state(view: View) -> tuple | None:

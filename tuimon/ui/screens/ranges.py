@@ -9,6 +9,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from ...channel.text import safe_text
+from ...model import RangeRow
 from ...monitor.state import View
 
 NO_RANGES = Text("None yet: the job's own ranges appear here (with tuimon.range(\"name\"), nvtx.annotate or "
@@ -24,7 +25,7 @@ class RangesScreen(Screen):
     def __init__(self):
         super().__init__()
         self.sort = 0
-        self._rows: list[dict] | None = None  # None: not filled yet (an empty list is a real answer)
+        self._rows: list[RangeRow] | None = None  # None: not filled yet (an empty list is a real answer)
 
     def compose(self) -> ComposeResult:
         yield Static(id="ranges-title")

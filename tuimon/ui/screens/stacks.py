@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -13,6 +15,9 @@ from ...channel.text import safe_text
 from ...monitor.state import View
 from ..format import seconds
 from ..widgets import Panel
+
+if TYPE_CHECKING:
+    from ..app import TuimonApp
 
 
 class StacksScreen(Screen):
@@ -28,7 +33,7 @@ class StacksScreen(Screen):
         yield Footer()
 
     def action_again(self) -> None:
-        self.app.action_stacks()
+        cast("TuimonApp", self.app).action_stacks()
 
     def show_view(self, view: View, label: str) -> None:
         t = view.training
