@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up (first time), lint, and run the test suite.
+# Set up (first time), lint, type-check, and run the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
@@ -13,4 +13,5 @@ if [ ${#need[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ];
     || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "${need[@]}" >/dev/null 2>&1; } || true
 fi
 .venv/bin/ruff check tuimon tests benchmarks scripts
+.venv/bin/python -m mypy  # tuimon/ as pyproject.toml's [tool.mypy] says (cached in .mypy_cache: ~2 s once warm)
 exec .venv/bin/python -m pytest -q "$@"

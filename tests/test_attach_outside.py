@@ -18,7 +18,8 @@ from tuimon.monitor.report import view_json
 from tuimon.monitor.session import LiveSession
 from tuimon.monitor.state import MonitorState
 from tuimon.sources import pyspy
-from tuimon.ui import render
+from tuimon.ui.panels.breakdown import breakdown_panel
+from tuimon.ui.panels.hot_lines import hot_lines_text
 
 PLANTED = str(ROOT / "tests" / "workloads" / "planted.py")
 NOBODY = 65534
@@ -333,14 +334,15 @@ def test_view_json_and_panels_show_the_lines_from_outside():
     s._add({mode: (raw, "") for mode, raw in RAW.items()}, 2)
     state = MonitorState()
     from tuimon.model import NA
-    state.apply(Cycle(1, ProcessSample(100, 1), channel=NA("PID 100 has no tuimon channel"), outside=s.latest()))
+    state.apply(Cycle(t=1, process=ProcessSample(pid=100, t=1), channel=NA("PID 100 has no tuimon channel"),
+                      outside=s.latest()))
     view = state.view()
     doc = view_json(view, 100)
     assert doc["samples"] == 50 and doc["hot_lines"][0]["line"] == "train.py:7 in spin"
     assert doc["outside"]["state"] == "sampling" and "hot_lines" not in doc["outside"]
     assert doc["verdict"]["code"] == "host-bound" and "60% at train.py:7 in spin (Python 90%)" in doc["verdict"]["evidence"]
-    panel = render.breakdown_panel(view, 100).plain
+    panel = breakdown_panel(view, 100).plain
     assert "main thread (MainThread) of PID 100, sampled from outside by py-spy at 25 Hz · 50 samples" in panel
     assert " 60%  train.py:7 in spin  Python 90%" in panel and "outside: no phases without the probe" in panel
-    h = render.hot_lines_text(view, 100).plain
+    h = hot_lines_text(view, 100).plain
     assert "outside: no phases without the probe" in h and "Python 0% · native 0% · blocked 100%" in h

@@ -151,9 +151,11 @@ def test_text_outputs_say_the_baseline_is_of_another_program(tmp_path, loop):
     from tuimon.monitor.baseline import save
 
     base = str(tmp_path / "ddp.json")
-    save(Baseline(BASELINE_VERSION, "2026-01-01T00:00:00+0000", "PID 1 for 30 s", [80.0 + i % 3 for i in range(200)],
+    save(Baseline(version=BASELINE_VERSION, created="2026-01-01T00:00:00+0000", source="PID 1 for 30 s",
+                  step_ms=[80.0 + i % 3 for i in range(200)],
                   command=["python", "train_ddp.py"], rank=0, world_size=2, steps=200,
-                  step_time_ms=StepTimes(81.0, 82.0, 82.0, 81.0, 80.0), batch_steps=[12] * 16, batch_ms=[972.0] * 16),
+                  step_time_ms=StepTimes(p50=81.0, p95=82.0, p99=82.0, mean=81.0, last=80.0),
+                  batch_steps=[12] * 16, batch_ms=[972.0] * 16),
          base)
     job = loop()
     notes = "(baseline of another program: train_ddp.py) (baseline: 2 ranks; this job: 1 process)"

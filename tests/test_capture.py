@@ -233,7 +233,8 @@ def test_control_block_round_trip_and_untrusted_text():
     from tuimon.cli.capture import progress_line
     from tuimon.model import CaptureStatus
 
-    line = progress_line(CaptureStatus(7, "failed", "torch.profiler", 3, 4, st.message, st.path))
+    line = progress_line(CaptureStatus(seq=7, state="failed", kind="torch.profiler", first_step=3,
+                                       last_step=4, message=st.message, path=st.path))
     assert line.startswith("failed: steps 3..4 bad \\x1b[31m") and "\x1b" not in line
 
 

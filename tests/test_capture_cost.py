@@ -83,7 +83,7 @@ def start(tmp_path):
 def test_the_session_and_the_panel_say_what_a_window_cost_the_job(tmp_path):
     from tuimon.monitor.session import LiveSession
     from tuimon.monitor.state import MonitorState
-    from tuimon.ui.render import capture_panel
+    from tuimon.ui.panels.capture import capture_panel
 
     job, log = start(tmp_path)
     session = LiveSession(job.pid, 0.5)

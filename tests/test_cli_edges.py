@@ -223,10 +223,10 @@ def test_top_once_says_what_it_has():
 
 def test_gpus_picks_gpus_by_index_and_names_one_that_is_not_there():
     from tests.fake_nvml import FakeNvml
-    from tuimon.cli.attach import top_text
     from tuimon.monitor.session import LiveSession
     from tuimon.monitor.state import MonitorState
     from tuimon.sources.nvml import DeviceSampler
+    from tuimon.ui.plain import top_text
 
     def view(gpus):
         session = LiveSession(None, 1.0, devices=DeviceSampler(FakeNvml(gpus=3)), gpus=gpus)

@@ -19,8 +19,9 @@ from dataclasses import replace
 import pytest
 
 from tests.conftest import ROOT, tuimon_cmd, wait_for
-from tuimon.export.metrics import VERDICTS, families
+from tuimon.export.metrics import families
 from tuimon.model import Cycle, ProcessSample, StepInProgress, TrainingSnapshot
+from tuimon.model.vocab import VERDICT_CODES
 from tuimon.monitor.state import MonitorState
 from tuimon.ui.replay_frames import state_from_recording
 
@@ -48,7 +49,7 @@ def test_the_h100_recording_as_metrics():
     assert got[("tuimon_data_wait_ratio", *job)] == phases["data"]
     assert got[("tuimon_steps_total", *job)] == view.training.steps  # (a counter: exposed as _total)
     verdict = {dict(k[1:])["verdict"]: v for k, v in got.items() if k[0] == "tuimon_verdict"}
-    assert set(verdict) == set(VERDICTS) and verdict["input-bound"] == 1 and sum(verdict.values()) == 1
+    assert set(verdict) == set(VERDICT_CODES) and verdict["input-bound"] == 1 and sum(verdict.values()) == 1
 
 
 def test_the_baseline_series():
@@ -297,7 +298,7 @@ def test_the_grafana_dashboard_asks_only_for_series_the_exporter_serves():
     view = state_from_recording(fixture, baseline=("good.json", h100_baseline())).view()
     ddp = state_from_recording(str(ROOT / "tests" / "fixtures" / "h200x2_ddp_straggler.jsonl")).view()  # (ranks)
     live = MonitorState()  # (a live job: the step in progress and the stall bar; the recordings predate them)
-    live.apply(Cycle(1, ProcessSample(1, procs=[]), training=TrainingSnapshot(
+    live.apply(Cycle(t=1, process=ProcessSample(pid=1, procs=[]), training=TrainingSnapshot(
         pid=1, steps=20, since_step_s=0.4, longest_step_ms=30.0,
         now=StepInProgress(step=21, phase="forward", phase_s=0.1, step_s=0.4, still_s=0.1))))
     # (a newer probe than the recordings': the GPU's mean step time)

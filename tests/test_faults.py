@@ -166,7 +166,8 @@ def test_a_200_mb_trace_is_summarised_off_the_sampler_thread(tmp_path, sleeper):
     stamps = []
     poller = Poller(session.poll, lambda c: stamps.append(time.monotonic()), 0.25).start()
     try:
-        status = CaptureStatus(1, "done", "torch.profiler", 1, 10, "", path)
+        status = CaptureStatus(seq=1, state="done", kind="torch.profiler", first_step=1, last_step=10,
+                               message="", path=path)
         t0 = time.monotonic()
         assert session.summaries.summary(status).state == "pending"  # never blocks
         summary = wait_for(lambda: (s := session.summaries.summary(status)).state != "pending" and s, timeout=240,
@@ -188,7 +189,8 @@ def test_a_summary_that_times_out_is_a_failed_summary(tmp_path):
     path = str(tmp_path / "t.pt.trace.json.gz")
     synthetic_trace(path, 60)
     worker = SummaryWorker(timeout=0.3)
-    status = CaptureStatus(2, "done", "torch.profiler", 1, 1, "", path)
+    status = CaptureStatus(seq=2, state="done", kind="torch.profiler", first_step=1, last_step=1, message="",
+                           path=path)
     s = wait_for(lambda: (x := worker.summary(status)).state != "pending" and x, what="the timeout")
     worker.stop()
     assert s.state == "failed" and s.error == "summary timed out after 0.3 s" and s.file == path
@@ -203,14 +205,15 @@ async def test_a_summary_failure_and_a_missing_nsys_are_shown(tmp_path, monkeypa
     bad = tmp_path / "bad.pt.trace.json.gz"
     bad.write_bytes(b"not gzip at all")
     worker = SummaryWorker()
-    status = CaptureStatus(3, "done", "torch.profiler", 1, 5, "", str(bad))
+    status = CaptureStatus(seq=3, state="done", kind="torch.profiler", first_step=1, last_step=5, message="",
+                           path=str(bad))
     s = wait_for(lambda: (x := worker.summary(status)).state != "pending" and x, what="the summary")
     worker.stop()
     assert s.state == "failed" and "cannot read the trace" in s.error
     state = MonitorState()
     from dataclasses import replace
 
-    state.apply(Cycle(1, training=TrainingSnapshot(pid=1, steps=9), capture=replace(status, summary=s)))
+    state.apply(Cycle(t=1, training=TrainingSnapshot(pid=1, steps=9), capture=replace(status, summary=s)))
     app = make_app(None, "test", state)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()

@@ -78,6 +78,19 @@ def test_layer_imports_only_what_design_allows(layer):
     assert bad == []
 
 
+# ui's text (format.py, plain.py, style.py, panels/): pure functions to Rich Text or str, which
+# `--plain` and `--once` share without starting Textual; screens/ and the app show them.
+TEXT_ONLY = ("ui/format.py", "ui/plain.py", "ui/style.py", "ui/panels")
+
+
+@pytest.mark.parametrize("part", TEXT_ONLY)
+def test_the_ui_text_never_imports_textual(part):
+    paths = [PKG / part] if part.endswith(".py") else sorted((PKG / part).rglob("*.py"))
+    bad = [f"{path.relative_to(ROOT)} imports {mod}" for path in paths for mod, _ in imports(path)
+           if mod.split(".")[0] == "textual" or mod.startswith(("tuimon.ui.screens", "tuimon.ui.app", "tuimon.ui.widgets"))]
+    assert paths and bad == []
+
+
 def test_every_package_has_a_rule():
     packages = {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert packages <= set(ALLOWED), packages - set(ALLOWED)

@@ -73,7 +73,7 @@ def loop_with_gauges(steps, step_ms, retried, cap=8 * GIB, peak=6 * GIB, ooms_at
 
 def verdict(snapshot, **evidence):
     state = MonitorState()
-    state.apply(Cycle(1, ProcessSample(os.getpid()), training=snapshot))
+    state.apply(Cycle(t=1, process=ProcessSample(pid=os.getpid()), training=snapshot))
     return state.view().verdict
 
 
@@ -124,15 +124,15 @@ def test_rare_retries_name_nothing(shm_dir, retried, why):
 
 def test_the_threshold_is_where_its_source_puts_it():
     def at(rate):
-        return diagnose(Evidence(**HOST, memory=Memory(GIB, 2 * GIB, 3 * GIB, 10, 0, retries_per_step=rate,
+        return diagnose(Evidence(**HOST, memory=Memory(allocated=GIB, reserved=2 * GIB, peak_allocated=3 * GIB, alloc_retries=10, ooms=0, retries_per_step=rate,
                                                        retries_from=100, retries_to=200))).code
     assert at(T.MEMORY_RETRIES.value) == "memory-pressure"
     assert at(T.MEMORY_RETRIES.value - 0.001) != "memory-pressure"
-    caught = Memory(GIB, 2 * GIB, 3 * GIB, 0, 2, retries_per_step=0.0, retries_from=1, retries_to=90, ooms_in_window=2)
+    caught = Memory(allocated=GIB, reserved=2 * GIB, peak_allocated=3 * GIB, alloc_retries=0, ooms=2, retries_per_step=0.0, retries_from=1, retries_to=90, ooms_in_window=2)
     assert diagnose(Evidence(**HOST, memory=caught)).code == "memory-pressure"  # a job that catches OOMs and goes on
     # it comes before the classes it hides behind (here: input-bound)
     assert diagnose(Evidence(**{**HOST, "data_share": 0.5}, memory=Memory(
-        GIB, 2 * GIB, 3 * GIB, 9, 0, retries_per_step=0.5, retries_from=1, retries_to=99))).code == "memory-pressure"
+        allocated=GIB, reserved=2 * GIB, peak_allocated=3 * GIB, alloc_retries=9, ooms=0, retries_per_step=0.5, retries_from=1, retries_to=99))).code == "memory-pressure"
 
 
 def test_a_counter_reset_and_a_window_without_two_reads():
@@ -143,12 +143,12 @@ def test_a_counter_reset_and_a_window_without_two_reads():
 
 
 def test_the_forecast_line_and_its_threshold():
-    assert mem.forecast(Memory(GIB, 2 * GIB, int(72.0 * GIB), total=int(79.6 * GIB))) == "peak 72.0 of 79.6 GiB: 10% left"
-    assert mem.forecast(Memory(GIB, 2 * GIB, int(71.2 * GIB), total=int(79.6 * GIB))) is None  # 89%: under the bar
-    assert mem.forecast(Memory(GIB, 2 * GIB, int(7.5 * GIB), total=80 * GIB, limit=8 * GIB)) == \
+    assert mem.forecast(Memory(allocated=GIB, reserved=2 * GIB, peak_allocated=int(72.0 * GIB), total=int(79.6 * GIB))) == "peak 72.0 of 79.6 GiB: 10% left"
+    assert mem.forecast(Memory(allocated=GIB, reserved=2 * GIB, peak_allocated=int(71.2 * GIB), total=int(79.6 * GIB))) is None  # 89%: under the bar
+    assert mem.forecast(Memory(allocated=GIB, reserved=2 * GIB, peak_allocated=int(7.5 * GIB), total=80 * GIB, limit=8 * GIB)) == \
         "peak 7.5 of the cap of 8.0 GiB: 6% left"
-    assert mem.forecast(Memory(GIB, 2 * GIB, int(0.89 * 80 * GIB), total=80 * GIB)) is None
-    assert mem.forecast(Memory(GIB, 2 * GIB, 3 * GIB)) is None  # (no total: a probe without it)
+    assert mem.forecast(Memory(allocated=GIB, reserved=2 * GIB, peak_allocated=int(0.89 * 80 * GIB), total=80 * GIB)) is None
+    assert mem.forecast(Memory(allocated=GIB, reserved=2 * GIB, peak_allocated=3 * GIB)) is None  # (no total: a probe without it)
 
 
 def test_expandable_segments_are_read_from_the_job_s_allocator_settings(monkeypatch):
@@ -159,7 +159,7 @@ def test_expandable_segments_are_read_from_the_job_s_allocator_settings(monkeypa
 
 
 def test_memory_goes_to_json_and_back():
-    m = Memory(GIB, 2 * GIB, 3 * GIB, 12, 1, inactive_split=MIB, peak_reserved=4 * GIB, total=80 * GIB, limit=8 * GIB,
+    m = Memory(allocated=GIB, reserved=2 * GIB, peak_allocated=3 * GIB, alloc_retries=12, ooms=1, inactive_split=MIB, peak_reserved=4 * GIB, total=80 * GIB, limit=8 * GIB,
                retries_per_step=0.21, retries_from=10, retries_to=110, ooms_in_window=1, expandable=False)
     assert from_json(Memory, json.loads(json.dumps(to_json(m)))) == m
     old = {"allocated": 1, "reserved": 2, "peak_allocated": 3, "alloc_retries": 0, "ooms": 0}  # a recording's
@@ -177,7 +177,7 @@ FULL = FRAGMENTED.replace("3.96 GiB is reserved", "20.00 MiB is reserved")
 
 
 def test_an_oom_death_shows_the_last_gauges_and_the_fix_its_numbers_point_to():
-    last = Memory(int(73.4 * GIB), int(77.5 * GIB), int(75.2 * GIB), 37, 1, total=int(79.19 * GIB))
+    last = Memory(allocated=int(73.4 * GIB), reserved=int(77.5 * GIB), peak_allocated=int(75.2 * GIB), alloc_retries=37, ooms=1, total=int(79.19 * GIB))
     end = JobEnd(how="exception", headline="exited with code 1: " + FRAGMENTED[:80], exit_code=1, exception=FRAGMENTED)
     headline, evidence, step = exited_words(end, last)
     assert headline == "exited (code 1): torch.OutOfMemoryError"
@@ -422,7 +422,7 @@ async def test_M_takes_a_memory_capture_and_m_shows_what_it_found(shm_dir, tmp_p
     from tuimon.monitor.session import LiveSession
     from tuimon.sources.nvml import DeviceSampler
     from tuimon.ui.app import make_app
-    from tuimon.ui.memory_panel import MemoryScreen
+    from tuimon.ui.screens import MemoryScreen
 
     truth_file = str(tmp_path / "truth.json")
     job = start(WORKLOAD, "fake", "--seconds", 120, "--truth", truth_file)
@@ -460,12 +460,12 @@ async def test_M_takes_a_memory_capture_and_m_shows_what_it_found(shm_dir, tmp_p
 
 
 def test_the_memory_panel_of_a_job_under_pressure(shm_dir):
-    from tuimon.ui.memory_panel import memory_panel
+    from tuimon.ui.panels.memory import memory_panel
 
     snap, _ = loop_with_gauges(300, 40, lambda k: 1 if k % 4 == 0 else 0, peak=int(7.4 * GIB))
     state = MonitorState()
     for t in range(1, 4):
-        state.apply(Cycle(t, ProcessSample(os.getpid()), training=snap))
+        state.apply(Cycle(t=t, process=ProcessSample(pid=os.getpid()), training=snap))
     shown = memory_panel(state.view(), 100).plain.splitlines()
     assert shown[0].startswith("allocated ") and shown[0].endswith("3.7 GiB") and "▄▄▄" in shown[0]
     assert shown[4] == "a column is a cycle; the bars' top is the largest shown, 7.4 GiB, of the cap of 8.0 GiB the job set"
@@ -479,7 +479,7 @@ def test_memory_pressure_in_the_prometheus_series(shm_dir):
 
     snap, _ = loop_with_gauges(300, 40, lambda k: 1 if k % 4 == 0 else 0)
     state = MonitorState()
-    state.apply(Cycle(1, ProcessSample(os.getpid()), training=snap))
+    state.apply(Cycle(t=1, process=ProcessSample(pid=os.getpid()), training=snap))
     got = {(s.name, *sorted(s.labels.items())): s.value for fam in families(state.view()) for s in fam.samples}
     job = (("pid", str(snap.pid)), ("rank", ""))
     assert got[("tuimon_torch_alloc_retries_per_step", *job)] == snap.memory.retries_per_step > 0.2
@@ -512,7 +512,7 @@ def test_memory_pressure_in_the_once_json(shm_dir):
 
     snap, _ = loop_with_gauges(300, 40, lambda k: 1 if k % 4 == 0 else 0, peak=int(7.4 * GIB))
     state = MonitorState()
-    state.apply(Cycle(1, ProcessSample(os.getpid()), training=snap))
+    state.apply(Cycle(t=1, process=ProcessSample(pid=os.getpid()), training=snap))
     doc = json.loads(json.dumps(view_json(state.view())))
     assert doc["verdict"]["code"] == "memory-pressure"
     assert doc["memory"]["retries_per_step"] == snap.memory.retries_per_step and doc["memory"]["limit"] == 8 * GIB

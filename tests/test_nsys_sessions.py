@@ -164,7 +164,7 @@ def test_the_screen_takes_windows_through_the_session(fake_nsys, shm_dir):
     """LiveSession (what the TUI polls): `c` goes to nsys, the capture panel follows it."""
     from tuimon.monitor.session import LiveSession
     from tuimon.monitor.state import MonitorState
-    from tuimon.ui.render import capture_panel
+    from tuimon.ui.panels.capture import capture_panel
 
     job = headless_job()
     session = LiveSession(job.pid, 0.5)

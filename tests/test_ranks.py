@@ -150,7 +150,7 @@ def test_switching_ranks_names_the_launcher_and_the_panel_names_the_ranks(tmp_pa
     not as a subprocess. Attached to rank 1, `n` shows rank 0 'of the job under' torchrun's PID, and
     back on rank 1 (the PID asked for) there is nothing to explain."""
     from tuimon.monitor.state import MonitorState
-    from tuimon.ui import render
+    from tuimon.ui.panels.process import process_panel
 
     job = ddp_job(tmp_path, seconds=40)
     session, state = LiveSession(job.pid, devices=None), MonitorState()
@@ -166,7 +166,7 @@ def test_switching_ranks_names_the_launcher_and_the_panel_names_the_ranks(tmp_pa
         c = wait_for(rank0, timeout=90, what="rank 0 shown, two ranks")
         pids = {r.rank: r.pid for r in c.ranks}
         assert c.shown_pid == pids[0] and c.shown_why.startswith(f"PID {job.pid}: its channel has no rank (a launcher)")
-        panel = render.process_panel(state.view()).plain.splitlines()
+        panel = process_panel(state.view()).plain.splitlines()
         assert panel[0].startswith(f"training python {pids[0]} ") and panel[1].startswith("launcher ") and f" {job.pid} " in panel[1]
         ranks_line = next((line for line in panel if line.startswith("other ranks")), panel)
         assert ranks_line.startswith("other ranks 1") and f"(rank 1 {pids[1]}:" in ranks_line, panel

@@ -26,10 +26,14 @@ def test_record_and_replay_give_the_same_cycles(tmp_path):
     rec = Recorder(path, note="test")
     live = []
     for k in range(3):
-        capture = CaptureStatus(k, "done", "torch.profiler", 3, 7, "trace 1.0 MB", "/x/trace.json.gz", 5,
-                                CaptureSummary("done", "/x/trace.json.gz", 1000, ["top kernels:", "  1.0 ms  gemm"]))
-        c = Cycle(1_000_000_000 * (k + 1), procs.sample(), gpus.sample(), TrainingSnapshot(pid=7, steps=k, argv=["x"]),
-                  capture, "/dev/shm/tuimon-0-7", problems={"channel": "shrank"} if k == 1 else {}, gpu_note="hint")
+        capture = CaptureStatus(seq=k, state="done", kind="torch.profiler", first_step=3, last_step=7,
+                                message="trace 1.0 MB", path="/x/trace.json.gz", updated_ns=5,
+                                summary=CaptureSummary(state="done", file="/x/trace.json.gz", size=1000,
+                                                       lines=["top kernels:", "  1.0 ms  gemm"]))
+        c = Cycle(t=1_000_000_000 * (k + 1), process=procs.sample(), gpus=gpus.sample(),
+                  training=TrainingSnapshot(pid=7, steps=k, argv=["x"]),
+                  capture=capture, channel="/dev/shm/tuimon-0-7",
+                  problems={"channel": "shrank"} if k == 1 else {}, gpu_note="hint")
         rec.record(c)
         live.append(c)
     rec.close()
@@ -44,7 +48,7 @@ def test_replay_is_paced_and_stoppable(tmp_path):
     path = str(tmp_path / "r.jsonl")
     rec = Recorder(path)
     for i in range(5):
-        rec.record(Cycle(1 + i * 1_000_000_000, training=TrainingSnapshot(pid=1, steps=i)))
+        rec.record(Cycle(t=1 + i * 1_000_000_000, training=TrainingSnapshot(pid=1, steps=i)))
     rec.close()
     stop, got = threading.Event(), []
     src = ReplaySource(path, speed=20.0)  # 4 s of recording in 0.2 s
@@ -74,7 +78,7 @@ def test_bad_recordings(tmp_path):
     r = Recording(str(p))
     assert [c.gpus for c in r.cycles()] == [[]] and r.skipped == 3  # not JSON, no time, no pid
     # v2: a line of the wrong shape is skipped and counted; a wrong value becomes NA, not a crash
-    good = to_json(Cycle(5, training=TrainingSnapshot(pid=3, steps=4)))
+    good = to_json(Cycle(t=5, training=TrainingSnapshot(pid=3, steps=4)))
     odd = json.loads(json.dumps(good))
     odd["training"]["steps_per_s"] = "fast"
     odd["gpus"] = [{"index": 0, "power_w": "hot", "sm_active": {"na": "first sample"}}]

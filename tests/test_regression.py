@@ -127,7 +127,8 @@ def baseline(step_ms, phases=(), **kw) -> Baseline:
     mean = sum(step_ms) / len(step_ms)
     return Baseline(version=BASELINE_VERSION, created="2026-11-22T10:00:00+0000", source="test",
                     step_ms=list(step_ms)[-5000:], steps=len(step_ms), phases=list(phases),
-                    step_time_ms=StepTimes(s[len(s) // 2], s[int(len(s) * 0.95)], s[-1], mean, step_ms[-1]),
+                    step_time_ms=StepTimes(p50=s[len(s) // 2], p95=s[int(len(s) * 0.95)], p99=s[-1],
+                                           mean=mean, last=step_ms[-1]),
                     batch_steps=[b.steps for b in bs], batch_ms=[b.ms for b in bs], **kw)
 
 
@@ -245,7 +246,8 @@ def test_a_slower_gpu_is_named_beside_the_phase_the_loop_waits_in():
 
 def test_without_phases_the_data_wait_is_compared():
     b = baseline(noisy(3000, 20, 1), data_wait_share=0.1)
-    c = compare_with(b, noisy(600, 30, 2), data_wait_share=0.4, step_time_ms=StepTimes(30, 31, 32, 30.0, 30))
+    c = compare_with(b, noisy(600, 30, 2), data_wait_share=0.4, step_time_ms=StepTimes(p50=30, p95=31, p99=32,
+                                                                                       mean=30.0, last=30))
     assert c.state == "regression" and c.grown.name == "data" and c.grown.now_ms > 10 > c.grown.baseline_ms
 
 

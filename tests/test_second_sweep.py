@@ -146,7 +146,8 @@ def test_the_header_and_the_verdict_fit_any_width():
 
     from tests.conftest import ROOT
     from tuimon.analysis.diagnosis import Verdict
-    from tuimon.ui import render
+    from tuimon.ui.panels.header import header
+    from tuimon.ui.panels.verdict import VERDICT_LINES, verdict_line, wrapped_lines
     from tuimon.ui.replay_frames import state_from_recording
 
     view = state_from_recording(str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl")).view()
@@ -158,17 +159,17 @@ def test_the_header_and_the_verdict_fit_any_width():
             for paused in (False, True):
                 v = replace(view, training=replace(t, argv=argv), process=process, paused=paused)
                 for width in range(20, 201):
-                    out = render.header(v, "attached, every 1 s", width=width).plain
+                    out = header(v, "attached, every 1 s", width=width).plain
                     assert len(out) <= width and "  ·" not in out, (width, out)
-    assert "[attached, every 1 s]" in render.header(replace(view, training=replace(t, argv=long)), "attached, every 1 s",
-                                                    width=160).plain
+    assert "[attached, every 1 s]" in header(replace(view, training=replace(t, argv=long)), "attached, every 1 s",
+                                             width=160).plain
     step = "outside the model, data and syncs the loop thread is mostly not computing: it is blocked on " \
            "something tuimon does not see (I/O, locks, sleeps, collectives): c captures a window to see where"
     v = Verdict("host-bound", "host-bound: the loop waits elsewhere", "GPU activity n/a (no GPU metrics) · other "
                 "100% of the step · loop thread at 0% CPU + 3% waiting for a core (< 90%)", step, "low")
     for width in (60, 78, 98, 118):
-        out = render.verdict_line(v, width)
-        assert render.wrapped_lines(out, width) <= render.VERDICT_LINES, (width, out.plain)
+        out = verdict_line(v, width)
+        assert wrapped_lines(out, width) <= VERDICT_LINES, (width, out.plain)
         assert out.plain.endswith("(low confidence; e: why)"), out.plain
-    assert "…" in render.verdict_line(v, 78).plain and "…" not in render.verdict_line(v, 300).plain
-    assert render.verdict_line(v).plain.endswith(step + "  (low confidence; e: why)")  # no width: whole
+    assert "…" in verdict_line(v, 78).plain and "…" not in verdict_line(v, 300).plain
+    assert verdict_line(v).plain.endswith(step + "  (low confidence; e: why)")  # no width: whole

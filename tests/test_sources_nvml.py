@@ -20,7 +20,7 @@ def test_gpm_gpu_first_sample_then_metrics():
     assert x.mem_used == 40 * 2**30 and x.mem_total == 141 * 2**30  # v2: reserved excluded
     assert (x.temp_c, x.sm_clock_mhz, x.sm_clock_max_mhz) == (61, 1755, 1980)
     assert x.clock_events == ["GPU idle", "software power cap"]
-    assert x.processes == [GpuProcess(4242, 3 * 2**30, 71, 30)]
+    assert x.processes == [GpuProcess(pid=4242, gpu_mem=3 * 2**30, sm_util=71, mem_util=30)]
     assert x.uses_target is True and is_na(x.util_gpu) and x.errors == []
     assert "nvmlDeviceGetPcieThroughput" not in fake.calls  # blocks ~20 ms: never in the loop
 

@@ -64,7 +64,8 @@ def step(i, t0, ms, **phases):
 def test_steps_phases_ranges_and_counters_as_trace_events():
     p = ProcessTimeline(812, rank=1)
     p.steps = {5: step(5, 10_000_000, 10, other=1, backward=5, data=2, forward=2),
-               6: step(6, 20_000_000, 12, forward=3, sync=4, comm=5)}
+               6: step(6, 20_000_000, 12, forward=3, sync=4, comm=5),
+               7: step(7, 40_000_000, 10, copy=2, forward=3, data=1, backward=4)}
     p.ranges = [("inner", 900, 1, 11_000_000, 12_000_000), ("outer", 900, 0, 11_000_000, 15_000_000)]
     p.data_waits = [(900, 10_000_000, 12_000_000)]
     tl = Timeline("test", [p], [Counter("SM active", "%", 0, "NVIDIA H100", [(10_000_000, 97.0), (20_000_000, 88.0)])])
@@ -74,7 +75,8 @@ def test_steps_phases_ranges_and_counters_as_trace_events():
     assert names(trace)[(812, DATA_TID)] == "data waits" and names(trace)[(812, 900)] == "ranges on thread 900"
     track = slices(trace)[(812, STEPS_TID)]
     assert [e["name"] for e in track] == ["step 5", "data", "forward", "backward", "other",
-                                          "step 6", "forward", "comm", "sync"]  # PHASE_ORDER
+                                          "step 6", "forward", "comm", "sync",
+                                          "step 7", "data", "copy", "forward", "backward"]  # vocab.PHASES
     assert track[0]["args"] == {"step": 5, "ms": 10.0, "sync.count": 2.0, "gpu.step_ms": 9.5}
     assert [(e["ts"], e["dur"]) for e in track[1:5]] == [(10000.0, 2000.0), (12000.0, 2000.0), (14000.0, 5000.0),
                                                          (19000.0, 1000.0)]

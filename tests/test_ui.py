@@ -99,7 +99,7 @@ async def test_keys_and_screens():
         await settle(app, pilot)
         assert "PAUSED" in text(app, "#header")
         cycles = app.state.cycles
-        app.apply_cycle(Cycle(1, training=TrainingSnapshot(pid=2348, steps=99999)))
+        app.apply_cycle(Cycle(t=1, training=TrainingSnapshot(pid=2348, steps=99999)))
         assert app.state.cycles == cycles + 1 and "PAUSED" in text(app, "#header")
         assert "step 1,419" in text(app, "#header")  # paused: the display holds
         await pilot.press("p")
@@ -143,7 +143,11 @@ async def test_untrusted_names_are_shown_literally(shm_dir):
     view = TrainingView(ChannelSource(SegmentReader(w.path)))
     view.poll()
     state = MonitorState()
-    state.apply(Cycle(1, ProcessSample(os.getpid(), procs=[ProcRow(1, "target", "[blink]proc[/]", 1.0, 1, 1, "running")]),
+    state.apply(Cycle(t=1, process=ProcessSample(pid=os.getpid(), procs=[ProcRow(pid=1, role="target",
+                                                                                 name="[blink]proc[/]",
+                                                                                 cpu_percent=1.0, rss=1,
+                                                                                 threads=1,
+                                                                                 state="running")]),
                       training=view.snapshot()))
     app = make_app(None, "test", state)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -164,7 +168,7 @@ async def test_untrusted_names_are_shown_literally(shm_dir):
 @pytest.mark.asyncio
 async def test_a_target_that_exits_keeps_its_last_numbers():
     state = state_from_recording(FIXTURE)
-    state.apply(Cycle(1, ProcessSample(2348, 1, alive=False, exited_at=0.0, exit_code=3)))
+    state.apply(Cycle(t=1, process=ProcessSample(pid=2348, t=1, alive=False, exited_at=0.0, exit_code=3)))
     app = make_app(None, "replay", state)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)

@@ -14,10 +14,15 @@ from tuimon.model import Cycle, ProcessSample, ProcRow
 from tuimon.monitor.session import LiveSession, ReplaySession
 from tuimon.monitor.state import MonitorState
 from tuimon.sources.nvml import DeviceSampler
-from tuimon.ui import render
 from tuimon.ui.app import make_app
+from tuimon.ui.panels.breakdown import breakdown_panel
+from tuimon.ui.panels.ended import ended_panel
+from tuimon.ui.panels.gpus import gpus_panel
+from tuimon.ui.panels.header import header
+from tuimon.ui.panels.process import process_panel
 from tuimon.ui.replay_frames import state_from_recording
-from tuimon.ui.screens import HelpScreen, TopScreen, gpu_history_plot
+from tuimon.ui.screens import HelpScreen, TopScreen
+from tuimon.ui.screens.gpu import gpu_history_plot
 from tuimon.ui.widgets import Panel
 
 V2 = str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl")
@@ -97,25 +102,31 @@ async def test_ctrl_c_quits_and_there_is_no_palette_key():
 
 
 def cycle_with(procs, **kw):
-    return Cycle(1, ProcessSample(100, 1, procs=procs, cpu_percent=0.0, rss=0, **kw))
+    return Cycle(t=1, process=ProcessSample(pid=100, t=1, procs=procs, cpu_percent=0.0, rss=0, **kw))
 
 
 def test_the_process_panel_names_each_role_and_does_not_sum_shared_pages():
-    rows = [ProcRow(100, "target", "bash", 0.0, 4 << 20, 1, "sleeping", pss=2 << 20),  # ./job.sh
-            ProcRow(101, "child", "python", 98.0, 900 << 20, 12, "running", pss=700 << 20, loop=True),
-            ProcRow(102, "child", "pt_data_worker", 40.0, 800 << 20, 3, "running", pss=60 << 20),
-            ProcRow(103, "child", "pt_data_worker", 38.0, 800 << 20, 3, "running", pss=60 << 20),
-            ProcRow(104, "child", "nvidia-smi", 1.0, 20 << 20, 1, "sleeping", pss=10 << 20)]
+    rows = [ProcRow(pid=100, role="target", name="bash", cpu_percent=0.0, rss=4 << 20, threads=1,
+                    state="sleeping", pss=2 << 20),  # ./job.sh
+            ProcRow(pid=101, role="child", name="python", cpu_percent=98.0, rss=900 << 20, threads=12,
+                    state="running", pss=700 << 20, loop=True),
+            ProcRow(pid=102, role="child", name="pt_data_worker", cpu_percent=40.0, rss=800 << 20, threads=3,
+                    state="running", pss=60 << 20),
+            ProcRow(pid=103, role="child", name="pt_data_worker", cpu_percent=38.0, rss=800 << 20, threads=3,
+                    state="running", pss=60 << 20),
+            ProcRow(pid=104, role="child", name="nvidia-smi", cpu_percent=1.0, rss=20 << 20, threads=1,
+                    state="sleeping", pss=10 << 20)]
     state = MonitorState()
     state.apply(cycle_with(rows))
-    shown = render.process_panel(state.view()).plain
+    shown = process_panel(state.view()).plain
     assert "training python 101  CPU 98%  PSS 700.0 MiB" in shown
     assert "launcher bash 100" in shown
     assert "DataLoader workers 2  CPU 78%  PSS 120.0 MiB" in shown  # not 1.6 GiB of RSS
     assert "other subprocesses 1" in shown
     # where PSS cannot be read (another user's process): RSS, said to overlap
-    state.apply(cycle_with([rows[1], rows[2], ProcRow(103, "child", "pt_data_worker", 1.0, 800 << 20)]))
-    assert "RSS 1.6 GiB (shared pages counted per process)" in render.process_panel(state.view()).plain
+    state.apply(cycle_with([rows[1], rows[2], ProcRow(pid=103, role="child", name="pt_data_worker",
+                                                      cpu_percent=1.0, rss=800 << 20)]))
+    assert "RSS 1.6 GiB (shared pages counted per process)" in process_panel(state.view()).plain
 
 
 @pytest.mark.asyncio
@@ -133,23 +144,24 @@ async def test_a_replay_says_where_it_is_and_counts_bad_lines(tmp_path):
 
 def test_a_recording_without_gpus_says_so_instead_of_waiting():
     state = MonitorState()
-    state.apply(Cycle(1, ProcessSample(100, 1), gpus=[]))
-    assert render.gpus_panel(state.view(), 100).plain.startswith("no GPU samples")
+    state.apply(Cycle(t=1, process=ProcessSample(pid=100, t=1), gpus=[]))
+    assert gpus_panel(state.view(), 100).plain.startswith("no GPU samples")
 
 
 def test_a_job_that_ended_names_its_log_and_shows_its_last_lines():
     state = MonitorState()
-    state.apply(Cycle(1, ProcessSample(100, 1, alive=False, exit_code=-9), job_log="/tmp/x/job-1.log",
+    state.apply(Cycle(t=1, process=ProcessSample(pid=100, t=1, alive=False, exit_code=-9),
+                      job_log="/tmp/x/job-1.log",
                       job_tail=["line 1", "Traceback (most recent call last):", "MemoryError"]))
     view = state.view()
-    shown = render.ended_panel(view).plain
+    shown = ended_panel(view).plain
     assert shown.startswith("its output: /tmp/x/job-1.log") and shown.rstrip().endswith("MemoryError")
     assert view.verdict.headline == "exited: killed by SIGKILL" and "MemoryError" in view.verdict.evidence
 
 
 def test_without_colour_each_part_of_the_bar_has_its_own_fill():
     state = state_from_recording(V2)
-    bar, *legend = render.breakdown_panel(state.view(), 80, plain=True).plain.splitlines()
+    bar, *legend = breakdown_panel(state.view(), 80, plain=True).plain.splitlines()
     legend = "\n".join(legend).split("ms per step")[0]  # (it wraps between items)
     fills = set(bar)
     marks = re.findall(r"(\S) (?:data|forward|backward|optimizer|sync|other) \d+%", legend)
@@ -159,7 +171,7 @@ def test_without_colour_each_part_of_the_bar_has_its_own_fill():
 @pytest.mark.parametrize("width", [80, 100, 120])
 def test_the_header_fits_its_width(width):
     view = state_from_recording(V2).view()
-    out = render.header(view, "tuimon run, every 1 s", width=width).plain
+    out = header(view, "tuimon run, every 1 s", width=width).plain
     assert len(out) <= width and "step" in out and "ms/step" in out and "/s)" in out  # (the mean step time, steps/s beside)
 
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..model import CommTimes, CopyTimes, GpuTimes, HotLine, OpCounts, PhaseRow, Syncs, SyncSite
+from ..model.vocab import PHASES
 from .steps import StepRecord
 from .summary import percentile
-
-PHASE_ORDER = ("data", "copy", "forward", "backward", "comm", "optimizer", "sync", "other")
 
 
 def _named(table: dict[int, float], name_of: Callable[[int], str]) -> dict[str, float]:
@@ -55,7 +54,7 @@ def phases(steps: list[StepRecord], name_of: Callable[[int], str]) -> list[Phase
     if not measured or total <= 0:
         return []
     sums = _total_by_name((s.phases for s in measured), name_of)
-    order = [p for p in PHASE_ORDER if p in sums] + sorted(set(sums) - set(PHASE_ORDER))
+    order = [p for p in PHASES if p in sums] + sorted(set(sums) - set(PHASES))
     return [PhaseRow(p, round(sums[p] / total, 4), round(sums[p] / len(measured) / 1e6, 3)) for p in order]
 
 

@@ -69,10 +69,10 @@ class StepBatches:
             self._reset(t.pid)  # another process shown (another rank), or a counter that restarted
         end = t.uptime_s - t.since_step_s if t.since_step_s is not None else t.uptime_s
         recent = t.recent_step_ms
-        first = self.steps is None
-        new = len(recent) if first else t.steps - self.steps
+        last = self.steps  # the last step counted (None: none yet)
+        new = len(recent) if last is None else t.steps - last
         if new > 0:
-            if first or new <= len(recent):  # each step, with its own time
+            if last is None or new <= len(recent):  # each step, with its own time
                 times = recent[-new:]
                 ends, at = [], end
                 for ms in reversed(times):
@@ -81,10 +81,10 @@ class StepBatches:
                 for k, (ms, step_end) in enumerate(zip(times, reversed(ends), strict=True)):
                     self._take(t.steps - len(times) + k + 1, 1, ms, step_end - ms / 1e3, (ms,))
             elif self.end_s is not None and t.since_step_s is not None:  # more steps than the snapshot holds
-                self._take(self.steps + 1, new, (end - self.end_s) * 1e3, self.end_s, tuple(recent))
+                self._take(last + 1, new, (end - self.end_s) * 1e3, self.end_s, tuple(recent))
             elif recent:  # (recordings without since_step_s: the steps it holds stand for the others)
-                self._take(self.steps + 1, new, sum(recent) / len(recent) * new, end - sum(recent) / 1e3, tuple(recent))
-        if first or new > 0:
+                self._take(last + 1, new, sum(recent) / len(recent) * new, end - sum(recent) / 1e3, tuple(recent))
+        if last is None or new > 0:
             self.steps, self.end_s = t.steps, end
 
     def _take(self, first_step: int, steps: int, ms: float, start_s: float, samples: tuple[float, ...]) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..model import CopyTimes, HotLine, JobEnd, Memory, OpCounts, StepInProgress, Straggler
+from ..model.vocab import Confidence, RuleCode, VerdictCode
 from . import memory as mem
 from . import thresholds as T
 from .anatomy import how_of
@@ -38,7 +39,7 @@ from .present import exited_words, stalled_words
 from .stall import Stall
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Evidence:
     """The window's numbers the rules read. None: not measured."""
 
@@ -107,7 +108,7 @@ class Check:
 
 @dataclass(frozen=True)
 class Rule:
-    code: str  # unique among the rules (input-high, input-moderate, memory-bound, ...)
+    code: RuleCode
     title: str
     fired: bool
     checks: list[Check]
@@ -116,12 +117,11 @@ class Rule:
 
 @dataclass(frozen=True)
 class Verdict:
-    code: str  # exited | stalled | waiting | straggler | memory-pressure | input-bound | comm-bound | memory-bound |
-    # compute-bound | healthy | sync-bound | host-bound | mixed
+    code: VerdictCode
     headline: str
     evidence: str  # the numbers that decided it
     next_step: str
-    confidence: str  # high | medium | low
+    confidence: Confidence
     rules: list[Rule] = field(default_factory=list)
 
 
@@ -141,7 +141,7 @@ def _below(what, value, t: T.Threshold, fmt=share) -> Check:
     return Check(what, fmt(value), f"< {t.show()}", None if value is None else value < t.value, t.source)
 
 
-def _margin(value: float | None, t: T.Threshold, above: bool = True) -> str:
+def _margin(value: float | None, t: T.Threshold, above: bool = True) -> Confidence:
     """high when the deciding number is clearly past its threshold (by a quarter), else medium."""
     if value is None:
         return "low"
@@ -154,6 +154,7 @@ class _Context:
 
     def __init__(self, e: Evidence):
         self.e = e
+        self.busy: float | None  # % (None: not measured)
         if e.sm_active is not None:
             self.busy, self.busy_name, self.busy_note = e.sm_active, "SM activity", ""
         elif e.util_gpu is not None:  # kernel-running time: a GPU running one tiny kernel reads 100%
@@ -163,8 +164,9 @@ class _Context:
             self.busy_note = ""
         else:
             self.busy, self.busy_name, self.busy_note = None, "GPU activity", " (no GPU metrics)"
-        compute = [(v, n) for v, n in ((e.tensor_active, "tensor"), (e.fp32_active, "FP32"), (e.fp16_active, "FP16"))
-                   if v is not None]
+        compute: list[tuple[float, str]] = [(v, n) for v, n in ((e.tensor_active, "tensor"), (e.fp32_active, "FP32"),
+                                                                (e.fp16_active, "FP16")) if v is not None]
+        self.compute: float | None
         self.compute, self.compute_name = max(compute) if compute else (None, "compute")
 
     def busy_check(self, t=T.GPU_BUSY) -> Check:
@@ -299,7 +301,7 @@ def rule_comm(c: _Context) -> Rule:
                 else "no collectives seen")
 
 
-def rule_gpu_unit(c: _Context, code: str) -> Rule:
+def rule_gpu_unit(c: _Context, code: RuleCode) -> Rule:
     """memory-bound / compute-bound / healthy, among steps where the GPU is busy."""
     e = c.e
     busy = c.busy_check()
@@ -463,8 +465,10 @@ def _verdict(key: str, c: _Context, rules: list[Rule]) -> Verdict:
     return _host_verdict(c, rules)
 
 
-STRAGGLER_FIX = {
+STRAGGLER_FIX: dict[str, str] = {  # by the phase it is slowest in, beyond the others (comm: the wait itself)
     "data": "its batches come slower: its DataLoader workers, its share of the data, or its storage",
+    "copy": "its host-to-device copies take longer: pinned memory (DataLoader pin_memory=True) and non_blocking=True "
+            "on that rank, or a slower PCIe link (g)",
     "forward": "uneven work (batch or sequence sizes per rank) or a slower GPU: compare its SM activity, clocks and "
                "throttle reasons (g)",
     "backward": "uneven work (batch or sequence sizes per rank) or a slower GPU: compare its SM activity, clocks and "
@@ -491,6 +495,7 @@ def _straggler_verdict(c: _Context, rules: list[Rule]) -> Verdict:
 def _memory_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     """What the retries cost, whether the memory is full or fragmented, and the fix that fits."""
     e, m = c.e, c.e.memory
+    assert m is not None  # (the rule fired on its retries)
     rate = m.retries_per_step or 0.0
     share = mem.peak_share(m)
     cap = f"the cap of {mem.gib(m.limit)}" if m.limit else mem.gib(m.total)
@@ -548,7 +553,7 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     cpu = "loop thread CPU not read yet" if e.loop_cpu is None else \
         f"loop thread at {e.loop_cpu:.0f}% CPU" + (f" + {wait:.0f}% waiting for a core" if wait else "")
     gpu = c.gpu_words()
-    confidence = "low" if c.busy is None else _margin(c.busy, T.GPU_IDLE, above=False)
+    confidence: Confidence = "low" if c.busy is None else _margin(c.busy, T.GPU_IDLE, above=False)
     if other > model and e.loop_cpu is None:  # Python or a blocked thread: only its CPU can tell
         return Verdict("host-bound", "host-bound: outside the model",
                        f"{gpu} · other {share(other)} of the step (forward+backward+optimizer {share(model)}) · {cpu}",
@@ -671,14 +676,16 @@ def _optimizer_step(e: Evidence, opt: float) -> str:
 
 
 def _exited_verdict(c: _Context, rules: list[Rule]) -> Verdict:
-    headline, evidence, step = exited_words(c.e.job_end, c.e.memory, c.e.ran_as)
-    return Verdict("exited", headline, evidence, step, "high" if c.e.job_end.how != "unknown" else "medium", rules)
+    end = c.e.job_end
+    assert end is not None  # (the rule fired: the process ended)
+    headline, evidence, step = exited_words(end, c.e.memory, c.e.ran_as)
+    return Verdict("exited", headline, evidence, step, "high" if end.how != "unknown" else "medium", rules)
 
 
 def _stalled_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     headline, evidence, step = stalled_words(c.e, c.gpu_words())
     s = c.e.stall
-    confidence = "high" if s is not None and s.quiet_s >= 2 * s.limit_s else "medium"
+    confidence: Confidence = "high" if s is not None and s.quiet_s >= 2 * s.limit_s else "medium"
     return Verdict("stalled", headline, evidence, step, confidence, rules)
 
 
@@ -722,7 +729,7 @@ def _outside_verdict(c: _Context, rules: list[Rule]) -> Verdict:
         if code in fired:
             v = _verdict(code, c, rules)
             units = f" · DRAM {pct(e.dram_bw)} · {c.compute_name} {pct(c.compute)}" if not c.busy_note else ""
-            confidence = "low" if v.confidence == "low" else "medium"  # (no loop timings beside it)
+            confidence: Confidence = "low" if v.confidence == "low" else "medium"  # (no loop timings beside it)
             return Verdict(v.code, v.headline, f"{gpu}{units}{seen}", f"{v.next_step}; {ANATOMY}", confidence, rules)
     if c.busy is None and not main:
         return Verdict("waiting", "no loop timings", f"no channel, no GPU activity seen{seen}",

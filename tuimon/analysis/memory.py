@@ -5,7 +5,7 @@ window, how full the memory is, and what an out-of-memory error's message says. 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from ..model import Memory
 from . import thresholds as T
@@ -13,7 +13,7 @@ from . import thresholds as T
 GIB = 2**30
 
 
-def memory(gauges: dict[int, float], history: dict[int, Iterable[tuple[int, int, float]]],
+def memory(gauges: dict[int, float], history: Mapping[int, Iterable[tuple[int, int, float]]],
            name_of: Callable[[int], str], first_step: int = 0, last_step: int = 0) -> Memory | None:
     """gauges: name id -> latest value; history: name id -> (t, step, value), oldest first;
     first_step..last_step: the step window (0: none), over which the retries are counted."""
@@ -32,8 +32,9 @@ def memory(gauges: dict[int, float], history: dict[int, Iterable[tuple[int, int,
     retries, a, b = rise("cuda.alloc_retries")
     ooms, _, _ = rise("cuda.ooms")
     expandable = get("cuda.expandable_segments")
-    return Memory(get("cuda.allocated"), get("cuda.reserved"), get("cuda.peak_allocated"), get("cuda.alloc_retries"),
-                  get("cuda.ooms"), inactive_split=get("cuda.inactive_split"), peak_reserved=get("cuda.peak_reserved"),
+    return Memory(allocated=get("cuda.allocated"), reserved=get("cuda.reserved"),
+                  peak_allocated=get("cuda.peak_allocated"), alloc_retries=get("cuda.alloc_retries"),
+                  ooms=get("cuda.ooms"), inactive_split=get("cuda.inactive_split"), peak_reserved=get("cuda.peak_reserved"),
                   total=get("cuda.total"), limit=get("cuda.limit"),
                   retries_per_step=None if retries is None else round(retries / (b - a), 4),
                   retries_from=a, retries_to=b, ooms_in_window=None if ooms is None else int(ooms),
@@ -69,10 +70,11 @@ def unallocated(m: Memory) -> int | None:
 def forecast(m: Memory | None) -> str | None:
     """'peak 71.2 of 79.6 GiB: 11% left', once the peak is within MEMORY_FULL of the capacity."""
     share = peak_share(m) if m is not None else None
-    if share is None or share < T.MEMORY_FULL.value:
+    if m is None or share is None or share < T.MEMORY_FULL.value:
         return None
     cap = "the cap of " if m.limit else ""
-    return f"peak {m.peak_allocated / GIB:.1f} of {cap}{m.capacity / GIB:.1f} GiB: {max(0.0, 1 - share):.0%} left"
+    # (peak_share is a number only where the peak and the capacity are)
+    return f"peak {(m.peak_allocated or 0) / GIB:.1f} of {cap}{(m.capacity or 0) / GIB:.1f} GiB: {max(0.0, 1 - share):.0%} left"
 
 
 # -- what an out-of-memory error says (torch's CUDACachingAllocator message) --------------------------

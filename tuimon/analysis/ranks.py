@@ -33,14 +33,14 @@ def straggler(rows: list[RankRow]) -> Straggler | None:
     the ranks run the same step (DDP, FSDP: one model, equal batches), and any extra of the straggler that no host phase shows (a
     slower GPU). The second never goes below what the others' host spends in data, forward,
     backward and optimizer (a floor, for ranks whose phases are missing or cut short)."""
-    ranked = sorted(_measured(rows), key=lambda r: r.own_ms)
+    ranked = sorted(((r.own_ms, r) for r in _measured(rows) if r.own_ms is not None), key=lambda x: x[0])
     if len(ranked) < 2:
         return None
-    slow, others = ranked[-1], ranked[:-1]
-    measured = _median([r.own_ms for r in others])
-    # (on GPUs only: on CPUs (gloo) nothing waits beside the backward, and DDP's timer there is one
-    # host-timed iteration, noise on two busy cores: 42.0 against 35.4 ms for the same backward here,
-    # and a CI run whose others' work came out 16.8 ms under what they measured: 2.99x for the loops' 2.06x)
+    (slow_ms, slow), others = ranked[-1], [r for _, r in ranked[:-1]]
+    measured = _median([ms for ms, _ in ranked[:-1]])
+    # (on GPUs only: on CPUs (gloo) nothing waits beside the backward to slow it, and DDP's timer there
+    # times one iteration on a host as busy as the job makes it: its noise alone would move the others'
+    # work and the ratio. tests/test_ranks.py: test_the_others_own_work_is_the_tighter_of_two_bounds)
     backward = [r.ddp_backward_ms for r in others if r.ddp_backward_ms is not None and r.gpu is not None]
     slowed = _median(backward) - slow.ddp_backward_ms \
         if backward and slow.ddp_backward_ms is not None and slow.gpu is not None else 0.0
@@ -53,12 +53,13 @@ def straggler(rows: list[RankRow]) -> Straggler | None:
             deltas[phase] = d
     slower = dict(sorted(deltas.items(), key=lambda kv: -kv[1]))
     floor = _median([sum(r.phases.get(ph, 0.0) for ph in WORK_PHASES) for r in others])
-    ref = min(measured - max(0.0, slowed), max(floor, slow.own_ms - sum(slower.values())))
+    ref = min(measured - max(0.0, slowed), max(floor, slow_ms - sum(slower.values())))
     ref = ref if ref > 0 else measured  # (neither bound usable: what they measure)
     if ref <= 0:
         return None
-    return Straggler(slow.rank, slow.pid, round(slow.own_ms / ref, 3), round(slow.own_ms, 2), round(ref, 2), slower,
-                     round(measured, 2))
+    return Straggler(rank=slow.rank, pid=slow.pid, ratio=round(slow_ms / ref, 3),
+                     own_ms=round(slow_ms, 2), others_ms=round(ref, 2), slower=slower,
+                     others_measured_ms=round(measured, 2))
 
 
 def comm_share(rows: list[RankRow]) -> float | None:

@@ -21,6 +21,7 @@ import math
 from collections.abc import Sequence
 
 from ..model import Baseline, Comparison, PeakMemory, PhaseDelta, TrainingSnapshot
+from ..model.vocab import ComparisonState
 from . import thresholds as T
 from .batches import StepBatches, batched
 from .summary import percentile
@@ -150,6 +151,7 @@ def compare(baseline: Baseline, file: str, t: TrainingSnapshot | None, batches: 
     ratio = mean / ref.mean_ms
     slower, faster = welch_from(*mean_var([b.mean_ms for b in window]), len(window), ref.means_mean, ref.means_var,
                                 ref.batches)
+    state: ComparisonState
     if ratio >= T.REGRESSION_FACTOR.value and slower < T.REGRESSION_P.value:
         state, p = "regression", slower
     elif ratio <= 1 / T.REGRESSION_FACTOR.value and faster < T.REGRESSION_P.value:
@@ -206,7 +208,8 @@ def _peak_memory(baseline: Baseline, t: TrainingSnapshot | None) -> PeakMemory |
     if not now or not then:
         return None
     ratio = now / then
-    return PeakMemory(then, now, round(ratio, 4), ratio >= T.PEAK_MEMORY_FACTOR.value)
+    return PeakMemory(baseline_bytes=then, now_bytes=now, ratio=round(ratio, 4),
+                      grew=ratio >= T.PEAK_MEMORY_FACTOR.value)
 
 
 def _phase_deltas(baseline: Baseline, t: TrainingSnapshot) -> list[PhaseDelta]:

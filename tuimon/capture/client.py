@@ -59,12 +59,14 @@ class CaptureClient:
         """The probe's last word on the capture; a window the process died inside is failed
         (the probe can no longer say so itself)."""
         st = self.ctl.read_state()
-        status = CaptureStatus(st.ack_seq, st.name, KIND_NAMES.get(st.kind, "?"), st.first_step, st.last_step,
-                               st.message, st.path, st.updated_ns)
+        status = CaptureStatus(seq=st.ack_seq, state=st.name, kind=KIND_NAMES.get(st.kind, "?"),
+                               first_step=st.first_step, last_step=st.last_step,
+                               message=st.message, path=st.path, updated_ns=st.updated_ns)
         if status.busy and not self._alive():
-            return CaptureStatus(st.ack_seq, "failed", status.kind, st.first_step, st.last_step,
-                                 f"the process exited while the capture was {st.name}: nothing was written",
-                                 st.path, st.updated_ns)
+            return CaptureStatus(seq=st.ack_seq, state="failed", kind=status.kind, first_step=st.first_step,
+                                 last_step=st.last_step, path=st.path, updated_ns=st.updated_ns,
+                                 message=f"the process exited while the capture was {st.name}: nothing was "
+                                         "written")
         return status
 
     def request(self, steps: int | None = None, seconds: float | None = None, kind: int = 0) -> int:
@@ -82,6 +84,7 @@ class CaptureClient:
         if steps is not None:
             self.ctl.write_request(seq, L.CAPTURE_STEPS, steps=steps, kind=kind)
         else:
+            assert seconds is not None  # (check_request: steps or seconds)
             self.ctl.write_request(seq, L.CAPTURE_SECONDS, seconds=seconds, kind=kind)
         return seq
 

@@ -7,6 +7,7 @@ import glob
 import io
 import os
 import shutil
+from typing import Any
 
 from .commands import run
 
@@ -25,12 +26,13 @@ def find_nsys() -> str | None:
 
 
 def stats(nsys: str, report: str, top: int = 10, timeout: float = 120, cancel=None) -> dict:
-    """Top kernels, NVTX ranges and CUDA API calls of a report, from `nsys stats` (CSV). Raises
-    CommandFailed on a timeout or a cancel."""
-    out = {}
+    """Top kernels, NVTX ranges and CUDA API calls of a report, from `nsys stats` (CSV): each
+    report's rows, and NAME_error for one that failed with none. Raises CommandFailed on a timeout
+    or a cancel."""
+    out: dict[str, Any] = {}
     for name in ("cuda_gpu_kern_sum", "nvtx_sum", "cuda_api_sum"):
-        # --force-export: seen on an H100, the report's mtime moved after the first call exported
-        # it, and later calls refused the export as "older than input file".
+        # --force-export: the first call's export can move the report's mtime, and nsys refuses
+        # to reuse an export "older than input file": every call exports again.
         p = run([nsys, "stats", "--report", name, "--format", "csv", "--output", "-", "--force-export=true", report],
                 timeout, cancel)
         rows = _csv_rows(p.stdout)

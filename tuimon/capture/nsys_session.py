@@ -14,7 +14,7 @@ import secrets
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..channel.control import MAX_SECONDS
 from ..channel.paths import safe_file_part
@@ -89,7 +89,7 @@ def session_name() -> str:
     return f"tuimon-{os.getuid()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-def launch_command(nsys: str, session: str, cmd: list[str], launch_args: list[str] = ()) -> list[str]:
+def launch_command(nsys: str, session: str, cmd: list[str], launch_args: Sequence[str] = ()) -> list[str]:
     own_trace = any(a.split("=", 1)[0] in ("-t", "--trace") for a in launch_args)
     return [nsys, "launch", f"--session-new={session}", *([] if own_trace else [TRACE]), *launch_args, *cmd]
 
@@ -104,7 +104,7 @@ class NsysSession:
             said = (done.stderr.strip() or done.stdout.strip()).splitlines()
             raise CommandFailed(f"nsys {args[0]} failed ({done.returncode}): {safe_text(said[-1] if said else '', 300)}")
 
-    def start(self, output: str, start_args: list[str] = (), timeout: float = 60) -> None:
+    def start(self, output: str, start_args: Sequence[str] = (), timeout: float = 60) -> None:
         self._call("start", "-o", output, "--force-overwrite=true", *start_args, timeout=timeout)
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
@@ -131,11 +131,11 @@ class SessionWindows:
     """Windows of one job's session, each on a thread of its own (nsys stop takes seconds)."""
 
     def __init__(self, session: NsysSession, pid: int, program: str, steps_now: Callable[[], int],
-                 alive: Callable[[], bool], start_args: list[str] = (), lock_path: str | None = None):
+                 alive: Callable[[], bool], start_args: Sequence[str] = (), lock_path: str | None = None):
         self.session, self.pid, self.program = session, pid, program
         self.steps_now, self.alive, self.start_args = steps_now, alive, list(start_args)
         self.lock_path = lock_path  # the job's segment: locked by the monitor whose window runs
-        self._status = CaptureStatus(0, "idle", "nsys", message=COST_NOTE)
+        self._status = CaptureStatus(seq=0, state="idle", kind="nsys", message=COST_NOTE)
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._collecting = False
@@ -145,9 +145,11 @@ class SessionWindows:
 
     def _set(self, **kw) -> None:
         s = self._status
-        self._status = CaptureStatus(kw.get("seq", s.seq), kw.get("state", s.state), "nsys",
-                                     kw.get("first_step", s.first_step), kw.get("last_step", s.last_step),
-                                     kw.get("message", s.message), kw.get("path", s.path), time.monotonic_ns())
+        self._status = CaptureStatus(seq=kw.get("seq", s.seq), state=kw.get("state", s.state), kind="nsys",
+                                     first_step=kw.get("first_step", s.first_step),
+                                     last_step=kw.get("last_step", s.last_step),
+                                     message=kw.get("message", s.message), path=kw.get("path", s.path),
+                                     updated_ns=time.monotonic_ns())
 
     def request(self, steps: int | None = None, seconds: float | None = None, kind: int = 0) -> int:
         """kind: 0 only (the session's own, nsys); a memory window is the probe's (CaptureClient)."""
@@ -203,6 +205,7 @@ class SessionWindows:
                 ended = self._until(lambda: self._progress(first) >= first + steps - 1, STEP_WAIT_S)
                 note = "" if ended else f"; the job stopped stepping: closed after {STEP_WAIT_S:g} s"
             else:
+                assert seconds is not None  # (check_request: steps or seconds)
                 end = time.monotonic() + seconds
                 self._until(lambda: self._progress(first) < 0 or time.monotonic() >= end, seconds + 1)
                 note = ""

@@ -26,7 +26,8 @@ def summarize(status: CaptureStatus, timeout: float = TIMEOUT_S, cancel: threadi
             return _memory(status.path, timeout, cancel)
         return _torch(status.path, status, timeout, cancel)
     except CommandFailed as e:
-        return CaptureSummary("failed", status.path or None, _size(status.path), error=f"summary {e}")
+        return CaptureSummary(state="failed", file=status.path or None, size=_size(status.path),
+                              error=f"summary {e}")
 
 
 def _size(path: str) -> int | None:
@@ -39,10 +40,11 @@ def _size(path: str) -> int | None:
 def _torch(path: str, status: CaptureStatus, timeout: float, cancel) -> CaptureSummary:
     size = _size(path)
     if size is None:
-        return CaptureSummary("failed", path, None, error=f"the trace {path} is not there")
+        return CaptureSummary(state="failed", file=path, size=None, error=f"the trace {path} is not there")
     done = run([sys.executable, "-m", "tuimon.capture.trace_summary", path], timeout, cancel)
     if done.returncode != 0:
-        return CaptureSummary("failed", path, size, error=safe_text(done.stderr.strip()[-300:] or "the trace reader failed"))
+        return CaptureSummary(state="failed", file=path, size=size,
+                              error=safe_text(done.stderr.strip()[-300:] or "the trace reader failed"))
     s = json.loads(done.stdout)
     lines = []
     steps = status.last_step - status.first_step + 1 if status.first_step >= 1 and status.last_step >= status.first_step else 0
@@ -56,7 +58,8 @@ def _torch(path: str, status: CaptureStatus, timeout: float, cancel) -> CaptureS
         if s[key]:
             lines.append(title + ":")
             lines += [f"  {r['ms']:>9.3f} ms  {r['calls']:>6}x  {safe_text(r['name'], 70)}" for r in s[key]]
-    return CaptureSummary("done", path, size, lines, kernels_per_step=per_step, kernel_us=kernel_us)
+    return CaptureSummary(state="done", file=path, size=size, lines=lines, kernels_per_step=per_step,
+                          kernel_us=kernel_us)
 
 
 VIEWER = "https://pytorch.org/memory_viz"
@@ -69,12 +72,12 @@ def _gib(b: int) -> str:
 def _memory(path: str, timeout: float, cancel) -> CaptureSummary:
     size = _size(path)
     if size is None:
-        return CaptureSummary("failed", path, None, error=f"the snapshot {path} is not there")
+        return CaptureSummary(state="failed", file=path, error=f"the snapshot {path} is not there")
     done = run([sys.executable, "-m", "tuimon.capture.memory_summary", path], timeout, cancel)
     if done.returncode != 0:
-        return CaptureSummary("failed", path, size,
+        return CaptureSummary(state="failed", file=path, size=size,
                               error=safe_text(done.stderr.strip()[-300:] or "the snapshot reader failed"))
-    return CaptureSummary("done", path, size, memory_lines(json.loads(done.stdout)))
+    return CaptureSummary(state="done", file=path, size=size, lines=memory_lines(json.loads(done.stdout)))
 
 
 def memory_lines(s: dict) -> list[str]:
@@ -100,11 +103,12 @@ def memory_lines(s: dict) -> list[str]:
 def _nsys(report: str, timeout: float, cancel) -> CaptureSummary:
     size = _size(report)
     if not size:
-        return CaptureSummary("waiting", report or None, None,
-                              [f"nsys has not written {os.path.basename(report or '?')} yet"])
+        return CaptureSummary(state="waiting", file=report or None, size=None,
+                              lines=[f"nsys has not written {os.path.basename(report or '?')} yet"])
     tool = nsys_tools.find_nsys()
     if tool is None:
-        return CaptureSummary("failed", report, size, error="nsys not found here: cannot summarise the report")
+        return CaptureSummary(state="failed", file=report, size=size,
+                              error="nsys not found here: cannot summarise the report")
     s = nsys_tools.stats(tool, report, timeout=timeout, cancel=cancel)
     lines = []
     for title, key in (("top kernels", "cuda_gpu_kern_sum"), ("NVTX ranges", "nvtx_sum"),
@@ -115,4 +119,4 @@ def _nsys(report: str, timeout: float, cancel) -> CaptureSummary:
             lines.append("  " + safe_text(s[key + "_error"], 200))
         elif not s[key]:
             lines.append("  (none in this window)")
-    return CaptureSummary("done", report, size, lines)
+    return CaptureSummary(state="done", file=report, size=size, lines=lines)

@@ -45,7 +45,7 @@ class Request:
         return self.mode >> KIND_SHIFT
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class State:
     ack_seq: int
     state: int
@@ -65,7 +65,7 @@ class State:
         return self.state in (L.STATE_ARMED, L.STATE_CAPTURING, L.STATE_WRITING)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Now:
     """The step in progress, as the probe's control thread last wrote it (ns: CLOCK_MONOTONIC)."""
 
@@ -129,8 +129,9 @@ class ControlBlock:
             return fields, self.view.read(L.CTL_MESSAGE_AT, msg_len), self.view.read(L.CTL_PATH_AT, path_len)
 
         fields, msg, path = self._stable(read)
-        return State(fields[0], fields[1], fields[2], fields[3], fields[4], fields[5],
-                     msg.decode("utf-8", "replace"), path.decode("utf-8", "replace"))
+        return State(ack_seq=fields[0], state=fields[1], first_step=fields[2], last_step=fields[3],
+                     kind=fields[4], updated_ns=fields[5],
+                     message=msg.decode("utf-8", "replace"), path=path.decode("utf-8", "replace"))
 
     def write_state(self, ack_seq: int, state: int, first_step: int = 0, last_step: int = 0, kind: int = 0,
                     now_ns: int = 0, message: str = "", path: str = "") -> None:
@@ -164,8 +165,10 @@ class ControlBlock:
         if f[0] <= 0:
             return None
         source = L.STEP_SOURCES[f[2]] if f[2] < len(L.STEP_SOURCES) else "none"
-        return Now(f[0], f[1], source, f[3], f[4], f[5], f[6], f[7], f[8], where.decode("utf-8", "replace"),
-                   waiting.decode("utf-8", "replace"))
+        return Now(updated_ns=f[0], step=f[1], source=source, phase_id=f[3], collective_id=f[4],
+                   phase_since_ns=f[5], step_t0_ns=f[6], moved_ns=f[7], longest_ns=f[8],
+                   where=where.decode("utf-8", "replace"),
+                   waiting_in=waiting.decode("utf-8", "replace"))
 
     # -- how the job ended (probe: once, at its end) ---------------------------------------------
 

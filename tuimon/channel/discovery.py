@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from . import layout as L
@@ -80,7 +81,8 @@ def find_segments(pid: int, directory: str | None = None, grace_s: float = STALE
     return found
 
 
-def cleanup_stale(directory: str | None = None, keep: set[int] = frozenset(), grace_s: float = STALE_GRACE_S) -> list[str]:
+def cleanup_stale(directory: str | None = None, keep: AbstractSet[int] = frozenset(),
+                  grace_s: float = STALE_GRACE_S) -> list[str]:
     """Remove this user's segments whose process is gone: at once when the PID was reused,
     after grace_s of silence when the process exited. Returns the removed paths."""
     removed = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from . import layout as L
 
@@ -70,7 +71,8 @@ class JobMeta:
             raw = _dump(meta)
             if len(raw) <= capacity:
                 break
-            meta = replace(meta, **{name: () if name == "nsys_start_args" else None})
+            blank: dict[str, Any] = {name: () if name == "nsys_start_args" else None}
+            meta = replace(meta, **blank)
             cut.append(name)
         if cut:
             meta = _noted(meta, f"left out to fit the segment's header: {', '.join(cut)}")
@@ -80,7 +82,7 @@ class JobMeta:
         return raw
 
     def _bounded(self) -> JobMeta:
-        changes = {}
+        changes: dict[str, Any] = {}
         for name, limit in KEPT_TEXT_BYTES.items():
             v = getattr(self, name)
             if isinstance(v, str) and len(v.encode("utf-8", "replace")) > limit:

@@ -86,7 +86,7 @@ def namespace_pid(pid: int) -> int | None:
 
 def is_zombie(pid: int) -> bool:
     fields = _stat_fields(pid)
-    return bool(fields) and fields[0] in ("Z", "X")
+    return fields is not None and bool(fields) and fields[0] in ("Z", "X")
 
 
 def parent_map() -> dict[int, int]:

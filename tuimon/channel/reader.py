@@ -21,7 +21,7 @@ from .paths import parse_segment_name
 from .ring import unpack_records
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SegmentInfo:
     path: str
     pid: int
@@ -110,7 +110,8 @@ class SegmentReader:
         if not (L.META_OFFSET <= meta_off and meta_off + meta_len <= header_size):
             raise bad(f"metadata {meta_off}+{meta_len} outside the header")
         meta = JobMeta.decode(header[meta_off : meta_off + meta_len])
-        return SegmentInfo(path, pid, uid, start, created, ring_n, meta)
+        return SegmentInfo(path=path, pid=pid, uid=uid, start_ticks=start, created_ns=created,
+                           ring_records=ring_n, meta=meta)
 
     def _u64(self, off: int) -> int:
         return L.U64.unpack(self._file.read(off, 8))[0]

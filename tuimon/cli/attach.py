@@ -38,7 +38,9 @@ def cmd_attach(args) -> int:
         if args.json:
             print(json.dumps(view_json(view, args.pid), indent=2))
         else:
-            print(textview.summary_line(view))
+            from ..ui.plain import summary_line  # (formatting only: textual is not started)
+
+            print(summary_line(view))
             if isinstance(view.channel, NA):
                 print(f"tuimon: no channel: {safe_text(view.channel.reason, 500)}", file=sys.stderr)
             for source, why in view.problems.items():
@@ -81,6 +83,8 @@ def cmd_top(args) -> int:
             print(json.dumps({"gpus": [to_json(g.latest) for g in view.gpus], "host": to_json(view.host),
                               "problems": dict(view.problems)}, indent=2))
         else:
+            from ..ui.plain import top_text  # (formatting only: textual is not started)
+
             print(top_text(view))
         return 0
     if not has_terminal():
@@ -90,19 +94,6 @@ def cmd_top(args) -> int:
     return tui(session, f"top, every {args.interval:g} s", top=True)
 
 
-def top_text(view: View) -> str:
-    """All GPUs and their processes, and the host, as plain text (`top --once`)."""
-    from ..ui import render  # formatting helpers only; textual is not started
-
-    lines = []
-    if not view.gpus or "gpu" in view.problems:
-        lines.append(f"{'no GPU data: ' if not view.gpus else ''}{view.problems.get('gpu', 'NVML found no GPU')}")
-    for g in view.gpus:
-        lines.append(render.gpu_line(g.latest))
-        lines += ["  " + row for row in render.gpu_process_rows(g.latest)]
-    if view.host is not None:
-        lines.append(render.host_line(view.host))
-    return "\n".join(lines)
 
 
 def read_recording(path: str, on_cycle) -> Recording | None:
@@ -121,7 +112,7 @@ def read_recording(path: str, on_cycle) -> Recording | None:
 
 
 def cmd_replay(args) -> int:
-    cycles = []
+    cycles: list[None] = []
     rec = read_recording(args.file, lambda c: cycles.append(None))  # (counted, not kept)
     if rec is None:
         return 2

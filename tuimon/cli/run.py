@@ -74,7 +74,7 @@ def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, de
         except OSError as e:
             print(f"tuimon: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
             return 127
-    if exporter is not None:
+    if exporter is not None and metrics is not None:
         tell(f"tuimon: metrics on {metrics_url(exporter.port, metrics[1])}")
     log, log_path = launch.job_log()  # the TUI holds the terminal; a reader may close the plain lines' pipe
     env["TUIMON_JOB_LOG"] = log_path  # (the probe keeps it in the channel: `tuimon ls` shows it)

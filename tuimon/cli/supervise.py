@@ -22,7 +22,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
+Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None  # what signal.signal() returns
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 KILL_GRACE_S = 10.0  # from the second stop signal to SIGKILL (docker stop's default)
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -53,7 +57,7 @@ class Supervisor:
         self.kill_at: float | None = None
         self._hook = None
         self._notes: list[str] = []  # said by wait(), never by a handler
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Handler] = {}
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -123,6 +127,8 @@ class Supervisor:
             hook()
 
     def _forward(self, signum: int) -> None:
+        if self.child is None:
+            return  # (not adopted yet)
         try:
             os.killpg(self.child.pid, signum)  # the job is its process group's leader
         except (ProcessLookupError, PermissionError):
@@ -137,10 +143,12 @@ class Supervisor:
     def wait(self) -> int:
         """Wait for the job, saying what the handlers did and sending SIGKILL when its time
         comes; the job's return code (negative: the signal that ended it)."""
+        child = self.child
+        assert child is not None, "adopt(child) first"
         while True:
             self.say_notes()
             try:
-                code = self.child.wait(timeout=0.2)
+                code = child.wait(timeout=0.2)
             except subprocess.TimeoutExpired:
                 code = None
             if code is not None:
@@ -148,7 +156,7 @@ class Supervisor:
                 return code
             if self.kill_at is not None and time.monotonic() >= self.kill_at:
                 self.kill_at = None
-                tell(f"tuimon: SIGKILL to the job (PID {self.child.pid} and its process group)")
+                tell(f"tuimon: SIGKILL to the job (PID {child.pid} and its process group)")
                 self._forward(signal.SIGKILL)
 
 

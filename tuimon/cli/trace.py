@@ -64,7 +64,7 @@ def describe(tl: Timeline, path: str) -> str:
     """'wrote t.json: ranks 0, 1; 2,468 steps over 8.2 s; 4 GPU counter tracks (open it in Perfetto: ...)'."""
     who = [f"rank {p.rank}" if p.rank is not None else f"PID {p.pid}" for p in tl.processes if p.steps]
     steps = sum(len(p.steps) for p in tl.processes)
-    lo, hi = tl.span_ns()
+    lo, hi = tl.span_ns() or (0, 0)  # (called with steps: cmd_trace says so otherwise)
     parts = [", ".join(who), f"{steps:,} steps over {(hi - lo) / 1e9:.1f} s"]
     if tl.counters:
         parts.append(f"{len(tl.counters)} GPU counter track{'s' if len(tl.counters) != 1 else ''}")

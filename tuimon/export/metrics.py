@@ -14,10 +14,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ..analysis import thresholds as T
 from ..model import NA
+from ..model.vocab import VERDICT_CODES
 from ..monitor.state import View
-
-VERDICTS = ("exited", "stalled", "waiting", "straggler", "memory-pressure", "input-bound", "copy-bound", "comm-bound",
-            "memory-bound", "compute-bound", "healthy", "sync-bound", "host-bound", "mixed")
 
 
 def _num(v) -> float | None:
@@ -115,7 +113,7 @@ def _job(f: _Families, view: View) -> None:
         f.add("tuimon_process_up", "1 while the monitored process runs", labels, int(bool(p.alive)))
         if p.alive:
             f.add("tuimon_process_cpu_ratio", "CPU of the job's processes, in cores (1.0 = one core busy)", labels,
-                  _num(p.cpu_percent) and _num(p.cpu_percent) / 100)
+                  None if (cpu := _num(p.cpu_percent)) is None else cpu / 100)
             f.add("tuimon_process_resident_memory_bytes", "RSS of the job's processes, summed (shared pages counted "
                   "per process)", labels, p.rss)
     if t is None:
@@ -157,10 +155,11 @@ def _job(f: _Families, view: View) -> None:
     if t.syncs is not None:
         f.add("tuimon_syncs_per_step", "Device-to-host syncs per step", labels, t.syncs.per_step)
     if t.memory is not None:
-        for metric, v, doc in (("tuimon_torch_allocated_bytes", t.memory.allocated, "Caching allocator: allocated"),
-                               ("tuimon_torch_reserved_bytes", t.memory.reserved, "Caching allocator: reserved"),
-                               ("tuimon_torch_peak_allocated_bytes", t.memory.peak_allocated, "Caching allocator: peak")):
-            f.add(metric, doc, labels, v)
+        for metric, n_bytes, doc in (
+                ("tuimon_torch_allocated_bytes", t.memory.allocated, "Caching allocator: allocated"),
+                ("tuimon_torch_reserved_bytes", t.memory.reserved, "Caching allocator: reserved"),
+                ("tuimon_torch_peak_allocated_bytes", t.memory.peak_allocated, "Caching allocator: peak")):
+            f.add(metric, doc, labels, n_bytes)
         f.add("tuimon_torch_alloc_retries_total", "cudaMalloc retries after emptying the cache", labels,
               t.memory.alloc_retries, counter=True)
         f.add("tuimon_torch_alloc_retries_per_step", f"Caching allocator retries per step over the window (memory "
@@ -171,7 +170,7 @@ def _job(f: _Families, view: View) -> None:
               "else the device's memory", labels, t.memory.capacity)
     _ranks(f, view, labels)
     code = view.verdict.code
-    for c in VERDICTS:  # a state set: exactly one is 1
+    for c in VERDICT_CODES:  # a state set: exactly one is 1
         f.add("tuimon_verdict", "The diagnosis: 1 for the current verdict", {**labels, "verdict": c}, int(c == code))
     _baseline(f, view, labels)
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .training import PhaseRow, StepTimes
+from .vocab import ComparisonState
 
 BASELINE_VERSION = 2  # 2: batches (the mean step time's evidence), the peak allocated, GPU step time as a mean
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Baseline:
     version: int
     created: str  # ISO 8601, local time with offset
@@ -43,7 +44,7 @@ class PhaseDelta:
         return self.now_ms - self.baseline_ms
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PeakMemory:
     """The caching allocator's peak allocated, the baseline's and now."""
 
@@ -58,7 +59,7 @@ class Comparison:
     """The window of recent steps (its newest batches) against the baseline's batches."""
 
     file: str  # the baseline's file, as given
-    state: str  # the step time: 'regression' | 'faster' | 'same' | 'collecting' (no decision yet)
+    state: ComparisonState  # the step time's (collecting: no decision yet)
     progress: str = ""  # while collecting, in words: "collecting: 6 s of 9"
     collected_s: float | None = None  # while collecting: seconds of steps past the warm-up so far
     needed_s: float | None = None  # ...and the seconds a decision needs (0 in the warm-up)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .vocab import CaptureState
 
-@dataclass(frozen=True)
+BUSY: tuple[CaptureState, ...] = ("armed", "capturing", "writing")  # a window is on its way
+
+
+@dataclass(frozen=True, kw_only=True)
 class CaptureSummary:
     state: str  # 'pending' (being read) | 'done' | 'failed' | 'waiting' (nsys has not written it yet)
     file: str | None = None
@@ -34,10 +38,10 @@ class WindowCost:
     lost_ms: float  # the time the job lost: what those steps took beyond the typical step
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CaptureStatus:
     seq: int  # the request this state answers (0: none yet)
-    state: str  # idle | armed | capturing | writing | done | failed
+    state: str  # a CaptureState (vocab.py), or the control block's unknown number in words
     kind: str  # 'nsys' | 'torch.profiler'
     first_step: int = 0
     last_step: int = 0
@@ -49,4 +53,4 @@ class CaptureStatus:
 
     @property
     def busy(self) -> bool:
-        return self.state in ("armed", "capturing", "writing")
+        return self.state in BUSY

@@ -13,7 +13,7 @@ from .training import RankRow, TrainingSnapshot
 from .values import NA
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Cycle:
     t: int  # CLOCK_MONOTONIC ns when the poll began
     process: ProcessSample | None = None

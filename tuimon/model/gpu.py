@@ -14,7 +14,7 @@ GPM_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "fp32_active", "fp16
               "pcie_tx", "pcie_rx", "nvlink_rx", "nvlink_tx")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuProcess:
     pid: int
     gpu_mem: int | None = None  # bytes
@@ -25,7 +25,7 @@ class GpuProcess:
     command: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuSample:
     index: int
     t: int = 0  # CLOCK_MONOTONIC ns

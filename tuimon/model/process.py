@@ -9,7 +9,7 @@ from .values import NA
 Num = float | int | NA
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProcRow:
     pid: int
     role: str  # 'target' | 'child'
@@ -25,7 +25,7 @@ class ProcRow:
     rank: int | None = None  # a rank of the job (its channel says which), else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HostSample:
     cpu_percent: float  # all cores, 0..100
     cpus: int
@@ -33,7 +33,7 @@ class HostSample:
     mem_total: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProcessSample:
     pid: int
     t: int = 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepTimes:
     p50: float
     p95: float
@@ -15,7 +15,7 @@ class StepTimes:
     last: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RangeRow:
     name: str
     count: int
@@ -34,7 +34,7 @@ class PhaseRow:
     mean_ms: float  # per step
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuTimes:
     """The GPU side of the steps, from CUDA events (see tuimon/probe/gpu_timing.py)."""
 
@@ -46,7 +46,7 @@ class GpuTimes:
     lag_ms: float | None = None  # median queued GPU work when the host finished a step (0: the GPU waited)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CommTimes:
     """Time the step spends in collectives (see tuimon/probe/comm.py): on the loop thread (the
     "comm" phase: gloo blocks there) and on the GPU (CUDA events: NCCL makes the stream wait)."""
@@ -62,7 +62,7 @@ class CommTimes:
         return self.gpu_ms if self.gpu_ms is not None else self.host_ms
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RankRow:
     """One rank of a multi-process job, as its own channel says, over its own window of steps."""
 
@@ -100,7 +100,7 @@ class RankRow:
         return max(0.0, self.step_mean_ms - (self.comm_ms or 0.0))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Straggler:
     """The rank whose own work per step (its step less its waits in collectives) is the longest,
     against the other ranks'; named a straggler by the diagnosis past its threshold."""
@@ -158,7 +158,7 @@ class SyncSite:
     per_step: float  # estimated from sampled call sites
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Syncs:
     """Device-to-host syncs of the loop thread (.item(), .cpu(), torch.cuda.synchronize(), ...)."""
 
@@ -168,7 +168,7 @@ class Syncs:
     top: list[SyncSite] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Memory:
     """The caching allocator's numbers for the loop's GPU (bytes), read every ~0.5 s
     (analysis/memory.py)."""
@@ -223,7 +223,7 @@ class JobEnd:
     log_tail: list[str] = field(default_factory=list)  # its last lines
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainingSnapshot:
     pid: int
     state: str = "alive"  # 'alive' | 'exited' | 'reused'

@@ -15,7 +15,18 @@ from ..analysis.batches import StepBatches
 from ..analysis.regression import Reference
 from ..analysis.summary import percentile
 from ..channel.text import safe_text
-from ..model import BASELINE_VERSION, BadValue, Baseline, Cycle, PhaseRow, StepTimes, from_json, num, to_json
+from ..model import (
+    BASELINE_VERSION,
+    BadValue,
+    Baseline,
+    Cycle,
+    PhaseRow,
+    StepTimes,
+    TrainingSnapshot,
+    from_json,
+    num,
+    to_json,
+)
 
 FORMAT = "tuimon-baseline"
 MAX_SAMPLES = 5000  # step times kept (the newest): their median and p95 are compared beside the mean
@@ -41,7 +52,7 @@ class BaselineBuilder:
         self._peak: int | None = None
         self._activity: dict[str, list[float]] = {f: [] for f in ACTIVITY_FIELDS}
         self._gpu_models: set[str] = set()
-        self._training = None
+        self._training: TrainingSnapshot | None = None
 
     @property
     def steps(self) -> int:
@@ -120,11 +131,12 @@ class BaselineBuilder:
             rank=t.rank if t is not None else None,
             world_size=t.world_size if t is not None else None,
             steps=steps,
-            step_time_ms=StepTimes(round(percentile(s, 50), 3), round(percentile(s, 95), 3),
-                                   round(percentile(s, 99), 3), round(mean, 3), round(samples[-1], 3)),
+            step_time_ms=StepTimes(p50=round(percentile(s, 50), 3), p95=round(percentile(s, 95), 3),
+                                   p99=round(percentile(s, 99), 3), mean=round(mean, 3),
+                                   last=round(samples[-1], 3)),
             steps_per_s=round(1e3 / mean, 3),
-            throughput_per_s={k[6:]: round(self._mean(k) * 1e3 / mean, 3) for k in self._weighted
-                              if k.startswith("count:")},
+            throughput_per_s={k[6:]: round(per_step * 1e3 / mean, 3) for k in self._weighted
+                              if k.startswith("count:") and (per_step := self._mean(k)) is not None},
             data_wait_share=_round(self._mean("data_wait_share"), 4),
             phases=phases,
             gpu_step_ms=_round(self._mean("gpu_step_ms"), 3),

@@ -4,7 +4,7 @@ One process per process of the job (named by rank), with its tracks:
 - "steps": a slice per step ("step 812", args: its number and what the probe measured of it:
   syncs, bytes and calls handed to collectives, GPU time), and inside it a slice per phase
   ("forward", "backward", "sync", "comm", ...) lasting the phase's time in the step. A step's
-  phases add up to it, laid end to end in a fixed order (PHASE_ORDER): their lengths are measured,
+  phases add up to it, laid end to end in a fixed order (vocab.PHASES): their lengths are measured,
   their order within the step is not (the probe keeps totals per step).
 - "data waits": the loop's waits for its DataLoader, at their real times (live jobs);
 - "ranges <thread>": tuimon.range ranges, at their real times and nesting (live jobs).
@@ -13,9 +13,9 @@ GPU metrics are counter tracks of a process per GPU. Times are CLOCK_MONOTONIC, 
 
 from __future__ import annotations
 
+from ..model.vocab import PHASES
 from .timeline import Timeline
 
-PHASE_ORDER = ("data", "forward", "backward", "comm", "optimizer", "sync", "other")
 STEPS_TID, DATA_TID = (1 << 22) + 1, (1 << 22) + 2  # above any Linux thread id (pid_max is at most 2^22)
 GPU_PID_BASE = (1 << 22) + 16  # above any Linux PID (and the tids above)
 LAYOUT_NOTE = "phases: each one's time in the step, laid end to end (their order within the step is not measured)"
@@ -81,7 +81,7 @@ def _meta(pid: int, tid: int | None, what: str, **args) -> list[dict]:
 
 
 def _phase_rank(name: str) -> tuple[int, str]:
-    return (PHASE_ORDER.index(name) if name in PHASE_ORDER else len(PHASE_ORDER), name)
+    return (PHASES.index(name) if name in PHASES else len(PHASES), name)
 
 
 def _values(values: dict[str, float]) -> dict:

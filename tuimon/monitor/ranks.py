@@ -116,10 +116,10 @@ class RankSet:
 def rows(snaps: dict[int, TrainingSnapshot], gpus: list[GpuSample] | None, exited: set[int]) -> list[RankRow]:
     """One row per rank, by rank, with the GPU NVML sees its process on and that GPU's activity."""
     on_gpu: dict[int, GpuSample] = {}
-    for g in gpus or []:
-        if isinstance(g.processes, list):
-            for p in g.processes:
-                on_gpu.setdefault(p.pid, g)
+    for sample in gpus or []:
+        if isinstance(sample.processes, list):
+            for p in sample.processes:
+                on_gpu.setdefault(p.pid, sample)
     out = []
     for pid, s in snaps.items():
         g = on_gpu.get(pid)

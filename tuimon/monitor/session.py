@@ -154,9 +154,11 @@ class LiveSession:
             process = replace(process, procs=[replace(r, loop=r.pid == training.pid, rank=rank_of.get(r.pid))
                                               for r in process.procs])
         steps = self._steps(view, snaps) if self.timeline and view is not None else []
-        return Cycle(t, process, gpus, training, capture, self.channel,
-                     view.source.reader.info.pid if view is not None and self.shown_why else None,
-                     self.shown_why, problems, note, host, self.job_log, self._tail(process), rows, steps,
+        return Cycle(t=t, process=process, gpus=gpus, training=training, capture=capture,
+                     channel=self.channel, shown_why=self.shown_why,
+                     shown_pid=view.source.reader.info.pid if view is not None and self.shown_why else None,
+                     problems=problems, gpu_note=note, host=host,
+                     job_log=self.job_log, job_tail=self._tail(process), ranks=rows, steps=steps,
                      outside=outside)
 
     def _steps(self, shown: TrainingView, snaps: dict) -> list:
@@ -370,7 +372,7 @@ class LiveSession:
     def start(self, on_cycle: Callable[[Cycle], None], on_end: Callable[[], None] | None = None) -> None:
         """(on_end: never called; a live session goes on until stopped)"""
         def failed(message: str) -> None:  # a bug in a sampler: say so rather than freeze
-            on_cycle(Cycle(time.monotonic_ns(), problems={"sampler": message}))
+            on_cycle(Cycle(t=time.monotonic_ns(), problems={"sampler": message}))
 
         self._poller = Poller(self.poll, on_cycle, self.interval, name="tuimon-sampler", on_error=failed).start()
 

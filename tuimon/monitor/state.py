@@ -61,7 +61,7 @@ def _mean(values: list) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class View:
     training: TrainingSnapshot | None
     process: ProcessSample | None
@@ -135,7 +135,7 @@ class MonitorState:
         self._regression_since: int | None = None  # the cycle time (ns) the regression was first seen
         self.ranks: list[RankRow] = []
         self.outside: OutsideLines | None = None
-        self._memory_hist = {k: deque(maxlen=history) for k in MEMORY_SERIES}
+        self._memory_hist: dict[str, deque[int | None]] = {k: deque(maxlen=history) for k in MEMORY_SERIES}
 
     def _column(self, t: int) -> _Column:
         cid = t // (COLUMN_S * 1_000_000_000)
@@ -195,7 +195,7 @@ class MonitorState:
             self.outside = c.outside
         if self.baseline is not None:
             self._batches.add(c.training)
-            self._compare(c.t)
+            self._compare(c.t, *self.baseline)
 
     def _add_memory(self, t: TrainingSnapshot) -> None:
         """The allocator's gauges and NVML's number for the process, once a cycle (another process
@@ -210,9 +210,8 @@ class MonitorState:
         for k, v in zip(MEMORY_SERIES, (m.allocated, m.reserved, m.peak_allocated, nvml), strict=True):
             self._memory_hist[k].append(v)
 
-    def _compare(self, t_ns: int) -> None:
+    def _compare(self, t_ns: int, file: str, baseline: Baseline) -> None:
         """Once per cycle (not per view): the comparison sorts the baseline's steps."""
-        file, baseline = self.baseline
         models = [s.name for i in self.target_gpus() if isinstance((s := self.gpus[i]).name, str)]
         cmp = compare(baseline, file, self.training, self._batches, models, self._reference)
         if not cmp.regressed:
@@ -237,13 +236,17 @@ class MonitorState:
                 for i in sorted(self.gpus)]
         straggler, comm_share = job_ranks.straggler(self.ranks), job_ranks.comm_share(self.ranks)
         ended = self._job_end()
-        return View(self.training, self.process, gpus, list(self._step_ms),
-                    self._verdict(straggler, comm_share, ended), self.target_gpus(), self.gpu_note, paused,
-                    self.capture, [self.captures[k] for k in sorted(self.captures)], dict(self.problems), self.channel,
-                    self.shown_why, [_mean(c.step_ms) for c in self._columns],
-                    [_mean(c.gpu_step_ms) for c in self._columns], self._nvml_memory(), self.host,
-                    self.job_log, list(self.job_tail), self._comparison, list(self.ranks),
-                    straggler, comm_share, ended, loop_stall.check(self.training), outside=self.outside,
+        return View(training=self.training, process=self.process, gpus=gpus, step_ms=list(self._step_ms),
+                    verdict=self._verdict(straggler, comm_share, ended), target_gpus=self.target_gpus(),
+                    gpu_note=self.gpu_note, paused=paused, capture=self.capture,
+                    captures=[self.captures[k] for k in sorted(self.captures)], problems=dict(self.problems),
+                    channel=self.channel, shown_why=self.shown_why,
+                    step_columns=[_mean(c.step_ms) for c in self._columns],
+                    gpu_step_columns=[_mean(c.gpu_step_ms) for c in self._columns],
+                    nvml_memory=self._nvml_memory(), host=self.host, job_log=self.job_log,
+                    job_tail=list(self.job_tail), baseline=self._comparison, ranks=list(self.ranks),
+                    straggler=straggler, comm_share=comm_share, job_end=ended,
+                    stall=loop_stall.check(self.training), outside=self.outside,
                     memory_history={k: list(v) for k, v in self._memory_hist.items()})
 
     def _job_end(self) -> JobEnd | None:
@@ -267,8 +270,8 @@ class MonitorState:
                 mine = [p.gpu_mem for p in s.processes if p.pid in pids and p.gpu_mem is not None]
                 if mine:
                     used = (used or 0) + sum(mine)
-            if num(s.mem_total) is not None:
-                total = (total or 0) + s.mem_total
+            if (mem_total := num(s.mem_total)) is not None:
+                total = (total or 0) + mem_total
         return used, total
 
     def _gpu_columns(self, i: int) -> dict[str, list]:

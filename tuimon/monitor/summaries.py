@@ -38,7 +38,7 @@ class SummaryWorker:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="tuimon-summaries", daemon=True)
                 self._thread.start()
-        return done[1] if done is not None else CaptureSummary("pending", status.path or None,
+        return done[1] if done is not None else CaptureSummary(state="pending", file=status.path or None,
                                                               lines=["reading the capture..."])
 
     def _run(self) -> None:
@@ -50,7 +50,8 @@ class SummaryWorker:
             try:
                 s = self._make(status, timeout=self.timeout, cancel=self._cancel)
             except Exception as e:  # noqa: BLE001 - a bug here must not end the worker
-                s = CaptureSummary("failed", status.path or None, error=f"summary failed: {type(e).__name__}: {e}")
+                s = CaptureSummary(state="failed", file=status.path or None,
+                                   error=f"summary failed: {type(e).__name__}: {e}")
             self._done[key] = (time.monotonic(), s)
             self._queued.discard(key)
 

@@ -81,7 +81,9 @@ class DeviceSampler:
         self.error: str | None = None  # why no GPU can be sampled at all
         if nvml is None:
             try:
-                import pynvml as nvml
+                import pynvml
+
+                nvml = pynvml
             except ImportError as e:  # nvidia-ml-py not installed
                 nvml = None
                 self.error = f"pynvml is not installed ({e}): pip install nvidia-ml-py"
@@ -173,18 +175,20 @@ class DeviceSampler:
         for dev, h in zip(self.devices, self._handles, strict=True):
             t = time.monotonic_ns()
             if h is None:
-                out.append(GpuSample(dev["index"], t, lost=dev["lost"]))
+                out.append(GpuSample(index=dev["index"], t=t, lost=dev["lost"]))
                 continue
             try:
                 out.append(self._sample_device(dev, h, t))
             except _Lost as e:
-                out.append(GpuSample(dev["index"], t, name=dev["name"], gpm=dev["gpm"], lost=e.na))
+                out.append(GpuSample(index=dev["index"], t=t, name=dev["name"], gpm=dev["gpm"], lost=e.na))
             except Exception as e:  # noqa: BLE001 - one GPU's trouble stays its own
-                out.append(GpuSample(dev["index"], t, name=dev["name"], gpm=dev["gpm"], lost=_err(self.nvml, e)))
+                out.append(GpuSample(index=dev["index"], t=t, name=dev["name"], gpm=dev["gpm"],
+                                     lost=_err(self.nvml, e)))
         return out
 
     def _sample_device(self, dev: dict, h, t: int) -> GpuSample:
-        nvml, i, errors = self.nvml, dev["index"], []
+        nvml, i = self.nvml, dev["index"]
+        errors: list[str] = []
 
         def read(field, fn, *args):
             return self._read(errors, field, fn, *args)
@@ -281,8 +285,12 @@ class DeviceSampler:
             return procs
         mem = {p.pid: getattr(p, "usedGpuMemory", None) for p in procs}
         util = self._process_utilization(i, h)
-        return [GpuProcess(pid, m if isinstance(m, int) else None, *util.get(pid, (None, None)))
-                for pid, m in sorted(mem.items())]
+        rows = []
+        for pid, m in sorted(mem.items()):
+            sm, mem_util = util.get(pid, (None, None))
+            rows.append(GpuProcess(pid=pid, gpu_mem=m if isinstance(m, int) else None, sm_util=sm,
+                                   mem_util=mem_util))
+        return rows
 
     def _process_utilization(self, i: int, h) -> dict[int, tuple[int, int]]:
         """pid -> (SM %, memory %), the mean of NVML's per-process samples since the last read.

@@ -27,6 +27,7 @@ class ProcessSampler:
         self.loop_tid: int | None = None  # the target's thread that steps, when the channel says
         self._loop_cpu: tuple | None = None  # (tid, ticks, run delay ns, monotonic s) at the last sample
         self._pss: dict[int, tuple[float, int | None]] = {}  # pid -> (monotonic s when read, PSS)
+        self._target: psutil.Process | None
         try:
             self._target = self._procs[pid] = psutil.Process(pid)
             self._target.cpu_percent(None)  # prime: the first reading is relative to this
@@ -49,7 +50,8 @@ class ProcessSampler:
                 self.exited_at = time.time()
             if self.popen is not None and self.exit_code is None:
                 self.exit_code = self.popen.poll()
-            return ProcessSample(self.pid, t, alive=False, exited_at=self.exited_at, exit_code=self.exit_code)
+            return ProcessSample(pid=self.pid, t=t, alive=False, exited_at=self.exited_at,
+                                 exit_code=self.exit_code)
         rows = []
         pids = [self.pid, *procinfo.descendants(self.pid)]
         for pid in pids:
@@ -61,7 +63,7 @@ class ProcessSampler:
         rows = self._with_pss(rows)
         loop_cpu, loop_cpu_wait = self._loop_thread_cpu()
         return ProcessSample(
-            self.pid, t, procs=rows,
+            pid=self.pid, t=t, procs=rows,
             cpu_percent=round(sum(r.cpu_percent for r in rows if isinstance(r.cpu_percent, float)), 1),
             rss=sum(r.rss for r in rows if isinstance(r.rss, int)),
             loop_cpu=loop_cpu,
@@ -136,24 +138,29 @@ def _read_pss(p: psutil.Process | None) -> int | None:
 def _row(p: psutil.Process, role: str) -> ProcRow | None:
     try:
         with p.oneshot():
+            io_read: int | NA
+            io_write: int | NA
             try:
                 io = p.io_counters()
                 io_read, io_write = io.read_bytes, io.write_bytes
             except (psutil.AccessDenied, AttributeError) as e:
                 io_read = io_write = NA(f"I/O counters not readable: {type(e).__name__}")
-            return ProcRow(p.pid, role, p.name(), float(p.cpu_percent(None)), p.memory_info().rss, p.num_threads(),
-                           p.status(), io_read, io_write)
+            return ProcRow(pid=p.pid, role=role, name=p.name(), cpu_percent=float(p.cpu_percent(None)),
+                           rss=p.memory_info().rss, threads=p.num_threads(),
+                           state=p.status(), io_read=io_read, io_write=io_write)
     except psutil.NoSuchProcess:
         return None  # it exited between listing and reading
     except psutil.AccessDenied:
         denied = NA("access denied")
-        return ProcRow(p.pid, role, denied, denied, denied, denied, denied, denied, denied)
+        return ProcRow(pid=p.pid, role=role, name=denied, cpu_percent=denied, rss=denied, threads=denied,
+                       state=denied, io_read=denied, io_write=denied)
 
 
 def host_sample() -> HostSample:
     """The machine's CPU (all cores, since the last call) and memory."""
     vm = psutil.virtual_memory()
-    return HostSample(psutil.cpu_percent(None), psutil.cpu_count() or 1, vm.total - vm.available, vm.total)
+    return HostSample(cpu_percent=psutil.cpu_percent(None), cpus=psutil.cpu_count() or 1,
+                      mem_used=vm.total - vm.available, mem_total=vm.total)
 
 
 class ProcessNames:

@@ -223,7 +223,8 @@ class OutsideSampler:
         """(threads seen, the main thread's name, its samples by (file, line, function)) from py-spy's
         raw output: a line per stack, `thread (TID): NAME;outer (file:line);...;inner (file:line) COUNT`."""
         threads: set[str] = set()
-        main_name, main = None, Counter()
+        main_name: str | None = None
+        main: Counter = Counter()
         for line in raw.splitlines():
             stack, _, count = line.rpartition(" ")
             if not count.isdigit():
@@ -251,7 +252,7 @@ class OutsideSampler:
             total.update(r.counts.get("all", Counter()))
         n = sum(total.values())
         split = [r for r in rounds if len(r.counts) == len(MODES)]  # (rounds every recorder finished)
-        by = {mode: Counter() for mode in MODES}
+        by: dict[str, Counter] = {mode: Counter() for mode in MODES}
         for r in split:
             for mode in MODES:
                 by[mode].update(r.counts[mode])

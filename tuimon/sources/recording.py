@@ -123,13 +123,13 @@ def _v1_cycles(lines: Iterator[dict], rec: Recording) -> Iterator[Cycle]:
             continue
         key = V1_SOURCES[source]
         if parts and (key in parts or t - first_t > V1_CYCLE_GAP_NS):
-            yield Cycle(first_t, **parts)
+            yield Cycle(t=first_t, **parts)
             parts = {}
         if not parts:
             first_t = t
         parts[key] = data
     if parts:
-        yield Cycle(first_t, **parts)
+        yield Cycle(t=first_t, **parts)
 
 
 def _v1_data(source: str, data):
@@ -152,7 +152,7 @@ class ReplaySource:
 
     def run(self, on_cycle, stop=None) -> int:
         n = 0
-        first_t = start = None
+        first_t, start = None, 0.0  # the first cycle's time, and when it was played
         for c in self.recording.cycles():
             if stop is not None and stop.is_set():
                 break

@@ -16,7 +16,6 @@ from ..channel.control import MAX_STEPS
 from ..monitor.session import Session
 from ..monitor.state import MonitorState, View
 from . import partial_updates
-from .memory_panel import MemoryScreen
 from .screens import (
     CapturesScreen,
     ExplainScreen,
@@ -24,6 +23,7 @@ from .screens import (
     HelpScreen,
     HotLinesScreen,
     MainScreen,
+    MemoryScreen,
     RangesScreen,
     StacksScreen,
     TopScreen,
@@ -72,7 +72,7 @@ class TuimonApp(App):
     def on_mount(self) -> None:
         self.push_screen(TopScreen() if self.top else MainScreen())
         self._previous_sighup = None
-        self._loop = asyncio.get_running_loop()
+        self._hangup_loop = asyncio.get_running_loop()  # (not Textual's own _loop, which it sets to None at exit)
         try:  # SSH dropped: the terminal is gone, so exit instead of spinning
             self._previous_sighup = signal.signal(signal.SIGHUP, self._hangup)
         except (ValueError, OSError):  # not the main thread
@@ -83,11 +83,11 @@ class TuimonApp(App):
 
     def _hangup(self, signum, frame) -> None:
         # The kernel follows a hangup's SIGHUP with SIGCONT, on which Textual resumes application
-        # mode - a second output thread on the dead terminal, and a shutdown that could hang
-        # for good (seen in about 1 of 8 tmux kill-session runs). Drop that first, then exit.
+        # mode - a second output thread on the dead terminal, and a shutdown that can hang for
+        # good. Drop that first, then exit (tests/test_tmux.py: test_a_closed_terminal_ends_tuimon).
         signal.signal(signal.SIGCONT, signal.SIG_DFL)
         try:
-            self._loop.call_soon_threadsafe(self.exit)
+            self._hangup_loop.call_soon_threadsafe(self.exit)
         except RuntimeError:  # the loop has already closed: nothing left to stop
             pass
 
@@ -109,7 +109,7 @@ class TuimonApp(App):
     def apply_cycle(self, cycle) -> None:
         self.state.apply(cycle)
         view = self.state.view() if self.on_view is not None or not self.paused else None
-        if self.on_view is not None:
+        if self.on_view is not None and view is not None:
             self.on_view(view)
         if not self.paused:
             self.redraw(view)

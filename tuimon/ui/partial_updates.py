@@ -40,6 +40,6 @@ def install() -> bool:
     params = list(inspect.signature(ChopsUpdate.__init__).parameters)
     if params != ["self", "chops", "spans", "chop_ends"] or not hasattr(ChopsUpdate, "render_segments"):
         return False
-    ChopsUpdate.render_segments = _render_segments
-    ChopsUpdate._tuimon_cropped = True
+    ChopsUpdate.render_segments = _render_segments  # type: ignore[method-assign]  # (the patch itself)
+    ChopsUpdate._tuimon_cropped = True  # type: ignore[attr-defined]
     return True

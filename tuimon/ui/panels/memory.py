@@ -1,24 +1,17 @@
-"""The memory view (m): the caching allocator's gauges over time beside NVML's number for the
-process, how full the memory is, the allocator's retries, and what the last memory capture found
-(M anywhere, or c here, takes one)."""
+"""The memory view's panels: the caching allocator's gauges over time beside NVML's number for the
+process, how full the memory is, the allocator's retries, and what the last memory capture found."""
 
 from __future__ import annotations
 
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.binding import Binding
-from textual.containers import VerticalScroll
-from textual.screen import Screen
-from textual.widgets import Footer, Static
 
-from ..analysis import memory as mem
-from ..analysis import thresholds as T
-from ..capture.client import MEMORY_STEPS, window_steps
-from ..channel.text import safe_text
-from ..model import num
-from ..monitor.state import View
-from .render import human_bytes, spark
-from .widgets import Panel
+from ...analysis import memory as mem
+from ...analysis import thresholds as T
+from ...capture.client import MEMORY_STEPS, window_steps
+from ...channel.text import safe_text
+from ...model import num
+from ...monitor.state import View
+from ..format import human_bytes, spark
 
 LABEL = 10  # the series' names, padded
 
@@ -97,21 +90,3 @@ def capture_text(view: View) -> Text:
         for line in s.lines:
             out.append("\n" + safe_text(str(line), 160))
     return out
-
-
-class MemoryScreen(Screen):
-    BINDINGS = [Binding("escape,m", "app.pop_screen", "back"), Binding("c", "app.memory_capture", "memory capture")]
-
-    def compose(self) -> ComposeResult:
-        yield Static(Text(f" GPU memory (c: capture the allocator's history for {MEMORY_STEPS} steps, esc: back)",
-                          "bold"))
-        with VerticalScroll():
-            yield Panel(id="memory", classes="box")
-            yield Static(Text("Memory capture", "bold"), classes="title")
-            yield Panel(id="memory-capture", classes="box")
-        yield Footer()
-
-    def show_view(self, view: View, label: str) -> None:
-        panel = self.query_one("#memory", Panel)
-        panel.show(memory_panel(view, panel.text_width))
-        self.query_one("#memory-capture", Panel).show(capture_text(view))

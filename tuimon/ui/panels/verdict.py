@@ -1,0 +1,58 @@
+"""The verdict, its numbers and the next step, fitted to the panel's lines."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.text import Text
+
+from ...analysis.diagnosis import Verdict
+from ...channel.text import safe_text
+from ..style import VERDICT_STYLE
+
+VERDICT_LINES = 4  # the verdict panel's height (tuimon.tcss): the numbers take at most 2 of them
+
+
+def verdict_line(v: Verdict, width: int = 0) -> Text:
+    """The verdict, its numbers, and on the next line the next step (e: every rule, explained).
+    width: fit the panel's VERDICT_LINES there (0: no limit): the numbers and the next step are
+    each cut short with "…" rather than mid-sentence by the panel's edge."""
+    numbers = Text()
+    numbers.append(f" {v.headline.upper()} ", VERDICT_STYLE.get(v.code, "bold") + " reverse")
+    numbers.append("  ")
+    numbers.append(safe_text(v.evidence, 300))
+    numbers = clamp(numbers, Text(), width, 2)
+    step = Text()
+    step.append("→ ", "bold")
+    step.append(safe_text(v.next_step, 400))
+    tail = Text(f"  ({v.confidence} confidence; e: why)", "dim") if v.code != "waiting" else Text()
+    step = clamp(step, tail, width, VERDICT_LINES - wrapped_lines(numbers, width))
+    return Text("\n").join([numbers, step])
+
+
+_CONSOLE = Console(file=io.StringIO(), width=1000, color_system=None)  # wraps text as the panels do; draws nothing
+
+
+def wrapped_lines(text: Text, width: int) -> int:
+    """How many lines text takes in a panel width cells wide (0: one per line of it)."""
+    return len(text.wrap(_CONSOLE, width)) if width else len(text.plain.split("\n"))
+
+
+def clamp(head: Text, tail: Text, width: int, lines: int) -> Text:
+    """head then tail in at most `lines` lines of width (0: no limit): where they take more, head
+    is cut short at a word, with "…"; tail stays whole."""
+    if not width or wrapped_lines(head + tail, width) <= lines:
+        return head + tail
+
+    def cut(n: int) -> Text:
+        short = head[:n]
+        short.rstrip()
+        return short + Text("…") + tail
+
+    lo, hi = 0, len(head.plain)  # the longest head[:n] that fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if wrapped_lines(cut(mid), width) <= lines else (lo, mid - 1)
+    space = head.plain.rfind(" ", 0, lo + 1)
+    return cut(space if space > lo - 20 and space > 0 else lo)
