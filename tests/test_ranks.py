@@ -352,9 +352,9 @@ SWITCHED = r"""
 import os, sys, tempfile
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1], RANK="0", WORLD_SIZE="1")
 import tuimon
-from tuimon.probe import api
+from tuimon.probe import api, state
 tuimon.instrument()
-probe = api._probe
+probe = state.probe
 import torch, torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
