@@ -17,7 +17,7 @@ from ..model import NA
 from ..monitor.state import View
 
 VERDICTS = ("exited", "stalled", "waiting", "straggler", "input-bound", "copy-bound", "comm-bound", "memory-bound", "compute-bound",
-            "healthy", "sync-bound", "host-bound", "mixed")
+            "healthy", "cpu-bound", "sync-bound", "host-bound", "mixed")
 
 
 def _num(v) -> float | None:

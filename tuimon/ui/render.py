@@ -24,6 +24,7 @@ BLOCKS = " ▁▂▃▄▅▆▇█"
 VERDICT_STYLE = {"exited": "bold red", "stalled": "bold red", "copy-bound": "bold yellow",
                  "input-bound": "bold yellow", "sync-bound": "bold red", "host-bound": "bold red",
                  "memory-bound": "bold magenta", "compute-bound": "bold green", "healthy": "bold green",
+                 "cpu-bound": "bold yellow",
                  "mixed": "bold", "waiting": "dim"}
 
 

@@ -366,7 +366,7 @@ class HelpScreen(ModalScreen):
   q    {quit}  (also Ctrl-C)
 
 The verdict (e explains it): exited, stalled, straggler, input-bound,
-comm-bound, GPU memory- or compute-bound, healthy, sync-bound,
+comm-bound, GPU memory-/compute-bound, healthy, CPU-bound, sync-bound,
 host-bound, or no single bottleneck; each with the numbers that decided
 it and a next step. "now" under it is the step in progress. "coarse"
 marks GPUs without GPM, where only kernel-busy time is known."""
