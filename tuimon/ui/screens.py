@@ -10,13 +10,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from ..capture.client import window_steps
 from ..channel.text import safe_text
 from ..monitor.state import COLUMN_S, View
 from . import render
-from .widgets import Panel
+from .widgets import Keys, Panel
 
 
 class MainScreen(Screen):
@@ -37,7 +37,7 @@ class MainScreen(Screen):
                                ("breakdown", "Where the step goes"), ("process", "Process"), ("capture", "Capture")):
                 yield Static(Text(title, "bold"), classes="title")
                 yield Panel(id=wid, classes="box")
-        yield Footer()
+        yield Keys()
 
     _slow: View | None = None
     _slow_at = 0.0
@@ -124,7 +124,7 @@ class RangesScreen(Screen):
         none.styles.padding = (0, 1)  # (as the title's leading space, on every line it wraps to)
         yield none
         yield DataTable(id="ranges", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield Keys()
 
     def on_mount(self) -> None:
         t = self.query_one(DataTable)
@@ -169,7 +169,7 @@ class GpuScreen(Screen):
             yield Static(id="gpu-title", classes="title")
             yield Panel(id="gpu-summary", classes="box")
             yield Panel(id="gpu-plot")
-        yield Footer()
+        yield Keys()
 
     def action_next_gpu(self) -> None:
         if self._view and self._view.gpus:
@@ -239,7 +239,7 @@ class CapturesScreen(Screen):
         yield Static(Text(" Captures of this session (esc: back)", "bold"))
         yield DataTable(id="captures", cursor_type="row")
         yield Panel(id="capture-summary", classes="box")
-        yield Footer()
+        yield Keys()
 
     def on_mount(self) -> None:
         t = self.query_one(DataTable)
@@ -272,7 +272,7 @@ class HotLinesScreen(Screen):
         yield Static(Text(" Hot lines of the loop thread, per phase (esc: back)", "bold"), id="hot-title")
         with VerticalScroll():
             yield Panel(id="hot", classes="box")
-        yield Footer()
+        yield Keys()
 
     def show_view(self, view: View, label: str) -> None:
         if view.training is None and view.outside is not None:  # (no probe: sampled from outside)
@@ -292,7 +292,7 @@ class StacksScreen(Screen):
         yield Static(Text(" Threads of the training process (t: read them again, esc: back)", "bold"))
         with VerticalScroll():
             yield Panel(id="stacks", classes="box")
-        yield Footer()
+        yield Keys()
 
     def action_again(self) -> None:
         self.app.action_stacks()
@@ -320,7 +320,7 @@ class ExplainScreen(Screen):
         yield Static(Text(" The verdict, explained (esc: back)", "bold"))
         with VerticalScroll():
             yield Panel(id="explain", classes="box")
-        yield Footer()
+        yield Keys()
 
     def show_view(self, view: View, label: str) -> None:
         panel = self.query_one("#explain", Panel)
@@ -334,7 +334,7 @@ class TopScreen(Screen):
         yield Panel(id="header")
         with VerticalScroll(id="body"):
             yield Panel(id="gpus", classes="box")
-        yield Footer()
+        yield Keys()
 
     def show_view(self, view: View, label: str) -> None:
         head = self.query_one("#header", Panel)
