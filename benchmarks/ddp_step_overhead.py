@@ -53,14 +53,14 @@ def main():
     os.environ.setdefault("TUIMON_SHM_DIR", tempfile.mkdtemp())
 
     import tuimon
-    from tuimon.probe import api, torch_hooks
+    from tuimon.probe import api, state, torch_hooks
 
     parts = {"probe-nosyncs": {"item", "tolist", "cpu", "__bool__", "__int__", "__float__", "to", "synchronize"},
              "probe-nofwd": {"forward"}, "probe-nobwd": {"backward", "grad"}, "probe-nogpu": set()}
     arms = a.arms.split(",")
     assert arms[0] == "off" and set(arms) <= {"off", "probe", "comm", "comm-hooks", *parts}, "--arms: off first"
     assert tuimon.instrument().enabled
-    probe = api._probe
+    probe = state.probe
     timing = {}  # the probe's CommTiming and its CUDA module, set aside while an arm runs without them
 
     def arm(name: str):

@@ -39,11 +39,11 @@ def main():
     import tuimon
     from tuimon.channel import layout as L
     from tuimon.channel import ring, ring_py
-    from tuimon.probe import api
+    from tuimon.probe import state
 
     st = tuimon.instrument(nvtx_forward=False)
     assert st.enabled, st
-    probe, writer = api._probe, api._probe.writer
+    probe, writer = state.probe, state.probe.writer
     domain = nvtx.get_domain(None)
 
     # The pure-Python hot path, measured beside the C one: its own ring of the same size.

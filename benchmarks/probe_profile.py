@@ -31,10 +31,10 @@ def main():
     os.environ.setdefault("TUIMON_SHM_DIR", tempfile.mkdtemp())
 
     import tuimon
-    from tuimon.probe import api
+    from tuimon.probe import state
 
     assert tuimon.instrument().enabled
-    probe = api._probe
+    probe = state.probe
     import torch
     import torch.distributed as dist
     from torch import nn

@@ -37,10 +37,10 @@ def main():
 
     import tuimon
     from tuimon.channel import ring
-    from tuimon.probe import api
+    from tuimon.probe import api, state
 
     assert tuimon.instrument().enabled
-    probe = api._probe
+    probe = state.probe
 
     def probe_on(on: bool):
         api.switch(probe, on)

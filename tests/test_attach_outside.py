@@ -240,7 +240,9 @@ def test_a_shell_that_is_not_python_names_its_python_child():
     needs_pyspy()
     shell = subprocess.Popen(["sh", "-c", f"{sys.executable} -c 'import time; time.sleep(60)'; true"])
     try:
-        child = wait_for(lambda: psutil.Process(shell.pid).children(), what="the shell's child")[0].pid
+        child = wait_for(lambda: [c.pid for c in psutil.Process(shell.pid).children()  # (once it runs python:
+                                  if "python" in os.path.basename((c.cmdline() or [""])[0])],  # sh forks, then execs)
+                         what="the shell's python child")[0]
         why = pyspy.not_python(shell.pid)
     finally:
         psutil.Process(child).kill()

@@ -5,7 +5,8 @@
         [--extra-mb 0] [--slow-rank 1 --slow-ms 20 [--slow-where end|data]] [--bucket-view]
         [--batches-ahead] [--seconds 20] [--truth DIR]
 
-(--seconds: about as long as that, in a number of steps every rank agrees on.)
+(--seconds: about as long as that, in a number of steps every rank agrees on; --min-steps: at least
+that many, for a loaded machine whose calibration steps run slow.)
 
 Each rank trains an MLP (width x width x layers) under DistributedDataParallel (gloo on the CPU,
 NCCL on GPUs, one GPU per rank); --extra-mb adds a parameter of that many MB whose gradient costs
@@ -120,6 +121,7 @@ def main() -> None:
     ap.add_argument("--ddp-stats", action="store_true", help="record DDP's own timings in the truth")
     ap.add_argument("--calibrate", type=int, default=30)
     ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--min-steps", type=int, default=10, help="at least this many steps, however slow they are")
     ap.add_argument("--truth")
     a = ap.parse_args()
 
@@ -170,7 +172,7 @@ def main() -> None:
     own_ms = no_sync_ms()
     slowest = torch.tensor([own_ms], dtype=torch.float64, device=dev)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # every rank runs the same number of steps
-    total = max(10, int(a.seconds * 1e3 / slowest.item()))
+    total = max(a.min_steps, int(a.seconds * 1e3 / slowest.item()))
     if rank == 0:
         print("training", flush=True)
 

@@ -17,12 +17,16 @@ thresholds.py), so a screen can show why every rule fired or did not. Precedence
   comm-bound                >= 10% of the step waits in collectives (the reduction is not hidden)
   GPU busy (SM >= 80%):     memory-bound | compute-bound | healthy, by which unit leads (Nsight
                             Compute's speed-of-light logic applied to GPM's DRAM and pipe activity)
-  input-bound (moderate)    >= 5%
+  CPU-bound                 no CUDA work in the job: forward+backward+optimizer take most of the
+                            step and the loop thread runs near a full core: the model computes on the CPU
+  input-bound (moderate)    >= 5%, unless a part of the step 4x larger outranks it
   sync-bound                the loop blocks on device-to-host syncs (>= 20%, or >= 5% with the GPU
-                            mostly idle): host and GPU take turns instead of overlapping
+                            mostly idle and no part of the step 4x larger): host and GPU take turns
   host-bound                the GPU is mostly idle (SM < 50%) and the loop neither waits for data
-                            nor for the GPU: launches / Python in the model, Python outside it, or
-                            a loop thread blocked somewhere tuimon does not see
+                            nor for the GPU (or those waits are outranked): launches / Python in the
+                            model, Python outside it, or a loop thread blocked somewhere tuimon does not see
+Moderate shares rank by size: a moderate data wait or sync share yields to a part of the step
+RANK_FACTOR (4x) larger, so the verdict names what holds the most of the step.
   no single bottleneck      none of the above (SM 50-80%): a capture (c) is the next look
 """
 
@@ -63,6 +67,10 @@ class Evidence:
     gpu_busy_events: float | None = None  # share of step time, a lower bound from CUDA events
     loop_cpu: float | None = None  # % of one core, the loop's thread
     loop_cpu_wait: float | None = None  # % of the time the loop's thread waited for a core
+    job_cpu: float | None = None  # % of one core, the training process's threads together
+    cuda: bool | None = None  # the job runs CUDA work (its CUDA events or allocator, or NVML sees it on a GPU);
+    # None: not known
+    cpus: int | None = None  # the machine's cores
     workers: int | None = None  # DataLoader num_workers
     workers_cpu: list[float] = field(default_factory=list)  # % per worker process
     kernels_per_step: float | None = None  # from the last capture
@@ -149,6 +157,28 @@ def _margin(value: float | None, t: T.Threshold, above: bool = True) -> Confiden
     return "high" if far else "medium"
 
 
+MODEL = ("forward", "backward", "optimizer")
+
+
+def _largest_part(e: Evidence, besides: str) -> tuple[str, float]:
+    """The largest part of the step besides one phase: the model's compute (forward+backward+
+    optimizer, one part as the verdicts name it) or any other phase."""
+    parts = {"forward+backward+optimizer": sum(e.phases.get(p, 0.0) for p in MODEL)}
+    parts.update((p, v) for p, v in e.phases.items() if p not in MODEL and p != besides)
+    return max(parts.items(), key=lambda kv: kv[1])
+
+
+def _outranked(e: Evidence, phase: str, value: float | None) -> Check:
+    """Whether a moderate share holds: passed (it does) unless a part RANK_FACTOR times larger
+    outranks it."""
+    name, larger = _largest_part(e, phase)
+    test = f"< {T.RANK_FACTOR.show()} (a larger part decides)"
+    if not value:  # (nothing to outrank)
+        return Check(f"{name} over {phase}", "n/a", test, None, T.RANK_FACTOR.source)
+    return Check(f"{name} over {phase}", f"{larger / value:.1f}x ({share(larger)})", test,
+                 larger < value * T.RANK_FACTOR.value, T.RANK_FACTOR.source)
+
+
 class _Context:
     """What several rules share: the GPU activity measure, and which one it is."""
 
@@ -228,12 +258,18 @@ def rule_input(c: _Context, high: bool) -> Rule:
     e = c.e
     t = T.INPUT_HIGH if high else T.INPUT_MODERATE
     check = _at_least("data wait", e.data_share, t)
-    fired = bool(check.passed)
+    checks = [check] if high else [check, _outranked(e, "data", e.data_share)]
+    fired = bool(check.passed) and checks[-1].passed is not False
+    if fired:
+        why = f"the loop waits {share(e.data_share)} of the step for batches"
+    elif e.data_share is None:
+        why = "data wait not measured"
+    elif check.passed:
+        why = f"data wait {share(e.data_share)} is moderate, and {checks[-1].what.split(' over ')[0]} is {checks[-1].value}"
+    else:
+        why = f"data wait {share(e.data_share)} is under {t.show()}"
     return Rule("input-high" if high else "input-moderate", f"Input-bound ({'high' if high else 'moderate'})", fired,
-                [check],
-                f"the loop waits {share(e.data_share)} of the step for batches" if fired
-                else "data wait not measured" if e.data_share is None
-                else f"data wait {share(e.data_share)} is under {t.show()}")
+                checks, why)
 
 
 def rule_copy(c: _Context) -> Rule:
@@ -339,8 +375,11 @@ def rule_sync(c: _Context) -> Rule:
     moderate = _at_least("time blocked in syncs", e.sync_share, T.SYNC_MODERATE)
     idle = _below(c.busy_name, c.busy, T.GPU_IDLE, pct)
     not_busy = _below(c.busy_name, c.busy, T.GPU_BUSY, pct)
-    fired = bool(not_busy.passed is not False and (high.passed or (moderate.passed and idle.passed)))
-    checks = [high, Check("...or", "", f">= {T.SYNC_MODERATE.show()} with the GPU idle", None), idle, not_busy]
+    ranked = _outranked(e, "sync", e.sync_share)
+    fired = bool(not_busy.passed is not False
+                 and (high.passed or (moderate.passed and idle.passed and ranked.passed is not False)))
+    checks = [high, Check("...or", "", f">= {T.SYNC_MODERATE.show()} with the GPU idle, not outranked", None), idle,
+              ranked, not_busy]
     n = f"{e.sync_per_step:.0f} per step" if e.sync_per_step is not None else "none seen"
     return Rule("sync-bound", "Sync-bound (host and GPU take turns)", fired, checks,
                 f"blocked {share(e.sync_share)} of the step in syncs ({n}) with {c.gpu_words()}" if fired
@@ -350,12 +389,57 @@ def rule_sync(c: _Context) -> Rule:
 def rule_host(c: _Context) -> Rule:
     e = c.e
     idle = _below(c.busy_name, c.busy, T.GPU_IDLE, pct)
-    data = _below("data wait", e.data_share, T.INPUT_MODERATE)
-    sync = _below("time blocked in syncs", e.sync_share, T.SYNC_MODERATE)
+    data = _small_or_outranked(e, "data wait", "data", e.data_share, T.INPUT_MODERATE, T.INPUT_HIGH)
+    sync = _small_or_outranked(e, "time blocked in syncs", "sync", e.sync_share, T.SYNC_MODERATE, T.SYNC_HIGH)
     fired = idle.passed is not False and bool(data.passed) and sync.passed is not False
     return Rule("host-bound", "Host-bound (the GPU waits for Python)", fired, [idle, data, sync],
-                f"{c.gpu_words()} while the loop neither waits for data nor for the GPU" if fired
+                f"{c.gpu_words()} while the loop neither waits for data nor for the GPU, or a part of the step "
+                f"{T.RANK_FACTOR.show()} larger outranks those waits" if fired
                 else "the GPU is not idle enough, or the loop waits for data or syncs")
+
+
+def _small_or_outranked(e: Evidence, what: str, phase: str, value: float | None, moderate: T.Threshold,
+                        high: T.Threshold) -> Check:
+    """A wait under its moderate bar, or a moderate one that a part of the step RANK_FACTOR times
+    larger outranks (a high one never yields)."""
+    small = _below(what, value, moderate)
+    if small.passed is not False:
+        return small
+    ranked = _outranked(e, phase, value)
+    return Check(what, small.value, f"{small.test}, or under {high.show()} and outranked ({ranked.value})",
+                 value < high.value and ranked.passed is False, f"{moderate.source}; {T.RANK_FACTOR.source}")
+
+
+def rule_cpu(c: _Context) -> Rule:
+    """A job without CUDA work whose model compute takes most of the step on a loop thread near a
+    full core: the CPU's arithmetic is the limit."""
+    e = c.e
+    no_cuda = Check("CUDA work of the job (CUDA events, allocator, NVML)",
+                    "n/a" if e.cuda is None else "seen" if e.cuda else "none seen", "none",
+                    None if e.cuda is None else not e.cuda)
+    idle = _below(c.busy_name, c.busy, T.GPU_IDLE, pct)
+    model = sum(e.phases.get(p, 0.0) for p in MODEL) if e.phases else None
+    compute = _at_least("forward+backward+optimizer", model, T.MODEL_MAJORITY)
+    wants, _ = _loop_cpu(e)
+    loop = _at_least("loop thread CPU (+ waiting for a core)", wants, T.LOOP_CPU_BUSY, pct)
+    fired = bool(no_cuda.passed) and idle.passed is not False and bool(compute.passed) and bool(loop.passed)
+    if fired:
+        why = f"no CUDA work; forward+backward+optimizer {share(model)} of the step with the loop thread at {pct(wants)}"
+    elif e.cuda is not False:
+        why = "the job runs CUDA work: the GPU rules judge it" if e.cuda else "whether the job runs CUDA work is not known"
+    else:
+        why = (f"no CUDA work; forward+backward+optimizer {share(model)} of the step, loop thread {pct(wants)}: "
+               "not both at their bars")
+    return Rule("cpu-bound", "CPU-bound (the model computes on the CPU)", fired, [no_cuda, idle, compute, loop], why)
+
+
+def _loop_cpu(e: Evidence) -> tuple[float | None, str]:
+    """The loop thread's CPU with the time it waited for a core (on a busy machine it would have
+    run then), and those in words."""
+    wait = e.loop_cpu_wait if e.loop_cpu_wait is not None and e.loop_cpu_wait >= 0.5 else 0.0
+    if e.loop_cpu is None:
+        return None, "loop thread CPU not read yet"
+    return e.loop_cpu + wait, f"loop thread at {e.loop_cpu:.0f}% CPU" + (f" + {wait:.0f}% waiting for a core" if wait else "")
 
 
 # -- the verdict ----------------------------------------------------------------------------------
@@ -376,6 +460,7 @@ def diagnose(e: Evidence) -> Verdict:
         "memory-bound": rule_gpu_unit(c, "memory-bound"),
         "compute-bound": rule_gpu_unit(c, "compute-bound"),
         "healthy": rule_gpu_unit(c, "healthy"),
+        "cpu-bound": rule_cpu(c),
         "input-moderate": rule_input(c, high=False),
         "sync-bound": rule_sync(c),
         "host-bound": rule_host(c),
@@ -384,8 +469,10 @@ def diagnose(e: Evidence) -> Verdict:
     for key, rule in rules.items():
         if rule.fired:
             return _verdict(key, c, shown)
+    name, largest = _largest_part(e, "data")
     return Verdict("mixed", "no single bottleneck",
-                   f"{c.gpu_words()} · data wait {share(e.data_share)} · syncs {share(e.sync_share)}",
+                   f"{c.gpu_words()} · data wait {share(e.data_share)} · syncs {share(e.sync_share)}"
+                   + (f" · {name} {share(largest)}" if largest else ""),
                    "no rule fired: c captures a window to see the top kernels and operators", "low", shown)
 
 
@@ -453,6 +540,8 @@ def _verdict(key: str, c: _Context, rules: list[Rule]) -> Verdict:
                        "nothing in the loop to fix; kernel efficiency is Nsight Compute's job: c captures the top "
                        "kernels" + ("" if not c.busy_note else "; without GPM this GPU's busy time is coarse"),
                        "low" if low_gpu else _margin(c.busy, T.GPU_BUSY), rules)
+    if key == "cpu-bound":
+        return _cpu_verdict(c, rules)
     if key == "sync-bound":
         sites = ", ".join(f"{site} ({n:.0f}/step)" for site, n in e.sync_sites[:3])
         per = f"{e.sync_per_step:.0f} sync{'s' if e.sync_per_step != 1 else ''} per step" if e.sync_per_step else "syncs"
@@ -547,11 +636,10 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     (The loop thread's CPU cannot judge the model phases: on CUDA, backward runs in autograd's own
     thread while the loop waits.)"""
     e = c.e
-    model = sum(e.phases.get(p, 0.0) for p in ("forward", "backward", "optimizer"))
+    model = sum(e.phases.get(p, 0.0) for p in MODEL)
     other = e.phases.get("other", 0.0)
     wait = e.loop_cpu_wait if e.loop_cpu_wait is not None and e.loop_cpu_wait >= 0.5 else 0.0
-    cpu = "loop thread CPU not read yet" if e.loop_cpu is None else \
-        f"loop thread at {e.loop_cpu:.0f}% CPU" + (f" + {wait:.0f}% waiting for a core" if wait else "")
+    _, cpu = _loop_cpu(e)
     gpu = c.gpu_words()
     confidence: Confidence = "low" if c.busy is None else _margin(c.busy, T.GPU_IDLE, above=False)
     if other > model and e.loop_cpu is None:  # Python or a blocked thread: only its CPU can tell
@@ -623,6 +711,36 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     return Verdict("host-bound", "host-bound: launches and Python in the model",
                    f"{gpu} · forward+backward+optimizer {share(model)} of the step on the host · {cpu}", step,
                    confidence, rules)
+
+
+def _cpu_verdict(c: _Context, rules: list[Rule]) -> Verdict:
+    """The model computes on the CPU: more of its cores if the ops run on one, else a GPU or fewer,
+    fused ops."""
+    e = c.e
+    model = sum(e.phases.get(p, 0.0) for p in MODEL)
+    _, cpu = _loop_cpu(e)
+    cores = f" of {e.cpus} cores" if e.cpus else ""
+    process = f" · the process at {e.job_cpu:.0f}% CPU{cores}" if e.job_cpu is not None else ""
+    data = f" · data wait {share(e.data_share)}" if e.data_share else ""
+    evidence = f"forward+backward+optimizer {share(model)} of the step · {cpu}{process}{data} · no CUDA work"
+    opt = e.phases.get("optimizer", 0.0)
+    if opt and opt == max(e.phases.get(p, 0.0) for p in MODEL):  # the optimizer's step is the model's largest part
+        return Verdict("cpu-bound", "CPU-bound: the optimizer step",
+                       f"optimizer {share(opt)} of the step · {evidence}" + (f" · {e.optimizer}" if e.optimizer else ""),
+                       _optimizer_step(e, opt), _margin(model, T.MODEL_MAJORITY), rules)
+    alone = (e.job_cpu is not None and e.loop_cpu is not None
+             and e.job_cpu - e.loop_cpu < T.INTRA_OP_IDLE.value and (e.cpus or 0) > 1)
+    if alone:
+        step = (f"the ops run on the loop thread alone (the process at {e.job_cpu:.0f}% CPU{cores}): more intra-op "
+                "threads, torch.set_num_threads(N) (OMP_NUM_THREADS / MKL_NUM_THREADS may have set 1), up to the "
+                "cores the DataLoader workers leave; beyond that a GPU (model.to('cuda')), or torch.compile to fuse "
+                "the CPU ops")
+    else:
+        step = ("the model's arithmetic on the CPU is the limit: a GPU (model.to('cuda')) if there is one; else "
+                "torch.compile (fused CPU kernels), bf16 autocast on CPUs with AMX / AVX-512 BF16, fewer FLOPs; "
+                "torch.get_num_threads() against the cores the job has")
+    return Verdict("cpu-bound", "CPU-bound: the model's compute", evidence, step,
+                   _margin(model, T.MODEL_MAJORITY), rules)
 
 
 def _copy_verdict(c: _Context, rules: list[Rule]) -> Verdict:

@@ -3,12 +3,15 @@ in collectives. Pure: rank rows in, numbers out."""
 
 from __future__ import annotations
 
-from statistics import median as _median
-
 from ..model import RankRow, Straggler
 from . import thresholds as T
+from .summary import percentile
 
 WORK_PHASES = ("data", "forward", "backward", "optimizer")
+
+
+def _median(values) -> float:
+    return percentile(sorted(values), 50)  # (statistics.median's value, without its 3 ms import)
 
 
 def _measured(rows: list[RankRow]) -> list[RankRow]:

@@ -49,6 +49,16 @@ STRAGGLER = Threshold(1 / 0.7, "x", "NVIDIA Resiliency Extension's straggler det
                                     "performance score is below 0.7 (its default gpu_relative_perf_threshold) is a "
                                     "straggler, i.e. its time is 1/0.7 = 1.43x the reference's (here: the median "
                                     "of the other ranks, not the fastest one, so one fast outlier flags nobody)")
+RANK_FACTOR = Threshold(INPUT_HIGH.value / INPUT_MODERATE.value, "x",
+                        "TensorBoard Profiler's input-pipeline analysis puts 'highly input-bound' (20%) at 4x "
+                        "'moderately' (5%): a share 4x a moderate one is as far past it as high is past moderate, "
+                        "so the larger share is the one to fix first (Amdahl's law: removing a 9% wait speeds the "
+                        "step up 1.1x at most, while a part 4x larger holds 36% or more of it)")
+MODEL_MAJORITY = Threshold(0.5, "", "tuimon: more than half the step: the model's compute (forward, backward, "
+                                    "optimizer) is then larger than all the rest of the step together, so no other "
+                                    "part could speed the step up as much (Amdahl's law)")
+INTRA_OP_IDLE = Threshold(50, "%", "tuimon: the process's threads besides the loop's use under half a core: its ops "
+                                   "run on the loop thread alone (intra-op threads would each add up to a core)")
 COMM_HIGH = Threshold(0.10, "", "PyTorch Profiler's TensorBoard plugin (distributed view): more than 10% of the step "
                                 "in communication is 'high time cost on communication'")
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import secrets
 import subprocess
 import threading
 import time
@@ -86,7 +85,7 @@ def split_args(args: list[str]) -> tuple[list[str], list[str]]:
 
 def session_name() -> str:
     """Unique per tuimon run: two jobs under nsys at once get two sessions."""
-    return f"tuimon-{os.getuid()}-{os.getpid()}-{secrets.token_hex(3)}"
+    return f"tuimon-{os.getuid()}-{os.getpid()}-{os.urandom(3).hex()}"
 
 
 def launch_command(nsys: str, session: str, cmd: list[str], launch_args: Sequence[str] = ()) -> list[str]:

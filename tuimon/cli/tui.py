@@ -26,15 +26,22 @@ def tui(session: Session | None, label: str, top: bool = False, quit_stops_job: 
     """baseline: (file, Baseline) to compare the job against on screen; supervisor: the
     job's (cli.supervise), whose stop signals and hangup end the app; on_view: also given each
     cycle's view (the metrics exporter's publish)."""
+    from ..monitor.session import EarlyStart
     from ..monitor.state import MonitorState
-    from ..ui.app import make_app  # textual loads only for the TUI
 
-    app = make_app(session, label, MonitorState(baseline=baseline), top=top, quit_stops_job=quit_stops_job,
-                   on_view=on_view)
-    if supervisor is None:
-        app.run()
-    else:
-        asyncio.run(_run_until_stopped(app, supervisor))
+    early = EarlyStart(session) if session is not None else None  # its first poll runs while the UI loads
+    try:
+        from ..ui.app import make_app  # textual loads only for the TUI
+
+        app = make_app(session, label, MonitorState(baseline=baseline), top=top, quit_stops_job=quit_stops_job,
+                       on_view=on_view, early=early)
+        if supervisor is None:
+            app.run()
+        else:
+            asyncio.run(_run_until_stopped(app, supervisor))
+    finally:
+        if early is not None:
+            early.stop_unless_taken()  # (the app stops what it took, when it unmounts)
     return 0
 
 

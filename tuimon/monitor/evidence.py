@@ -16,11 +16,12 @@ def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_
           gpm: bool, captures: list[CaptureStatus], has_channel: bool, ranks: int = 0,
           straggler: Straggler | None = None, job_comm_share: float | None = None, *,
           rows: list[RankRow] | None = None, job_end: JobEnd | None = None,
-          power_share: float | None = None, outside: OutsideLines | None = None) -> Evidence:
+          power_share: float | None = None, outside: OutsideLines | None = None, cpus: int | None = None,
+          on_gpu: bool = False) -> Evidence:
     """ranks, straggler, job_comm_share, rows: the job's (analysis/ranks.py), for 2+ ranks on this
     node; job_end: how the process ended, once it has; power_share: the target GPUs' power of their
     limit (a hang's signature: busy SMs at idle power); outside: no channel, the main thread sampled
-    from outside (py-spy)."""
+    from outside (py-spy); cpus: the machine's cores; on_gpu: NVML sees the job's processes on a GPU."""
     t = training
     if t is None:
         return Evidence(has_channel=has_channel, **gpu_means, gpm=gpm, job_end=job_end, power_share=power_share,
@@ -46,6 +47,9 @@ def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_
         gpu_busy_events=t.gpu.busy_share if t.gpu else None,
         loop_cpu=process.loop_cpu if process else None,
         loop_cpu_wait=process.loop_cpu_wait if process else None,
+        job_cpu=target.cpu_percent if target is not None and isinstance(target.cpu_percent, float) else None,
+        cpus=cpus,
+        cuda=on_gpu or t.gpu is not None or t.memory is not None,  # (CUDA events and allocator gauges: CUDA initialized)
         workers=t.dataloader_workers,
         workers_cpu=[r.cpu_percent for r in loaders if isinstance(r.cpu_percent, float)] if t.dataloader_workers else [],
         kernels_per_step=kernels[0], kernel_us=kernels[1],

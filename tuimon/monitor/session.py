@@ -399,6 +399,49 @@ def _guard(problems: dict, source: str, fn):
         return None
 
 
+class EarlyStart:
+    """A session started before whoever draws its cycles is ready (the TUI's imports and first
+    compose take longer than a first poll, NVML's start among it): cycles are kept until
+    take_over() names where they go, then handed straight on. Stops the session if nobody took it."""
+
+    def __init__(self, session: Session):
+        self.session = session
+        self._lock = threading.Lock()
+        self._kept: list[Cycle] = []
+        self._on_cycle: Callable[[Cycle], None] | None = None
+        self._on_end: Callable[[], None] | None = None
+        session.start(self._cycle, on_end=self._end)
+
+    def _cycle(self, c: Cycle) -> None:
+        with self._lock:
+            to = self._on_cycle
+            if to is None:
+                self._kept.append(c)
+                return
+        to(c)
+
+    def _end(self) -> None:
+        with self._lock:
+            to = self._on_end
+        if to is not None:
+            to()
+
+    def take_over(self, on_cycle: Callable[[Cycle], None], on_end: Callable[[], None] | None = None) -> list[Cycle]:
+        """From now on cycles go to on_cycle, and the end to on_end (an end that came already is
+        not repeated: the caller draws after applying); returns the cycles kept so far, oldest
+        first, for the caller to apply itself."""
+        with self._lock:
+            self._on_cycle, self._on_end = on_cycle, on_end
+            kept, self._kept = self._kept, []
+            return kept
+
+    def stop_unless_taken(self) -> None:
+        with self._lock:
+            taken = self._on_cycle is not None
+        if not taken:
+            self.session.stop()
+
+
 def _with_summary(status: CaptureStatus, summary) -> CaptureStatus:
     return replace(status, summary=summary)
 

@@ -290,7 +290,8 @@ class MonitorState:
         e = evidence.build(self.training, self._live_process, means, gpm,
                            [self.captures[k] for k in sorted(self.captures)], has_channel,
                            len(self.ranks), straggler, comm_share, rows=self.ranks, power_share=self._power_share(used),
-                           outside=self.outside if self.training is None else None)
+                           outside=self.outside if self.training is None else None,
+                           cpus=self.host.cpus if self.host is not None else None, on_gpu=bool(self.target_gpus()))
         if ended is None:
             return diagnose(e)
         ran = diagnose(replace(e, stall=None))  # (what its last window was, kept with its last numbers)

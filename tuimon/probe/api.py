@@ -17,12 +17,11 @@ from ..channel.errors import ChannelError
 from ..channel.meta import JobMeta
 from ..channel.paths import captures_dir
 from ..channel.writer import SegmentWriter
-from . import hooks, sampler
+from . import hooks, sampler, state
 from .capture import Capturer, control_thread
 from .core import Probe
 from .present import Present
 
-_probe: Probe | None = None
 _disabled_reason: str | None = None
 _fork_hook_registered = False
 
@@ -90,8 +89,8 @@ def _nvtx_domain(forward: bool | None):
 def instrument(ring_records: int | None = None, nvtx_forward: bool | None = None) -> ProbeStatus:
     """Open this process's channel and install the hooks. Idempotent; never raises: when the
     channel cannot be created the probe stays off and says why once on stderr."""
-    global _probe, _disabled_reason, _fork_hook_registered
-    if _probe is not None:
+    global _disabled_reason, _fork_hook_registered
+    if state.probe is not None:
         return status()
     size = ring_records or _int(os.environ.get("TUIMON_RING_RECORDS")) or L.DEFAULT_RING_RECORDS
     try:
@@ -101,16 +100,16 @@ def instrument(ring_records: int | None = None, nvtx_forward: bool | None = None
             print(f"tuimon: probe disabled: {e}", file=sys.stderr)
         _disabled_reason = str(e)
         return status()
-    _probe = p = Probe(writer, _nvtx_domain(nvtx_forward))
+    state.probe = p = Probe(writer, _nvtx_domain(nvtx_forward))
     forward = p._nvtx is not None
     ring.bind(writer.ring, writer.names, writer.intern, p.nvtx_push if forward else None,
               p.nvtx_pop if forward else None)
-    _start_capture_control(_probe)
-    atexit.register(_at_exit, _probe)
+    _start_capture_control(p)
+    atexit.register(_at_exit, p)
     if not _fork_hook_registered:
         os.register_at_fork(after_in_child=_after_fork_in_child)
         _fork_hook_registered = True
-    hooks.install(_probe)
+    hooks.install(p)
     return status()
 
 
@@ -134,7 +133,7 @@ def _start_capture_control(p: Probe) -> None:
 
 
 def status() -> ProbeStatus:
-    p = _probe
+    p = state.probe
     if p is None:
         return ProbeStatus(False, reason=_disabled_reason or "not instrumented")
     if not p.writer.enabled:
@@ -145,7 +144,6 @@ def status() -> ProbeStatus:
 def switch(p: Probe, on: bool) -> None:
     """The instrumented probe on, or off as in a process without tuimon (every torch wrapper and
     hook swapped back, ranges unbound): for benchmarks that alternate both in one process."""
-    global _probe
     from . import torch_hooks
 
     if p.sampler is not None:
@@ -153,14 +151,13 @@ def switch(p: Probe, on: bool) -> None:
     if not on and p.ops is not None and p.ops.mode is not None:
         p.ops.abandon()  # (a counted step in progress: its mode must not stay on while the probe is off)
     if on:
-        _probe = p
+        state.probe = p
         hooks.install(p)
         ring.bind(p.writer.ring, p.writer.names, p.writer.intern)
         torch_hooks.set_enabled(True)
     else:
         torch_hooks.set_enabled(False)
-        _probe = None
-        hooks.forget_probe()
+        state.probe = None
         ring.bind(None)
 
 
@@ -168,7 +165,7 @@ CONTROL_JOIN_S = 5.0  # the longest a job's exit waits for tuimon's control thre
 
 
 def _at_exit(p: Probe) -> None:
-    if _probe is p:
+    if state.probe is p:
         if p.capturer is not None:  # (its own hook, registered when a window opened, ran first)
             p.capturer.at_exit()
         stop = getattr(p, "_control_stop", None)
@@ -194,28 +191,28 @@ def _at_exit(p: Probe) -> None:
 def _after_fork_in_child() -> None:
     """A forked child (a DataLoader worker) shares the parent's mapping: it must never write
     into the parent's ring. The probe goes quiet in the child."""
-    global _probe, _disabled_reason
-    if _probe is not None and _probe.ops is not None and _probe.ops.mode is not None:
-        _probe.ops.abandon()  # (a worker forked in a counted step would run every op through it)
-    if _probe is not None:
-        _probe.writer.detach()
-        _probe = None
+    global _disabled_reason
+    p = state.probe
+    if p is not None and p.ops is not None and p.ops.mode is not None:
+        p.ops.abandon()  # (a worker forked in a counted step would run every op through it)
+    if p is not None:
+        p.writer.detach()
         _disabled_reason = "forked child of an instrumented process"
+    state.probe = None
     ring.bind(None)
-    hooks.forget_probe()
     ring.set_depth(0)
 
 
 def step() -> None:
     """Mark the end of a training step (optional: optimizer steps are counted by themselves)."""
-    p = _probe
+    p = state.probe
     if p is not None:
         p.step(explicit=True)
 
 
 def count(name: str, n: float = 1) -> None:
     """Add n to a counter (samples, tokens) so the monitor can show throughput."""
-    p = _probe
+    p = state.probe
     if p is not None:
         p.count(name, n)
 

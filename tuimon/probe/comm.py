@@ -30,7 +30,7 @@ from collections import deque
 from time import monotonic_ns as _now
 
 from ..channel import layout as L
-from . import hooks
+from . import state
 from .anatomy import BACKWARD, COMM
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
@@ -207,7 +207,7 @@ def _collective(orig, compiling):
     def wrapper(*args, **kwargs):
         if compiling():  # (first: under torch.compile the wrapper traces to nothing)
             return orig(*args, **kwargs)
-        p = hooks._probe
+        p = state.probe
         comm = getattr(p, "comm", None)
         if comm is None or not p.anatomy.on_loop():
             return orig(*args, **kwargs)
@@ -258,7 +258,7 @@ def _patch_ddp(torch, swap, compiling) -> None:
     def forward(self, *args, **kwargs):
         if compiling():
             return orig_forward(self, *args, **kwargs)
-        p = hooks._probe
+        p = state.probe
         comm = getattr(p, "comm", None)
         if comm is not None and torch.is_grad_enabled() and getattr(self, "require_backward_grad_sync", False):
             comm.ddp_forward(self)

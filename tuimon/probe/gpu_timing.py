@@ -75,7 +75,7 @@ class GpuTiming:
         if not self._ready:
             if not self.cuda.is_initialized():
                 return
-            self._ready = True  # (CUDA stays initialized; a forked child has no probe: hooks._probe is None)
+            self._ready = True  # (CUDA stays initialized; a forked child has no probe: state.probe is None)
         if self._pending:
             self.resolve()
         if step % self.every == 0 or (step + 1) % self.every == 0:  # a measured step needs both ends

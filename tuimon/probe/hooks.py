@@ -16,13 +16,14 @@ import importlib.abc
 import importlib.util
 import sys
 
-_probe = None  # the Probe that patched functions report to; None after a fork
+from . import state
+
 _patched: set[str] = set()
 
 
 def install(probe) -> None:
-    global _probe
-    _probe = probe
+    """Patch what is imported, and what will be as its import finishes; patched functions report
+    to state.probe (api.py sets it first)."""
     for name in _PATCHES:
         if name in sys.modules:
             if name == "torch" and name in _patched:  # patched for an earlier probe: attach this one
@@ -32,11 +33,6 @@ def install(probe) -> None:
             _apply(name, sys.modules[name])
         elif name not in _patched and not any(isinstance(f, _PostImportFinder) for f in sys.meta_path):
             sys.meta_path.insert(0, _PostImportFinder())
-
-
-def forget_probe() -> None:
-    global _probe
-    _probe = None
 
 
 def _apply(name: str, module) -> None:
@@ -104,7 +100,7 @@ def _patch_torch_nvtx(mod) -> None:
 
     @functools.wraps(orig_push)
     def range_push(msg):
-        p = _probe
+        p = state.probe
         if p is not None:
             p.push(msg)
         try:
@@ -117,7 +113,7 @@ def _patch_torch_nvtx(mod) -> None:
     @functools.wraps(orig_pop)
     def range_pop():
         result = orig_pop()
-        p = _probe
+        p = state.probe
         if p is not None:
             p.pop()
         return result
@@ -145,14 +141,14 @@ def _patch_nvtx(nvtx) -> None:
             return msg if msg is not None else default
 
         def __enter__(self):
-            p = _probe
+            p = state.probe
             if p is not None:
                 p.push(self._name())
             return super().__enter__()
 
         def __exit__(self, *exc):
             result = super().__exit__(*exc)
-            p = _probe
+            p = state.probe
             if p is not None:
                 p.pop()
             return result
@@ -163,7 +159,7 @@ def _patch_nvtx(nvtx) -> None:
 
             @functools.wraps(func)
             def wrapper(*args, **kwargs):
-                p = _probe
+                p = state.probe
                 if p is None:
                     return inner(*args, **kwargs)
                 p.push(name)
@@ -179,7 +175,7 @@ def _patch_nvtx(nvtx) -> None:
     @functools.wraps(orig_push)
     def push_range(message=None, *args, **kwargs):
         result = orig_push(message, *args, **kwargs)
-        p = _probe
+        p = state.probe
         if p is not None:
             p.push("" if message is None else message)
         return result
@@ -187,7 +183,7 @@ def _patch_nvtx(nvtx) -> None:
     @functools.wraps(orig_pop)
     def pop_range(*args, **kwargs):
         result = orig_pop(*args, **kwargs)
-        p = _probe
+        p = state.probe
         if p is not None:
             p.pop()
         return result

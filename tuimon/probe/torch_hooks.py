@@ -23,7 +23,7 @@ import os
 import weakref
 from time import monotonic_ns as _now
 
-from . import comm, copies, hooks
+from . import comm, copies, state
 from .anatomy import BACKWARD, COPY, DATA, FORWARD, OPTIMIZER, SYNC
 from .core import BACKWARD_CALL, FORWARD_CALL
 
@@ -50,7 +50,7 @@ def set_enabled(on: bool) -> None:
         elif not on and handle is not None:
             handle.remove()
             _optimizer_hooks[k] = (register, hook, None)
-    p = hooks._probe
+    p = state.probe
     if p is not None and getattr(p, "roots", None) is not None:
         p.roots.set_enabled(on)
     if p is not None and getattr(p, "comm", None) is not None:
@@ -66,7 +66,7 @@ def patch(torch) -> None:
     _patch_syncs(torch)
     _patch_compile(torch)
     comm.patch(torch, _swap, lambda: _compiling())
-    p = hooks._probe
+    p = state.probe
     if p is not None:
         attach(p, torch)
 
@@ -107,7 +107,7 @@ def _patch_dataloader(torch) -> None:
     orig_next = it.__next__
 
     def __next__(self):
-        p = hooks._probe
+        p = state.probe
         if p is None:
             return orig_next(self)
         workers = None
@@ -137,14 +137,14 @@ def _patch_optimizer(torch) -> None:
     def before(optimizer, args, kwargs):
         if _compiling():  # (first: under torch.compile a hook traces to nothing, no graph break)
             return
-        p = hooks._probe
+        p = state.probe
         if p is not None:
             p.anatomy.enter(OPTIMIZER)
 
     def after(optimizer, args, kwargs):
         if _compiling():
             return
-        p = hooks._probe
+        p = state.probe
         if p is not None:
             p.anatomy.exit(OPTIMIZER)
             p.step(explicit=False, optimizer=optimizer)
@@ -161,7 +161,7 @@ def _phase(orig, phase: int):
     def wrapper(*args, **kwargs):
         if _compiling():
             return orig(*args, **kwargs)
-        p = hooks._probe
+        p = state.probe
         if p is None:
             return orig(*args, **kwargs)
         anatomy = p.anatomy
@@ -234,7 +234,7 @@ def _tensor_sync(orig, to_cpu_only: bool = False):
     def wrapper(self, *args, **kwargs):
         if _compiling():
             return orig(self, *args, **kwargs)
-        p = hooks._probe
+        p = state.probe
         if p is None or not p.anatomy.on_loop():
             return orig(self, *args, **kwargs)
         if not self.is_cuda:
@@ -264,7 +264,7 @@ def _tensor_cuda(orig):
     def wrapper(self, *args, **kwargs):
         if _compiling():
             return orig(self, *args, **kwargs)
-        p = hooks._probe
+        p = state.probe
         if p is None or self.is_cuda or p.copies is None or not p.anatomy.on_loop():
             return orig(self, *args, **kwargs)
         return _copying(p, orig, self, self, *args, **kwargs)
@@ -281,7 +281,7 @@ def _tensor_copy_(orig):
     def wrapper(self, src, *args, **kwargs):
         if _compiling():
             return orig(self, src, *args, **kwargs)
-        p = hooks._probe
+        p = state.probe
         if p is None or p.copies is None or not p.anatomy.on_loop():
             return orig(self, src, *args, **kwargs)
         to_gpu, from_gpu = self.is_cuda, getattr(src, "is_cuda", False)
@@ -304,7 +304,7 @@ def _device_sync(orig):
     def wrapper(*args, **kwargs):
         if _compiling():
             return orig(*args, **kwargs)
-        p = hooks._probe
+        p = state.probe
         if p is None or not p.anatomy.on_loop():
             return orig(*args, **kwargs)
         return _waiting(p, orig, *args, **kwargs)
@@ -348,7 +348,7 @@ def _patch_compile(torch) -> None:
     @functools.wraps(orig)
     def compile(*args, **kwargs):
         result = orig(*args, **kwargs)
-        roots = getattr(hooks._probe, "roots", None)
+        roots = getattr(state.probe, "roots", None)
         if roots is not None:
             roots.compiled(result)
         return result
@@ -360,7 +360,7 @@ def _patch_compile(torch) -> None:
     @functools.wraps(orig_module_compile)
     def module_compile(self, *args, **kwargs):  # Module.compile(): in place, through torch.compile
         result = orig_module_compile(self, *args, **kwargs)
-        roots = getattr(hooks._probe, "roots", None)
+        roots = getattr(state.probe, "roots", None)
         if roots is not None:
             roots.compiled_in_place(self)
         return result
@@ -391,7 +391,7 @@ class ModuleRoots:
         self._handles: list = []
 
     def _pre(self, module, args):
-        if _compiling() or hooks._probe is not self.probe:  # (compiled: traced to nothing); forked, or off
+        if _compiling() or state.probe is not self.probe:  # (compiled: traced to nothing); forked, or off
             return
         a = self.probe.anatomy
         if not a.on_loop():
@@ -407,7 +407,7 @@ class ModuleRoots:
         self.entered.append(opened)
 
     def _post(self, module, args, output):
-        if _compiling() or hooks._probe is not self.probe:
+        if _compiling() or state.probe is not self.probe:
             return
         a = self.probe.anatomy
         if not a.on_loop() or not self.entered:
@@ -447,7 +447,7 @@ class ModuleRoots:
 
             @functools.wraps(orig_call)
             def __call__(module, *args, **kwargs):
-                if _compiling() or hooks._probe is not roots.probe:
+                if _compiling() or state.probe is not roots.probe:
                     return orig_call(module, *args, **kwargs)
                 return roots.call(module, orig_call, args, kwargs)
 
@@ -462,7 +462,7 @@ class ModuleRoots:
         roots = self
 
         def timed(*args, **kwargs):
-            if _compiling() or hooks._probe is not roots.probe:
+            if _compiling() or state.probe is not roots.probe:
                 return inner(*args, **kwargs)
             return roots.call(module, lambda _, *a, **k: inner(*a, **k), args, kwargs)
 

@@ -23,7 +23,6 @@ killed, and stop() kills the ones running."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import linecache
 import os
 import pwd
@@ -65,6 +64,8 @@ def find_pyspy() -> str | None:
     given = os.environ.get("TUIMON_PYSPY")
     if given:
         return given if os.access(given, os.X_OK) else None
+    import importlib.metadata  # (10 ms and the email package: only when py-spy is looked for)
+
     found = [shutil.which("py-spy"), os.path.join(os.path.dirname(sys.executable), "py-spy")]
     try:
         dist = importlib.metadata.distribution("py-spy")

@@ -13,7 +13,7 @@ from textual.css.query import NoMatches
 from ..capture.client import MEMORY_STEPS, CaptureRefused
 from ..channel import ChannelError
 from ..channel.control import MAX_STEPS
-from ..monitor.session import Session
+from ..monitor.session import EarlyStart, Session
 from ..monitor.state import MonitorState, View
 from . import partial_updates
 from .screens import (
@@ -54,10 +54,11 @@ class TuimonApp(App):
     ]
 
     def __init__(self, session: Session | None, label: str, state: MonitorState | None = None, ansi_color: bool = True,
-                 top: bool = False, quit_stops_job: bool = False, on_view: Callable[[View], None] | None = None):
+                 top: bool = False, quit_stops_job: bool = False, on_view: Callable[[View], None] | None = None,
+                 early: EarlyStart | None = None):
         """top: all GPUs and their processes, no training process; quit_stops_job: `tuimon demo`;
         on_view: also given each cycle's view (the one drawn; drawn or not while paused), from the
-        UI thread: the metrics exporter."""
+        UI thread: the metrics exporter; early: the session, already started (its cycles kept)."""
         # The terminal's own palette and background: fits the user's theme, and shorter escape
         # sequences (fewer bytes per second over SSH).
         super().__init__(ansi_color=ansi_color)
@@ -68,6 +69,7 @@ class TuimonApp(App):
         self.paused = False
         self.capture_steps = 10
         self.on_view = on_view
+        self.early = early
 
     def on_mount(self) -> None:
         self.push_screen(TopScreen() if self.top else MainScreen())
@@ -77,8 +79,12 @@ class TuimonApp(App):
             self._previous_sighup = signal.signal(signal.SIGHUP, self._hangup)
         except (ValueError, OSError):  # not the main thread
             pass
-        if self.session is not None:
-            self.session.start(self._cycle_from_thread, on_end=lambda: self.call_from_thread(self.redraw))
+        on_end = lambda: self.call_from_thread(self.redraw)  # noqa: E731
+        if self.early is not None:  # started before the UI loaded: what it polled meanwhile is drawn first
+            for cycle in self.early.take_over(self._cycle_from_thread, on_end):
+                self.apply_cycle(cycle)
+        elif self.session is not None:
+            self.session.start(self._cycle_from_thread, on_end=on_end)
         self.call_after_refresh(self.redraw)
 
     def _hangup(self, signum, frame) -> None:
@@ -234,6 +240,7 @@ class TuimonApp(App):
 
 
 def make_app(session: Session | None, label: str, state: MonitorState | None = None, top: bool = False,
-             quit_stops_job: bool = False, on_view: Callable[[View], None] | None = None) -> TuimonApp:
+             quit_stops_job: bool = False, on_view: Callable[[View], None] | None = None,
+             early: EarlyStart | None = None) -> TuimonApp:
     partial_updates.install()
-    return TuimonApp(session, label, state, top=top, quit_stops_job=quit_stops_job, on_view=on_view)
+    return TuimonApp(session, label, state, top=top, quit_stops_job=quit_stops_job, on_view=on_view, early=early)

@@ -126,3 +126,35 @@ class Panel(Widget):
         if 0 <= y < len(self._strips):
             return self._strips[y]
         return Strip.blank(self.size.width, self.visual_style.rich_style)
+
+
+class Keys(Panel):
+    """The screen's keys on one line, the ones Textual's Footer would list (its active bindings
+    that show, one per action, in order; disabled ones dim), drawn as one panel: the Footer makes
+    a widget per key and composes them again whenever the bindings change, which was half the
+    app's first compose."""
+
+    DEFAULT_CSS = "Keys { dock: bottom; height: 1; background: $footer-background; }"
+
+    def on_mount(self) -> None:
+        self.screen.bindings_updated_signal.subscribe(self, self._list)
+        self._list(self.screen)
+
+    def on_unmount(self) -> None:
+        self.screen.bindings_updated_signal.unsubscribe(self)
+
+    def _list(self, screen) -> None:
+        if screen is not self.screen:
+            return
+        colors = self.app.theme_variables
+        key = f"bold {colors.get('footer-key-foreground', '')}".strip()
+        words = colors.get("footer-description-foreground", "")
+        text, actions = Text(" "), set()
+        for _, binding, enabled, _ in screen.active_bindings.values():
+            if not binding.show or binding.action in actions:
+                continue
+            actions.add(binding.action)
+            dim = "" if enabled else " dim"
+            text.append(self.app.get_key_display(binding), key + dim)
+            text.append(f" {binding.description}  ", (words + dim).strip())
+        self.show(text)

@@ -8,12 +8,12 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from ...capture.client import window_steps
 from ...channel.text import safe_text
 from ...monitor.state import View
-from ..widgets import Panel
+from ..widgets import Keys, Panel
 
 
 class CapturesScreen(Screen):
@@ -25,7 +25,7 @@ class CapturesScreen(Screen):
         yield Static(Text(" Captures of this session (esc: back)", "bold"))
         yield DataTable(id="captures", cursor_type="row")
         yield Panel(id="capture-summary", classes="box")
-        yield Footer()
+        yield Keys()
 
     def on_mount(self) -> None:
         t = self.query_one(DataTable)

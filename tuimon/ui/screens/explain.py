@@ -7,11 +7,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from ...monitor.state import View
 from ..panels.explain import explain
-from ..widgets import Panel
+from ..widgets import Keys, Panel
 
 
 class ExplainScreen(Screen):
@@ -23,7 +23,7 @@ class ExplainScreen(Screen):
         yield Static(Text(" The verdict, explained (esc: back)", "bold"))
         with VerticalScroll():
             yield Panel(id="explain", classes="box")
-        yield Footer()
+        yield Keys()
 
     def show_view(self, view: View, label: str) -> None:
         panel = self.query_one("#explain", Panel)

@@ -7,13 +7,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from ...channel.text import safe_text
 from ...model import num
 from ...monitor.state import View
 from ..panels.gpus import gpu_block
-from ..widgets import Panel
+from ..widgets import Keys, Panel
 
 
 class GpuScreen(Screen):
@@ -29,7 +29,7 @@ class GpuScreen(Screen):
             yield Static(id="gpu-title", classes="title")
             yield Panel(id="gpu-summary", classes="box")
             yield Panel(id="gpu-plot")
-        yield Footer()
+        yield Keys()
 
     def action_next_gpu(self) -> None:
         if self._view and self._view.gpus:

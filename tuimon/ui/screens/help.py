@@ -26,22 +26,18 @@ class HelpScreen(ModalScreen):
   r    ranges: every range with count, mean, p95 and share (s: sort)
   g    GPU detail: longer histories (n: next GPU)
   p    pause / resume the display (sampling goes on)
-  c    capture window: N steps (+/- change N) or 10 s without steps,
-       with nsys under `tuimon run --nsys`, torch.profiler otherwise
+  c    capture: N steps (+/- change N) or 10 s; nsys under --nsys
   l    captures of this session and what the last one found
   m    GPU memory: the allocator's numbers over time, its retries
-  M    memory capture: the allocator's history for 5 steps (a
-       snapshot PyTorch's memory viewer opens; m shows its summary)
+  M    memory capture: the allocator's history (a memory_viz snapshot)
   h    hot lines: where the loop thread's time goes, line by line
-  t    threads: every thread's stack in the training process (asked
-       for by itself when the loop stalls)
+  t    threads: every thread's stack (read by itself when it stalls)
   ?    this help
   q    {quit}  (also Ctrl-C)
 
 {verdicts}"""
     VERDICTS = ("The verdict (e explains it): {names}; each with the numbers that decided it and a next step. "
-                '"now" under it is the step in progress. "coarse" marks GPUs without GPM, where only kernel-busy '
-                "time is known.")
+                '"now": the step in progress. "coarse": no GPM (kernel-busy time only).')
 
     TOP = """tuimon top keys
 

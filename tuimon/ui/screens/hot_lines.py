@@ -7,11 +7,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from ...monitor.state import View
 from ..panels.hot_lines import hot_lines_text
-from ..widgets import Panel
+from ..widgets import Keys, Panel
 
 
 class HotLinesScreen(Screen):
@@ -23,7 +23,7 @@ class HotLinesScreen(Screen):
         yield Static(Text(" Hot lines of the loop thread, per phase (esc: back)", "bold"), id="hot-title")
         with VerticalScroll():
             yield Panel(id="hot", classes="box")
-        yield Footer()
+        yield Keys()
 
     def show_view(self, view: View, label: str) -> None:
         if view.training is None and view.outside is not None:  # (no probe: sampled from outside)

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from ...analysis.diagnosis import Verdict
 from ...monitor.state import COLUMN_S, View
@@ -25,7 +25,7 @@ from ..panels.ranks import ranks_panel
 from ..panels.status import status_line
 from ..panels.steps import steps_panel
 from ..panels.verdict import verdict_line
-from ..widgets import Panel
+from ..widgets import Keys, Panel
 
 if TYPE_CHECKING:
     from ..app import TuimonApp
@@ -49,7 +49,7 @@ class MainScreen(Screen):
                                ("breakdown", "Where the step goes"), ("process", "Process"), ("capture", "Capture")):
                 yield Static(Text(title, "bold"), classes="title")
                 yield Panel(id=wid, classes="box")
-        yield Footer()
+        yield Keys()
 
     _window: View | None = None
     _window_at = 0.0

@@ -8,12 +8,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from ...capture.client import MEMORY_STEPS
 from ...monitor.state import View
 from ..panels.memory import capture_text, memory_panel
-from ..widgets import Panel
+from ..widgets import Keys, Panel
 
 
 class MemoryScreen(Screen):
@@ -26,7 +26,7 @@ class MemoryScreen(Screen):
             yield Panel(id="memory", classes="box")
             yield Static(Text("Memory capture", "bold"), classes="title")
             yield Panel(id="memory-capture", classes="box")
-        yield Footer()
+        yield Keys()
 
     def show_view(self, view: View, label: str) -> None:
         panel = self.query_one("#memory", Panel)

@@ -6,11 +6,12 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from ...channel.text import safe_text
 from ...model import RangeRow
 from ...monitor.state import View
+from ..widgets import Keys
 
 NO_RANGES = Text("None yet: the job's own ranges appear here (with tuimon.range(\"name\"), nvtx.annotate or "
                  "torch.cuda.nvtx.range in its code).", "dim")
@@ -33,7 +34,7 @@ class RangesScreen(Screen):
         none.styles.padding = (0, 1)  # (as the title's leading space, on every line it wraps to)
         yield none
         yield DataTable(id="ranges", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield Keys()
 
     def on_mount(self) -> None:
         t = self.query_one(DataTable)

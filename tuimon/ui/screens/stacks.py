@@ -9,12 +9,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from ...channel.text import safe_text
 from ...monitor.state import View
 from ..format import seconds
-from ..widgets import Panel
+from ..widgets import Keys, Panel
 
 if TYPE_CHECKING:
     from ..app import TuimonApp
@@ -30,7 +30,7 @@ class StacksScreen(Screen):
         yield Static(Text(" Threads of the training process (t: read them again, esc: back)", "bold"))
         with VerticalScroll():
             yield Panel(id="stacks", classes="box")
-        yield Footer()
+        yield Keys()
 
     def action_again(self) -> None:
         cast("TuimonApp", self.app).action_stacks()

@@ -5,11 +5,10 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer
 
 from ...monitor.state import View
 from ..panels.top import top_header, top_panel
-from ..widgets import Panel
+from ..widgets import Keys, Panel
 
 
 class TopScreen(Screen):
@@ -19,7 +18,7 @@ class TopScreen(Screen):
         yield Panel(id="header")
         with VerticalScroll(id="body"):
             yield Panel(id="gpus", classes="box")
-        yield Footer()
+        yield Keys()
 
     def show_view(self, view: View, label: str) -> None:
         head = self.query_one("#header", Panel)
