@@ -258,12 +258,12 @@ def test_at_exit_no_thread_of_tuimon_is_left_in_the_job(shm_dir):
     p = run_python("""
 import threading, time
 import tuimon
-from tuimon.probe import api
+from tuimon.probe import api, state
 tuimon.instrument()
 time.sleep(0.5)  # (the control thread in its loop)
 names = lambda: sorted(t.name for t in threading.enumerate() if t.name in ("tuimon-control",))
 before = names()
-api._at_exit(api._probe)
+api._at_exit(state.probe)
 print(before, names())
 """)
     assert p.returncode == 0, p.stderr
