@@ -166,7 +166,9 @@ def test_the_sampler_stops_when_a_channel_appears_and_on_stop(tmp_path, shm_dir)
     """The probe samples its own loop: once the job's channel shows, py-spy is stopped; stop() ends
     every recorder."""
     needs_pyspy()
-    script = ("import time\nt = time.monotonic()\nwhile time.monotonic() - t < 6: sum(range(1000))\n"
+    go = tmp_path / "instrument-now"  # (the job takes its channel once the test saw lines: a loaded
+    # machine's py-spy can take longer than any fixed time to give its first samples)
+    script = (f"import os, time\nwhile not os.path.exists({str(go)!r}): sum(range(1000))\n"
               "import tuimon\ntuimon.instrument()\ntime.sleep(60)\n")
     job = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(ROOT)})
     session = LiveSession(job.pid, 0.5, outside=True)
@@ -176,7 +178,8 @@ def test_the_sampler_stops_when_a_channel_appears_and_on_stop(tmp_path, shm_dir)
         lines = wait_for(lambda: (c := session.poll()).outside and c.outside.samples and c.outside, timeout=30,
                          what="lines from outside")
         assert any("<string>" in h.line for h in lines.hot_lines), lines
-        assert pyspy_children()
+        assert wait_for(pyspy_children, timeout=10, what="py-spy running")  # (a round may be between recorders)
+        go.touch()
         shown = wait_for(lambda: (c := session.poll()).training is not None and c, timeout=60, what="the channel")
         assert shown.outside is None and session._outside is None
         assert wait_for(lambda: not pyspy_children(), timeout=10, what="py-spy stopped")
