@@ -105,3 +105,22 @@ def test_stopping_the_sampler_waits_for_its_thread():
         pytest.skip("the C sampler is not built")
     r = subprocess.run([sys.executable, "-c", STOP_SCRIPT, str(ROOT)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "0", r.stdout + r.stderr
+
+
+def test_a_frame_at_no_line_is_named_by_its_function():
+    """A frame read from another thread can be between lines (f_lineno None while it is set up or
+    torn down): it is named by its function, never passed to linecache (which raised TypeError in the
+    sampler thread of a demo job beside two CPU burners, into the job's stderr)."""
+    from types import SimpleNamespace
+
+    from tuimon.probe.sampler import LineNames
+
+    def job_function():
+        pass
+
+    names = LineNames(intern=lambda name: hash(name))
+    at_no_line = SimpleNamespace(f_code=job_function.__code__, f_lineno=None, f_back=None)
+    assert names.name_of(at_no_line) == "tests/test_hot_lines.py in job_function"
+    at_a_line = SimpleNamespace(f_code=job_function.__code__, f_lineno=job_function.__code__.co_firstlineno + 1,
+                                f_back=None)
+    assert names.name_of(at_a_line).endswith("in job_function `pass`")

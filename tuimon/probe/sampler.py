@@ -133,10 +133,14 @@ class LoopSampler:
             frame = sys._current_frames().get(main.ident)
             if frame is None or self.paused:
                 continue
-            state = procinfo.thread_state(pid, main.native_id)
-            how = L.HOW_WAITING if state in ("S", "D") else L.HOW_NATIVE
+            try:
+                state = procinfo.thread_state(pid, main.native_id)
+                how = L.HOW_WAITING if state in ("S", "D") else L.HOW_NATIVE
+                nid = self.lines.id_of(frame)
+            except Exception:  # noqa: BLE001 - a frame caught mid-change: this sample is skipped; the
+                continue  # thread goes on reading (the native side writes a byte a period to it)
             with self._lock:
-                self._add(self.probe.anatomy.top, self.lines.id_of(frame), how, len(asked))
+                self._add(self.probe.anatomy.top, nid, how, len(asked))
 
     def _add(self, phase: int, nid: int, how: int, n: int) -> None:
         key = (phase, nid, how)
@@ -232,12 +236,17 @@ class LineNames:
             f = frame
         return self._name(f.f_code, f.f_lineno)
 
-    def _name(self, code, line: int) -> str:
-        key = (code.co_filename, line)
+    def _name(self, code, line: int | None) -> str:
+        """line: None where the frame is at no line (f_lineno is None in a frame being set up or torn
+        down, as a sample from another thread can find it): named by its function alone."""
+        key = (code.co_filename, line or 0)
         name = self._names.get(key)
         if name is None:
             if len(self._names) >= MAX_LINES:
                 return "(other lines)"
+            if not line:
+                name = self._names[key] = f"{short_path(key[0])} in {code.co_name}"
+                return name
             text = linecache.getline(key[0], line).strip()
             text = text if len(text) <= CODE_CHARS else text[: CODE_CHARS - 1] + "…"
             name = self._names[key] = f"{short_path(key[0])}:{line} in {code.co_name}" + (f" `{text}`" if text else "")
@@ -252,5 +261,5 @@ class LineNames:
     def id_of(self, frame) -> int:
         return self._id(self.name_of(frame))
 
-    def id_of_code(self, code, line: int) -> int:
+    def id_of_code(self, code, line: int | None) -> int:
         return self._id(self._name(code, line))
