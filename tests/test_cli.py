@@ -85,6 +85,26 @@ def test_run_shows_a_live_summary_and_cleans_up(shm_dir):
     assert os.listdir(shm_dir) == []  # the job's segment went with it
 
 
+def test_a_job_that_ended_is_not_told_to_go_on_while_another_thread_waits_for_it():
+    """The monitor ends with the job; its process sampler may be inside the job's waitpid at that
+    moment, when Popen.poll() answers None (CPython lets one thread wait at a time): the job ended
+    all the same (beside two CPU burners, `run --plain` once said a finished job "goes on")."""
+    import threading
+
+    from tuimon.cli.run import _still_running
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
+        time.sleep(0.01)
+    sampler_waiting = threading.Thread(target=lambda: (child._waitpid_lock.acquire(), time.sleep(0.2),
+                                                       child._waitpid_lock.release()))
+    sampler_waiting.start()
+    time.sleep(0.05)
+    assert child.poll() is None  # (what the monitor read before)
+    assert _still_running(child) is False and child.returncode == 0
+    sampler_waiting.join()
+
+
 def test_run_plain_into_head_leaves_the_job_alone(tmp_path, shm_dir):
     """`| head -3` closes the monitor's stdout: the monitor stops and says so; the job never
     shared that pipe, so it prints on to its end (before, it died of BrokenPipeError)."""

@@ -19,6 +19,8 @@ from .export import start_exporter
 from .supervise import StopMonitoring, Supervisor, dies_with_parent, serve_as_init, tell, under_init
 from .tui import has_terminal, tui
 
+EXIT_WAIT_S = 0.5  # how long the job's end is waited for once the monitor ended (q: the job goes on)
+
 
 def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, demo: bool = False,
         nsys: bool = False, nsys_args: str = "", metrics: tuple[int, str] | None = None, baseline=None) -> int:
@@ -121,7 +123,7 @@ def _after_monitor(child: subprocess.Popen, demo: bool, log_path: str, superviso
     """The monitor has ended: by a stop signal (the job was told: wait for it), with the job
     (its code), or by q, a hangup or a reader that left (the job goes on; the demo's stops)."""
     supervisor.say_notes()
-    if not supervisor.stopping and child.poll() is None:
+    if not supervisor.stopping and _still_running(child):
         if demo:
             _stop(child)
             tell(f"tuimon: the job's output is in {log_path}")
@@ -175,6 +177,17 @@ def _follow_plain(child, interval: float, exporter, baseline, log_path: str, sup
         tell("tuimon: nothing reads the monitor's lines any more: the monitor stops")
     if view is not None and view.training is None and child.poll() is not None:
         tell("tuimon: the job ended before its channel appeared")
+
+
+def _still_running(child: subprocess.Popen) -> bool:
+    """Whether the job runs on after the monitor ended. Not poll(): it answers None while another
+    thread (the process sampler, which saw the job end) is inside its waitpid, and a finished job
+    was told to "go on" (beside two CPU burners); a wait that takes the turn tells."""
+    try:
+        child.wait(timeout=EXIT_WAIT_S)
+        return False
+    except subprocess.TimeoutExpired:
+        return True
 
 
 def _raise_stop() -> None:
