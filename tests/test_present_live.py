@@ -186,11 +186,12 @@ def test_steps_of_a_loop_with_no_optimizer_and_of_gradient_accumulation(tmp_path
     job = Job(tmp_path, kind, "--steps", 300)
     try:
         wait_for(lambda: (t := job.truth()) and t["steps"] >= 150, timeout=120, what="150 steps")
+        before = job.truth()["steps"]
         doc = job.once(0.2)
-        truth = job.truth()["steps"]
-        print(f"{kind}: tuimon {doc['steps']} steps, the loop's own {truth} ({doc['step_source']})")
+        after = job.truth()["steps"]  # (10 ms steps: the loop goes on while attach reads and exits)
+        print(f"{kind}: tuimon {doc['steps']} steps, the loop's own {before}..{after} ({doc['step_source']})")
         assert doc["step_source"] == source
-        assert doc["steps"] == pytest.approx(truth, rel=0.02, abs=2)
+        assert before - 2 <= doc["steps"] <= after + 2, (before, doc["steps"], after)  # live (the count exactly: below)
         assert doc["phases"] and {p["name"] for p in doc["phases"]} >= {"data", "forward", "backward"}
         assert doc["verdict"]["code"] not in ("waiting", "stalled")
         job.proc.wait(timeout=120)
