@@ -124,3 +124,24 @@ def test_a_frame_at_no_line_is_named_by_its_function():
     at_a_line = SimpleNamespace(f_code=job_function.__code__, f_lineno=job_function.__code__.co_firstlineno + 1,
                                 f_back=None)
     assert names.name_of(at_a_line).endswith("in job_function `pass`")
+
+
+def test_the_bundled_demo_is_the_jobs_own_code_and_torch_in_a_venv_is_named_by_its_package():
+    """The demo's loop lives in tuimon/workloads/: its lines are the job's own (tuimon's other code is
+    not: its frames are skipped); torch inside a virtual environment under the working directory is
+    named from its package (its samples in backward once all fell through to
+    `.venv/lib/python3.11/site-packages/torch/autograd/graph.py:979`, the demo's own line skipped)."""
+    from types import SimpleNamespace
+
+    import tuimon.probe.sampler as sampler_module
+    import tuimon.workloads.demo_train as demo
+    from tuimon.probe.anatomy import short_path
+    from tuimon.probe.sampler import LineNames
+
+    names = LineNames(intern=lambda name: hash(name))
+    demo_code, probe_code = demo.train.__code__, sampler_module.LineNames.name_of.__code__
+    in_demo = SimpleNamespace(f_code=demo_code, f_lineno=demo_code.co_firstlineno, f_back=None)
+    in_probe = SimpleNamespace(f_code=probe_code, f_lineno=probe_code.co_firstlineno, f_back=in_demo)
+    assert names.name_of(in_probe).startswith("tuimon/workloads/demo_train.py:")
+    assert short_path(os.path.join(os.getcwd(), ".venv/lib/python3.11/site-packages/torch/autograd/graph.py")) == \
+        "torch/autograd/graph.py"

@@ -86,16 +86,17 @@ class Anatomy(Phases):
 
 
 def short_path(path: str) -> str:
-    """A call site's file, short: relative to the working directory, else from the package."""
+    """A call site's file, short: an installed package's from the package (also in a virtual
+    environment under the working directory), else relative to the working directory."""
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
     try:
         rel = os.path.relpath(path)
         if not rel.startswith(".."):
             return rel
     except ValueError:
         pass
-    for marker in ("site-packages/", "dist-packages/"):
-        if marker in path:
-            return path.split(marker, 1)[1]
     parts = path.split(os.sep)
     return os.sep.join(parts[-2:])
 

@@ -27,17 +27,21 @@ END_FRAMES = 4  # of an uncaught exception's traceback, innermost first
 MESSAGE_CHARS = 600  # of its message, its lines joined
 _TUIMON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TUIMON_DIR = os.path.join(_TUIMON, "")
+# tuimon's own code, but not its bundled workloads: the demo's loop is the job's own code to the
+# person watching it (else its every sample fell through to torch's innermost frame).
+_TUIMON_PARTS = tuple(os.path.join(_TUIMON, name) for name in sorted(os.listdir(_TUIMON))
+                      if name != "workloads" and not name.startswith("__pycache__"))
 
 
 def library_dirs() -> tuple[str, ...]:
     """Code that is not the job's own: the standard library, torch, tuimon (frames in these are
     where the loop waits, not where it is in its own code)."""
     paths = sysconfig.get_paths()
-    dirs = {paths.get("stdlib"), paths.get("platstdlib"), _TUIMON}
+    dirs = {paths.get("stdlib"), paths.get("platstdlib"), *_TUIMON_PARTS}
     torch = sys.modules.get("torch")
     if torch is not None and getattr(torch, "__file__", None):
         dirs.add(os.path.dirname(torch.__file__))
-    return tuple(os.path.join(d, "") for d in dirs if d)
+    return tuple(d if d.endswith(".py") else os.path.join(d, "") for d in dirs if d)
 
 
 def _frame_text(f) -> str:

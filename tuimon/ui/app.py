@@ -85,7 +85,7 @@ class TuimonApp(App):
                 self.apply_cycle(cycle)
         elif self.session is not None:
             self.session.start(self._cycle_from_thread, on_end=on_end)
-        self.call_after_refresh(self.redraw)
+        # (no redraw here: the screen draws itself as it mounts, so its first paint has the numbers)
 
     def _hangup(self, signum, frame) -> None:
         # The kernel follows a hangup's SIGHUP with SIGCONT, on which Textual resumes application
@@ -120,8 +120,9 @@ class TuimonApp(App):
         if not self.paused:
             self.redraw(view)
 
-    def redraw(self, view: View | None = None) -> None:
-        """view: this cycle's, already made (default: made here)."""
+    def redraw(self, view: View | None = None, mounting: bool = False) -> None:
+        """view: this cycle's, already made (default: made here); mounting: from the screen's
+        on_mount, so its first paint already holds the numbers (one frame, not empty panels first)."""
         progress = self.session.progress() if self.session is not None else None
         if progress is not None:  # a replay: where it is
             self.label = f"{self.base_label} · {progress}"
@@ -129,7 +130,7 @@ class TuimonApp(App):
             screen = self.screen
         except ScreenStackError:  # shutting down: the last screen is gone
             return
-        if not hasattr(screen, "show_view") or not screen.is_mounted:
+        if not hasattr(screen, "show_view") or not (screen.is_mounted or mounting):
             return
         try:
             with self.batch_update():

@@ -51,6 +51,9 @@ class MainScreen(Screen):
                 yield Panel(id=wid, classes="box")
         yield Keys()
 
+    def on_mount(self) -> None:
+        cast("TuimonApp", self.app).redraw(mounting=True)
+
     _window: View | None = None
     _window_at = 0.0
     _verdict_for: tuple[Verdict, int] | None = None  # (verdict, width) the verdict panel shows

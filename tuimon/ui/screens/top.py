@@ -20,6 +20,9 @@ class TopScreen(Screen):
             yield Panel(id="gpus", classes="box")
         yield Keys()
 
+    def on_mount(self) -> None:
+        self.app.redraw(mounting=True)  # type: ignore[attr-defined]  # (TuimonApp's: its first paint holds the numbers)
+
     def show_view(self, view: View, label: str) -> None:
         head = self.query_one("#header", Panel)
         head.show(top_header(view, label, head.text_width))
