@@ -651,13 +651,18 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     line = next((h for h in e.hot if h.phase == "other"), None) if other > model else None
     at = f" · {line.line} {share(line.share)} of the time ({how_of(line)[0]})" if line else ""
     ops_out = e.ops.by_phase.get("other", 0) if e.ops else 0
+    at_ops = _time_at_op_lines(e, "other", other)
     if other > model and ops_out and c.busy is not None and (
-            _native_share(e.hot, "other") >= 0.5 or _ops_explain(ops_out, other * (e.step_ms or 0.0))):
-        us = other * (e.step_ms or 0.0) * 1e3 / ops_out
+            at_ops is not None or _native_share(e.hot, "other") >= 0.5
+            or _ops_explain(ops_out, other * (e.step_ms or 0.0))):
+        assert e.ops is not None  # (ops_out came from it)
+        us = at_ops[1] if at_ops is not None else other * (e.step_ms or 0.0) * 1e3 / ops_out
         top = next(iter(e.ops.lines.items()), None)
         return Verdict("host-bound", "host-bound: launches outside the model",
                        f"{gpu} · other {share(other)} of the step: {ops_out:,} ops per step outside any module, "
-                       f"~{us:,.0f} us each on the host (step {e.ops.step} counted){at}",
+                       f"~{us:,.0f} us each on the host"
+                       + (f" ({share(at_ops[0])} of the step at the lines issuing them)" if at_ops else "")
+                       + f" (step {e.ops.step} counted){at}",
                        f"tensor code outside the model issues {ops_out:,} small ops a step"
                        + (f", {top[1]:,} of them at {top[0]}" if top else "")
                        + ": fuse them (torch.compile that function), batch them into fewer, larger ops, or capture "
@@ -764,6 +769,23 @@ def _copy_verdict(c: _Context, rules: list[Rule]) -> Verdict:
         step += f"; {cp.d2h_mb:,.1f} MB come back to the host each step: keep them on the GPU"
     return Verdict("copy-bound", "copy-bound: host-to-device copies", evidence, step, _margin(cp.share, T.COPY_HIGH),
                    rules)
+
+
+def _time_at_op_lines(e: Evidence, phase: str, phase_share: float) -> tuple[float, float] | None:
+    """Measured launches: the sampled time at the phase's hot lines that issue ops (the op counter
+    names the lines it counted at), when it is half or more of the phase and comes to at most
+    OP_HOST_MAX_US an op: (its share of the step, the host us per op). None otherwise. (A launch
+    holds the GIL for microseconds, so the sampler sees these lines as Python: their op count, not
+    how the thread looked, says what the time is.)"""
+    if e.ops is None or not e.step_ms or phase_share <= 0:
+        return None
+    lines = [h for h in e.hot if h.phase == phase and e.ops.lines.get(h.line)]
+    at = sum(h.share for h in lines)
+    ops = sum(e.ops.lines[h.line] for h in lines)
+    if not ops or at < 0.5 * phase_share:
+        return None
+    us = at * e.step_ms * 1e3 / ops
+    return (at, us) if us <= T.OP_HOST_MAX_US.value else None
 
 
 def _ops_explain(ops: int, ms: float) -> bool:

@@ -86,6 +86,10 @@ OP_HOST_US = Threshold(5, "us", "the least host time an eager op on the GPU cost
                                 "a launch-bound loop, 2.9 us from a graph), and PyTorch's dispatcher adds its own; "
                                 "ops outside the model whose count times this is half or more of that time are the "
                                 "time (launches), whatever the sampler saw the thread doing between them")
+OP_HOST_MAX_US = Threshold(25, "us", "the most host time an eager op on the GPU costs: ~5-25 us of CPU-side work "
+                                    "per op (Python bytecode, pybind11, autograd and ATen dispatch, the backend, "
+                                    "cudaLaunchKernel: J. Lin, 'From PyTorch op to kernel launch'); the sampled time "
+                                    "at lines that issue ops, per op, above this is other work on those lines")
 
 # Regressions against a baseline (tuimon/analysis/regression.py, tuimon/analysis/batches.py).
 REGRESSION_FACTOR = Threshold(1.10, "x", "airspeed velocity (asv compare / continuous): a result 1.1x slower than "
