@@ -124,3 +124,7 @@ def run_doctor() -> int:
         if fix:
             print(f"       {'':<16} fix: {fix}")
     return 1 if any(row[0] is False for row in rows) else 0
+
+
+def cmd_doctor(args) -> int:
+    return run_doctor()

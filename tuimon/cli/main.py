@@ -8,14 +8,26 @@ import sys
 
 from .. import __version__
 from . import options as opt
-from .attach import cmd_attach, cmd_ls, cmd_replay, cmd_top
-from .baseline import cmd_baseline_save, cmd_baseline_show
-from .capture import cmd_capture
-from .doctor import run_doctor
-from .export import cmd_export
-from .record import record
-from .run import cmd_demo, cmd_run
-from .trace import cmd_trace
+
+
+def _command(module: str, name: str):
+    """The command's function, imported when it runs: a command loads only its own modules (the
+    monitor's first frame does not wait for the imports of record, trace, export or doctor)."""
+    def run(args):
+        import importlib
+
+        return getattr(importlib.import_module(f"tuimon.cli.{module}"), name)(args)
+
+    return run
+
+
+cmd_attach, cmd_ls, cmd_replay, cmd_top = (_command("attach", n) for n in ("cmd_attach", "cmd_ls", "cmd_replay",
+                                                                            "cmd_top"))
+cmd_baseline_save, cmd_baseline_show = _command("baseline", "cmd_baseline_save"), _command("baseline",
+                                                                                           "cmd_baseline_show")
+cmd_capture, cmd_export, cmd_trace = _command("capture", "cmd_capture"), _command("export", "cmd_export"), \
+    _command("trace", "cmd_trace")
+cmd_demo, cmd_run = _command("run", "cmd_demo"), _command("run", "cmd_run")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -117,7 +129,7 @@ def parser() -> argparse.ArgumentParser:
     rec.add_argument("--seconds", type=opt.DURATION, default=0, help="stop after this long (0: when PID exits)")
     rec.add_argument("--note", default="", help="what was running, stored in the file's header")
     interval(rec)
-    rec.set_defaults(func=lambda a: record(a.pid, a.output, a.seconds, a.interval, a.note, a.force))
+    rec.set_defaults(func=_command("record", "cmd_record"))
 
     tr = sub.add_parser("trace", help="a job's steps and phases per rank (and GPU metrics) as a Chrome/Perfetto "
                                       "trace: the last minutes of a live job, or a recording")
@@ -155,7 +167,7 @@ def parser() -> argparse.ArgumentParser:
     show.set_defaults(func=cmd_baseline_show)
 
     doc = sub.add_parser("doctor", help="what works on this machine and what does not, with fixes")
-    doc.set_defaults(func=lambda a: run_doctor())
+    doc.set_defaults(func=_command("doctor", "cmd_doctor"))
 
     ls = sub.add_parser("ls", help="your processes that have a tuimon channel")
     ls.set_defaults(func=cmd_ls)

@@ -53,3 +53,7 @@ def record(pid: int, path: str, seconds: float, interval: float, note: str = "",
     print(f"recorded {n} cycle{'s' if n != 1 else ''} to {'standard output' if path == '-' else path}",
           file=sys.stderr if path == "-" else sys.stdout)
     return 0
+
+
+def cmd_record(args) -> int:
+    return record(args.pid, args.output, args.seconds, args.interval, args.note, args.force)
