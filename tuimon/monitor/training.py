@@ -28,6 +28,7 @@ class TrainingView:
         self.steps = StepAccumulator(history_steps)
         self.step_log = StepLog()  # every step's times, further back: what a capture window cost (capture/cost.py)
         self.longest_ns = 0  # the longest step so far, the job's warm-up left out
+        self.first_step_t0: int | None = None  # the start of the first step seen: hot lines count from it
         self._source_id: int | None = None  # the name id of the "step.source" gauge, once seen
         self._stacks_asked = 0  # the last stacks request this view made
         self.timeline = False  # keep every step for take_steps() (recordings)
@@ -42,6 +43,8 @@ class TrainingView:
             done = self.steps.add(chunk)
             if done:
                 completed = list(self.steps.completed)[-done:]
+                if self.first_step_t0 is None:
+                    self.first_step_t0 = completed[0].t0
                 for s in completed:
                     if s.index > T.STALL_WARMUP_STEPS.value and s.duration_ns > self.longest_ns:
                         self.longest_ns = s.duration_ns
@@ -101,6 +104,8 @@ class TrainingView:
         last = self.steps.completed[-1] if self.steps.completed else None
         span_ns = max(HOT_SPAN_S * 1e9, (steps[-1].t1 - steps[0].t0) if steps else 0)  # (the window's, at least)
         since = time.monotonic_ns() - span_ns if state == "alive" else end_ns - span_ns
+        if self.first_step_t0 is not None:  # (the job's setup before its loop is not the loop's time)
+            since = max(since, self.first_step_t0)
         hot, samples = anatomy.hot_lines([h for h in self.steps.hot if h[0] >= since], name, L.PHASES)
         end = r.end()
         stacks = r.stacks() if self._stacks_asked else None
