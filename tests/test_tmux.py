@@ -115,6 +115,42 @@ def test_a_closed_terminal_ends_tuimon():
         time.sleep(0)
 
 
+def test_a_terminal_gone_without_a_hangup_signal_ends_tuimon():
+    """The terminal can go without a SIGHUP reaching tuimon (nohup; a pty that is not its controlling
+    terminal, as here): Textual's input thread then read end-of-file in a loop, at 55% of a core for
+    good. tuimon sees the hangup in poll() and exits, within a few seconds."""
+    import fcntl
+    import struct
+    import termios
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    p = subprocess.Popen(tuimon_cmd("replay", ROOT / "tests" / "fixtures" / "h200_demo.jsonl"), stdin=slave,
+                         stdout=slave, stderr=slave, env={**env, "TERM": "xterm-256color"}, start_new_session=True)
+    os.close(slave)
+    try:
+        seen = b""
+        deadline = time.monotonic() + 60
+        while b"GPU 0" not in seen and time.monotonic() < deadline and p.poll() is None:
+            try:
+                seen += os.read(master, 65536)
+            except OSError:
+                break
+        assert b"GPU 0" in seen, seen[-500:]
+        time.sleep(1.5)  # (a live terminal: it keeps running)
+        assert p.poll() is None
+        os.close(master)
+        master = -1
+        assert p.wait(timeout=15) == 0
+    finally:
+        if master >= 0:
+            os.close(master)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def colour_codes(screen: str) -> set[str]:
     """SGR parameters on screen other than reset, bold/dim/italic/underline/reverse and the
     terminal's default colours: what NO_COLOR must leave out."""

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import select
 import signal
+import sys
 from collections.abc import Callable
 
 from textual.app import App, ScreenStackError
@@ -79,6 +82,8 @@ class TuimonApp(App):
             self._previous_sighup = signal.signal(signal.SIGHUP, self._hangup)
         except (ValueError, OSError):  # not the main thread
             pass
+        if not self.is_headless and _tty_fd() is not None:
+            self.set_interval(TERMINAL_CHECK_S, self._exit_if_terminal_gone)
         on_end = lambda: self.call_from_thread(self.redraw)  # noqa: E731
         if self.early is not None:  # started before the UI loaded: what it polled meanwhile is drawn first
             for cycle in self.early.take_over(self._cycle_from_thread, on_end):
@@ -96,6 +101,14 @@ class TuimonApp(App):
             self._hangup_loop.call_soon_threadsafe(self.exit)
         except RuntimeError:  # the loop has already closed: nothing left to stop
             pass
+
+    def _exit_if_terminal_gone(self) -> None:
+        """A terminal can go without a SIGHUP reaching tuimon (under nohup, or a pty that was never
+        its controlling terminal): Textual's input thread then reads end-of-file in a loop, half a
+        core for good. Its hangup shows in poll() as POLLHUP: exit then, as on SIGHUP."""
+        fd = _tty_fd()
+        if fd is None or _hung_up(fd):
+            self.exit()
 
     def on_unmount(self) -> None:
         if self._previous_sighup is not None:
@@ -238,6 +251,27 @@ class TuimonApp(App):
         result = super().pop_screen()
         self.call_after_refresh(self.redraw)
         return result
+
+
+TERMINAL_CHECK_S = 1.0  # how often the terminal is checked for a hangup that sent no signal
+
+
+def _tty_fd() -> int | None:
+    """The terminal tuimon reads its keys from (Textual's input: stdin), None when it is not one."""
+    try:
+        fd = sys.__stdin__.fileno() if sys.__stdin__ is not None else -1
+        return fd if fd >= 0 and os.isatty(fd) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _hung_up(fd: int) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    try:
+        return any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, ev in poller.poll(0))
+    except OSError:
+        return True
 
 
 def make_app(session: Session | None, label: str, state: MonitorState | None = None, top: bool = False,
