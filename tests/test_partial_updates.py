@@ -1,0 +1,79 @@
+"""The cropping renderer of partial updates (tuimon/ui/partial_updates.py): a terminal that runs
+its output ends with the same cells, in the same styles, as one that runs Textual's per-segment
+rendering, in fewer bytes."""
+
+import re
+
+from rich.console import Console
+from rich.segment import Segment
+from rich.style import Style
+from textual._compositor import ChopsUpdate
+from textual.strip import Strip
+
+from tuimon.ui import partial_updates
+
+HEADER = Style(color="default", bgcolor="color(17)")
+BOLD_DIM = Style(bold=True, dim=True)
+
+
+def play(output: str, width: int = 40, height: int = 3) -> list[list[tuple[str, tuple]]]:
+    """Each cell's character and the graphics state it was written in (foreground, background,
+    attributes), from the cursor moves, SGR sequences (0 resets; the rest add up) and text that
+    these renderers write."""
+    cells: list[list[tuple[str, tuple]]] = [[(" ", ("39", "49", ()))] * width for _ in range(height)]
+    fg, bg, attrs = "39", "49", set()
+    x = y = 0
+    for move, sgr, text in re.findall(r"\x1b\[(\d+;\d+)H|\x1b\[([0-9;]*)m|([^\x1b]+)", output):
+        if move:
+            row, col = move.split(";")
+            y, x = int(row) - 1, int(col) - 1
+        elif text:
+            for ch in text:
+                cells[y][x] = (ch, (fg, bg, tuple(sorted(attrs))))
+                x += 1
+        else:
+            codes = (sgr or "0").split(";")
+            while codes:
+                code = codes.pop(0)
+                if code in ("38", "48"):  # 5;n or 2;r;g;b
+                    code += ";" + ";".join(codes[:2] if codes[0] == "5" else codes[:4])
+                    del codes[:2 if code.split(";")[1] == "5" else 4]
+                if code == "0":
+                    fg, bg, attrs = "39", "49", set()
+                elif code.startswith("38") or code == "39" or 30 <= int(code.split(";")[0]) <= 37:
+                    fg = code
+                elif code.startswith("48") or code == "49" or 40 <= int(code.split(";")[0]) <= 47:
+                    bg = code
+                else:
+                    attrs.add(code)
+    return cells
+
+
+def per_segment(update: ChopsUpdate, console: Console) -> str:
+    """What the renderer sent before: each piece as Strip.render makes it (every segment's style
+    set, then reset)."""
+    out = []
+    for y, x1, x2 in update.spans:
+        for end, (x, strip) in zip(update.chop_ends[y], update.chops[y].items(), strict=False):
+            if strip is None or x >= x2 or end <= x1:
+                continue
+            left, right = max(x, x1), min(end, x2)
+            piece = strip if (left, right) == (x, end) else strip.crop(left - x, right - x)
+            out.append(f"\x1b[{y + 1};{left + 1}H" + piece.render(console))
+    return "".join(out)
+
+
+def test_changed_cells_land_in_the_same_styles_in_fewer_bytes():
+    assert partial_updates.install()
+    console = Console(color_system="256", force_terminal=True, width=40)
+    header = Strip([Segment(t, HEADER) for t in ("tuimon · up 0:00:", "18", " · step ", "388")])
+    body = Strip([Segment(t, s) for t, s in (("now step ", None), ("422", BOLD_DIM), (" · every ", None),
+                                             ("30.2", BOLD_DIM), (" ms", None))])
+    update = ChopsUpdate(chops=[{0: header}, {0: body}, {0: None}], spans=[(0, 17, 19), (0, 26, 29), (1, 0, 34)],
+                         chop_ends=[[header.cell_length], [body.cell_length], [40]])
+    new, old = update.render_segments(console), per_segment(update, console)
+    assert play(new) == play(old)
+    assert play(new)[0][17] == ("1", ("39", "48;5;17", ()))
+    assert play(new)[1][9][1] != play(new)[1][8][1]  # (the bold number, the plain text before it)
+    assert re.findall(r"\x1b\[([0-9;]*)m", new)[-1] == "0"  # (the graphics state left reset)
+    assert len(new) < 0.8 * len(old), (len(new), len(old))
