@@ -31,6 +31,23 @@ t4 = time.perf_counter()
 print(f"import {1e3*(t1-t0):.0f} ms, DeviceSampler() {1e3*(t2-t1):.0f} ms, first sample {1e3*(t3-t2):.0f} ms, "
       f"second {1e3*(t4-t3):.0f} ms, error: {d.error}")
 PY
+echo "=== the monitor's memory by part: one process importing and starting what attach does, in order"
+python3 - <<'PY'
+import time, psutil
+p = psutil.Process()
+def rss(label): print(f"{p.memory_info().rss / 2**20:6.1f} MB  {label}", flush=True)
+rss("python")
+import pynvml; rss("import pynvml")
+pynvml.nvmlInit(); rss("nvmlInit()")
+pynvml.nvmlShutdown()
+from tuimon.sources.nvml import DeviceSampler
+d = DeviceSampler()
+for _ in range(5):
+    d.sample(); time.sleep(0.2)
+rss("tuimon's NVML sampler, 5 samples (GPM)")
+import textual.app; rss("import textual.app")
+import tuimon.ui.app; rss("import tuimon.ui.app")
+PY
 echo "=== the monitor beside nvitop, same job: first frames alternating, then both at once"
 python3 benchmarks/monitor_cost.py --pid $JOB --seconds ${SECONDS_EACH:-60} --starts ${STARTS:-3} 2>&1 | tee "$OUT/monitor_cost.txt" | tail -8
 kill $JOB 2>/dev/null; wait $JOB 2>/dev/null
