@@ -151,8 +151,14 @@ def test_a_loop_slowing_by_30_percent_mid_run_is_caught_and_a_steady_copy_is_not
         assert f'tuimon_regression{{pid="{slowing.pid}",rank=""}} 1.0' in metrics
         assert 'tuimon_phase_delta_seconds{phase="backward"' in metrics
 
+        asked = time.monotonic()
         code, doc = once_json(steady.pid, base)
-        assert code == 0 and doc["baseline"]["state"] == "same", doc["baseline"]
+        if code != 0:  # an alert is right when the loop's own timer says it was slower (false_alarms' rule)
+            steps = steps_of(logs["steady"])
+            own = own_mean(steps, asked - 20, asked) / own_mean(steps, *saving)
+            assert code == 3 and own >= 1.05, (f"{own:.3f}x own", doc["baseline"])
+        else:
+            assert doc["baseline"]["state"] == "same", doc["baseline"]
         time.sleep(max(0.0, started + 62 - time.monotonic()))
         lines = [line for _, line in watching["steady"].lines if "baseline" in line or "REGRESSION" in line]
         assert len(lines) >= 57  # a line a second, each with its comparison

@@ -75,7 +75,11 @@ class Plain:
         self.out, self.err = tmp_path / "tuimon.out", tmp_path / "tuimon.err"
         command = [*prefix, *tuimon_cmd(*args)] if args else list(prefix)
         with open(self.out, "w") as o, open(self.err, "w") as e:
-            self.p = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=o, stderr=e)
+            # SIGHUP as a terminal's session has it: a suite run under nohup would hand tuimon an
+            # ignored SIGHUP, which it rightly leaves ignored (nohup's meaning), and every hangup
+            # test here would wait out its timeout
+            self.p = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=o, stderr=e,
+                                      preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
 
     def stderr(self) -> str:
         return self.err.read_text()
