@@ -236,6 +236,18 @@ def test_ops_counted_name_the_launches_and_where_they_come_from():
     slow_line = OpCounts(step=21, total=130, by_phase={"other": 100, "forward": 6, "backward": 24},
                          lines={"planted.py:303 in run `y = y * 1.0001 + 0.0001`": 100})
     assert diagnose(Evidence(**{**e.__dict__, "ops": slow_line})).headline == "host-bound: Python outside the model"
+    # two lines: half the step Python at a line that issues 10 ops, 20% at one that issues 3,000;
+    # summed they come to ~9 us an op, but only the second is launches, and it is not half the time
+    mixed = OpCounts(step=21, total=3040, by_phase={"other": 3010, "backward": 30},
+                     lines={"train.py:50 in log `s = fmt(x) + str(y.sum())`": 10,
+                            "train.py:60 in step `y = y * 1.0001 + 0.0001`": 3000})
+    hot2 = [HotLine(phase="other", line="train.py:50 in log `s = fmt(x) + str(y.sum())`", samples=250, share=0.5,
+                    phase_share=0.55, python=1.0),
+            HotLine(phase="other", line="train.py:60 in step `y = y * 1.0001 + 0.0001`", samples=100, share=0.2,
+                    phase_share=0.22, python=1.0)]
+    e2 = Evidence(**{**HOST, "step_ms": 40.0, "phases": {"backward": 0.05, "other": 0.9}}, **gpm(10), loop_cpu=100.0,
+                  ops=mixed, hot=hot2)
+    assert diagnose(e2).headline == "host-bound: Python outside the model"
     few = OpCounts(step=377, total=49, by_phase={"other": 9, "forward": 6, "backward": 22, "optimizer": 12})
     assert diagnose(Evidence(**{**e.__dict__, "ops": few})).headline == "host-bound: Python outside the model"
     inside = OpCounts(step=40, total=1200, by_phase={"forward": 800, "backward": 0, "optimizer": 400})

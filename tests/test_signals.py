@@ -67,6 +67,10 @@ def kill_all(procs):
             pass
 
 
+HANGUP_AT_DEFAULT = ("import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); "
+                     "os.execvp(sys.argv[1], sys.argv[1:])")
+
+
 class Plain:
     """`tuimon run --plain` (or demo) in the background, stdout and stderr to files."""
 
@@ -77,9 +81,10 @@ class Plain:
         with open(self.out, "w") as o, open(self.err, "w") as e:
             # SIGHUP as a terminal's session has it: a suite run under nohup would hand tuimon an
             # ignored SIGHUP, which it rightly leaves ignored (nohup's meaning), and every hangup
-            # test here would wait out its timeout
-            self.p = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=o, stderr=e,
-                                      preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+            # test here would wait out its timeout (reset in a process that then execs tuimon: the
+            # same PID; preexec_fn is unsafe in a process with threads)
+            self.p = subprocess.Popen([sys.executable, "-c", HANGUP_AT_DEFAULT, *map(str, command)],
+                                      stdin=subprocess.DEVNULL, stdout=o, stderr=e)
 
     def stderr(self) -> str:
         return self.err.read_text()

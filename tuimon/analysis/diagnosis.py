@@ -773,19 +773,21 @@ def _copy_verdict(c: _Context, rules: list[Rule]) -> Verdict:
 
 def _time_at_op_lines(e: Evidence, phase: str, phase_share: float) -> tuple[float, float] | None:
     """Measured launches: the sampled time at the phase's hot lines that issue ops (the op counter
-    names the lines it counted at), when it is half or more of the phase and comes to at most
-    OP_HOST_MAX_US an op: (its share of the step, the host us per op). None otherwise. (A launch
-    holds the GIL for microseconds, so the sampler sees these lines as Python: their op count, not
-    how the thread looked, says what the time is.)"""
+    names the lines it counted at) whose own time comes to at most OP_HOST_MAX_US an op, when
+    they are half or more of the phase: (their share of the step, the host us per op). None
+    otherwise. (A launch holds the GIL for microseconds, so the sampler sees these lines as Python:
+    their op count, not how the thread looked, says what the time is. A line slower than that per
+    op does other work, and is left out rather than averaged in.)"""
     if e.ops is None or not e.step_ms or phase_share <= 0:
         return None
-    lines = [h for h in e.hot if h.phase == phase and e.ops.lines.get(h.line)]
+    step_us = e.step_ms * 1e3
+    lines = [h for h in e.hot if h.phase == phase and e.ops.lines.get(h.line)
+             and h.share * step_us / e.ops.lines[h.line] <= T.OP_HOST_MAX_US.value]
     at = sum(h.share for h in lines)
     ops = sum(e.ops.lines[h.line] for h in lines)
     if not ops or at < 0.5 * phase_share:
         return None
-    us = at * e.step_ms * 1e3 / ops
-    return (at, us) if us <= T.OP_HOST_MAX_US.value else None
+    return at, at * step_us / ops
 
 
 def _ops_explain(ops: int, ms: float) -> bool:

@@ -28,7 +28,8 @@ class TrainingView:
         self.steps = StepAccumulator(history_steps)
         self.step_log = StepLog()  # every step's times, further back: what a capture window cost (capture/cost.py)
         self.longest_ns = 0  # the longest step so far, the job's warm-up left out
-        self.first_step_t0: int | None = None  # the start of the first step seen: hot lines count from it
+        # the start of the job's first step, once seen (0: attached later, no cut): hot lines count from it
+        self.first_step_t0: int | None = None
         self._source_id: int | None = None  # the name id of the "step.source" gauge, once seen
         self._stacks_asked = 0  # the last stacks request this view made
         self.timeline = False  # keep every step for take_steps() (recordings)
@@ -43,8 +44,8 @@ class TrainingView:
             done = self.steps.add(chunk)
             if done:
                 completed = list(self.steps.completed)[-done:]
-                if self.first_step_t0 is None:
-                    self.first_step_t0 = completed[0].t0
+                if self.first_step_t0 is None:  # (mid-run, the span holds no setup: nothing to cut)
+                    self.first_step_t0 = completed[0].t0 if completed[0].index <= 1 else 0
                 for s in completed:
                     if s.index > T.STALL_WARMUP_STEPS.value and s.duration_ns > self.longest_ns:
                         self.longest_ns = s.duration_ns
@@ -104,7 +105,7 @@ class TrainingView:
         last = self.steps.completed[-1] if self.steps.completed else None
         span_ns = max(HOT_SPAN_S * 1e9, (steps[-1].t1 - steps[0].t0) if steps else 0)  # (the window's, at least)
         since = time.monotonic_ns() - span_ns if state == "alive" else end_ns - span_ns
-        if self.first_step_t0 is not None:  # (the job's setup before its loop is not the loop's time)
+        if self.first_step_t0:  # (the job's setup before its loop is not the loop's time)
             since = max(since, self.first_step_t0)
         hot, samples = anatomy.hot_lines([h for h in self.steps.hot if h[0] >= since], name, L.PHASES)
         end = r.end()

@@ -26,11 +26,14 @@ MAX_FRAMES = 48  # per thread in a stacks dump (the innermost ones)
 END_FRAMES = 4  # of an uncaught exception's traceback, innermost first
 MESSAGE_CHARS = 600  # of its message, its lines joined
 _TUIMON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_TUIMON_DIR = os.path.join(_TUIMON, "")
 # tuimon's own code, but not its bundled workloads: the demo's loop is the job's own code to the
 # person watching it (else its every sample fell through to torch's innermost frame).
-_TUIMON_PARTS = tuple(os.path.join(_TUIMON, name) for name in sorted(os.listdir(_TUIMON))
-                      if name != "workloads" and not name.startswith("__pycache__"))
+try:
+    _TUIMON_PARTS = tuple(os.path.join(_TUIMON, name, "") if os.path.isdir(os.path.join(_TUIMON, name))
+                          else os.path.join(_TUIMON, name) for name in sorted(os.listdir(_TUIMON))
+                          if name != "workloads" and not name.startswith("__pycache__"))
+except OSError:  # (not a folder: a zipped install) all of it then
+    _TUIMON_PARTS = (os.path.join(_TUIMON, ""),)
 
 
 def library_dirs() -> tuple[str, ...]:
@@ -41,7 +44,7 @@ def library_dirs() -> tuple[str, ...]:
     torch = sys.modules.get("torch")
     if torch is not None and getattr(torch, "__file__", None):
         dirs.add(os.path.dirname(torch.__file__))
-    return tuple(d if d.endswith(".py") else os.path.join(d, "") for d in dirs if d)
+    return tuple(d if d in _TUIMON_PARTS else os.path.join(d, "") for d in dirs if d)
 
 
 def _frame_text(f) -> str:
@@ -51,7 +54,7 @@ def _frame_text(f) -> str:
 def loop_position(frame, library: tuple[str, ...]) -> tuple[str, str]:
     """(the innermost frame in the job's own code, the innermost frame when it is elsewhere:
     a library call the loop waits in; tuimon's own wrappers are not where it waits)."""
-    while frame is not None and frame.f_code.co_filename.startswith(_TUIMON_DIR):
+    while frame is not None and frame.f_code.co_filename.startswith(_TUIMON_PARTS):
         frame = frame.f_back
     if frame is None:
         return "", ""

@@ -82,7 +82,7 @@ class TuimonApp(App):
             self._previous_sighup = signal.signal(signal.SIGHUP, self._hangup)
         except (ValueError, OSError):  # not the main thread
             pass
-        if not self.is_headless and _tty_fd() is not None:
+        if not self.is_headless and _tty_fd() is not None and TERMINAL_CHECK:
             self.set_interval(TERMINAL_CHECK_S, self._exit_if_terminal_gone)
         on_end = lambda: self.call_from_thread(self.redraw)  # noqa: E731
         if self.early is not None:  # started before the UI loaded: what it polled meanwhile is drawn first
@@ -103,9 +103,9 @@ class TuimonApp(App):
             pass
 
     def _exit_if_terminal_gone(self) -> None:
-        """A terminal can go without a SIGHUP reaching tuimon (under nohup, or a pty that was never
-        its controlling terminal): Textual's input thread then reads end-of-file in a loop, half a
-        core for good. Its hangup shows in poll() as POLLHUP: exit then, as on SIGHUP."""
+        """A terminal can go without a SIGHUP reaching tuimon (SIGHUP ignored, or a pty that was
+        never its controlling terminal): Textual's input thread then reads end-of-file in a loop,
+        half a core for good. Its hangup shows in poll() as POLLHUP: exit then, as on SIGHUP."""
         fd = _tty_fd()
         if fd is None or _hung_up(fd):
             self.exit()
@@ -254,6 +254,8 @@ class TuimonApp(App):
 
 
 TERMINAL_CHECK_S = 1.0  # how often the terminal is checked for a hangup that sent no signal
+# (Linux's poll() reports a pty's hangup; macOS's does not support devices and would say POLLNVAL)
+TERMINAL_CHECK = sys.platform.startswith("linux") and hasattr(select, "poll")
 
 
 def _tty_fd() -> int | None:

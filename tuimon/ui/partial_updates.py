@@ -42,9 +42,11 @@ def _styled(piece, color_system, sgr: str | None, out: list[str]) -> str | None:
     then the next) send it once, and no reset after each (Strip.render sends both every segment:
     ~20 of the ~25 bytes a changed digit cost). Returns the state it leaves."""
     for text, style, _ in piece:
-        if style is not None and style._link:  # (a hyperlink's own sequences: Textual's rendering)
+        if style is not None and style._link:  # (a hyperlink's own sequences: Textual's rendering,
+            if sgr != "":  # which sets its style on top of the state in force: reset that first)
+                out.append("\x1b[0m")
             out.append(Strip.render_style(style, text, color_system))
-            sgr = ""  # (it ends with a reset)
+            sgr = ""  # (it ends reset)
             continue
         ansi = "" if style is None else (style._ansi if style._ansi is not None else Strip.render_ansi(style, color_system))
         if ansi != sgr:
