@@ -8,7 +8,7 @@ import time
 from ..analysis import anatomy, summary
 from ..analysis import memory as gpu_memory
 from ..analysis import thresholds as T
-from ..analysis.steps import StepAccumulator
+from ..analysis.steps import F_KIND, F_STEP, F_T0, STEP, StepAccumulator
 from ..capture.cost import StepLog
 from ..channel import layout as L
 from ..channel.control import open_control
@@ -40,12 +40,14 @@ class TrainingView:
         """Drain what is new; returns the number of records read. Raises ChannelError when the
         segment became unreadable."""
         batch = self.source.poll()
+        if self.first_step_t0 is None:  # the oldest step the ring still held: the job's first, or not
+            first = next((r for r in batch.records if r[F_KIND] == STEP), None)
+            if first is not None:  # (attached later: the span holds no setup, nothing to cut)
+                self.first_step_t0 = first[F_T0] if first[F_STEP] <= 1 else 0
         for chunk in _chunks(batch.records) if self.timeline else (batch.records,):
             done = self.steps.add(chunk)
             if done:
                 completed = list(self.steps.completed)[-done:]
-                if self.first_step_t0 is None:  # (mid-run, the span holds no setup: nothing to cut)
-                    self.first_step_t0 = completed[0].t0 if completed[0].index <= 1 else 0
                 for s in completed:
                     if s.index > T.STALL_WARMUP_STEPS.value and s.duration_ns > self.longest_ns:
                         self.longest_ns = s.duration_ns
