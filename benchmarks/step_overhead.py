@@ -25,18 +25,22 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def main():
+def args():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=12, help="on/off block pairs")
     ap.add_argument("--block-steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=40)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--model", default="demo", choices=("demo", "resnet50"))
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def training(a):
+    """The instrumented process's step: (probe, probe_on(bool), steps(n) -> ms a step, net, batch,
+    device, cuda); also used by probe_ablation.py."""
     os.environ.setdefault("TUIMON_SHM_DIR", tempfile.mkdtemp())
 
     import tuimon
-    from tuimon.channel import ring
     from tuimon.probe import api, state
 
     assert tuimon.instrument().enabled
@@ -99,6 +103,15 @@ def main():
             tuimon.count("samples", batch)
         return (time.perf_counter() - t0) / n * 1e3
 
+    return probe, probe_on, steps, net, batch, device, cuda
+
+
+def main():
+    a = args()
+    probe, probe_on, steps, net, batch, device, cuda = training(a)
+    import torch
+
+    from tuimon.channel import ring
     monitor = subprocess.Popen([sys.executable, "-m", "tuimon", "record", str(os.getpid()), "-o",
                                 os.path.join(tempfile.mkdtemp(), "bench.jsonl"), "--interval", "1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
