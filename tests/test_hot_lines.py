@@ -148,3 +148,55 @@ def test_the_bundled_demo_is_the_jobs_own_code_and_torch_in_a_venv_is_named_by_i
     assert names.name_of(in_probe).startswith("tuimon/workloads/demo_train.py:")
     assert short_path(os.path.join(os.getcwd(), ".venv/lib/python3.11/site-packages/torch/autograd/graph.py")) == \
         "torch/autograd/graph.py"
+
+
+SETUP_THEN_LOOP = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import tuimon
+from tuimon.channel import layout as L
+from tuimon.channel.reader import SegmentReader
+
+status = tuimon.instrument()
+import torch.utils.data  # (the job's first step starts at its first batch)
+
+def setup_spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+def loop_spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+setup_spin(0.7)
+for _ in torch.utils.data.DataLoader(range(40), batch_size=None):
+    loop_spin(0.01)
+    tuimon.step()
+time.sleep(0.8)  # (the control thread writes the samples every ~0.2 s)
+r = SegmentReader(status.path)
+recs = r.drain().records
+first_t0 = min(rec[6] for rec in recs if rec[0] == L.STEP and rec[5] == 1)
+hot = [(r.name(rec[3]), rec[7], rec[8]) for rec in recs if rec[0] == L.HOT]
+print(json.dumps({"first_t0": first_t0,
+                  "setup": [(t, n) for name, t, n in hot if "in setup_spin" in name],
+                  "loop": [(t, n) for name, t, n in hot if "in loop_spin" in name]}))
+"""
+
+
+def test_the_setups_samples_are_written_before_the_first_step_starts():
+    """The monitor counts hot lines from the job's first step (its setup is not the loop's time):
+    samples taken before that start are written stamped before it, though the probe writes its
+    samples every ~0.2 s (a write after the start carried the last setup samples into the loop's
+    lines: 17 samples of an H100 job's setup line `opt = torch.optim.SGD(...)`)."""
+    env = {**os.environ, "TUIMON_SAMPLE_HZ": "200"}
+    r = subprocess.run([sys.executable, "-c", SETUP_THEN_LOOP, str(ROOT)], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout.strip().splitlines()[-1])
+    first, setup, loop = doc["first_t0"], doc["setup"], doc["loop"]
+    assert sum(n for _, n in setup) >= 20 and sum(n for _, n in loop) >= 20, doc  # (~140 and ~80 at 200 Hz)
+    late = [(t - first, n) for t, n in setup if t >= first]
+    assert late == [], late
+    assert all(t >= first for t, _ in loop), doc

@@ -77,6 +77,7 @@ class Probe:
         self.names = writer.names  # name -> id, read without the lock on the hot path
         self.step_no = 1
         self.step_t0 = 0  # when the current step began (0: not yet known)
+        self.first_t0 = 0  # when the job's first step began (0: not yet): the sampler cuts its setup there
         self.longest_ns = 0  # the longest step so far, warm-up left out: a monitor's bar for a stall
         self.created_ns = _now()
         self.source = NO_SOURCE  # what counts the steps (see STEP_SOURCES above)
@@ -188,6 +189,8 @@ class Probe:
                 if self.step_no > 1 or not self.step_t0:  # (the first step runs from the first batch on)
                     self.step_t0 = t1
                     a.restart(t1)
+                    if self.step_no == 1:
+                        self.first_t0 = t1
                 self._data_since_boundary = False
                 return
         elif source in (FORWARD_CALL, BACKWARD_CALL) and self._data_seen and not self._data_since_boundary:
@@ -195,6 +198,8 @@ class Probe:
         self._data_since_boundary = False
         t0 = self.step_t0 or self.created_ns
         step = self.step_no
+        if step == 1 and not self.first_t0:
+            self.first_t0 = t0
         if t1 - t0 > self.longest_ns and step > WARMUP_STEPS:
             self.longest_ns = t1 - t0
         if not a.on_loop():  # this thread steps: it is the loop

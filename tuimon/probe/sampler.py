@@ -68,6 +68,7 @@ class LoopSampler:
         self._counts: dict[tuple[int, int, int], int] = {}  # (phase, name id, how) -> samples, not yet written
         self._step = 0
         self._flushed = _now()
+        self._cut = False  # the counts before the job's first step were flushed apart (_cut_at_first_step)
         self._loop_tid: int | None = None
         self.samples = 0
         self.by_main = False  # the main thread samples itself (channel/_sampler.c)
@@ -113,12 +114,28 @@ class LoopSampler:
             native.sample_library(self.lines.library())
         self._loop_tid = threading.main_thread().native_id
         self._step = p.step_no
-        taken = [(phase, self.lines.id_of_code(own, line), periods)
-                 for _, _, own, line, _, _, phase, periods in native.sample_take()]
+        taken = [(asked, phase, self.lines.id_of_code(own, line), periods)
+                 for asked, _, own, line, _, _, phase, periods in native.sample_take()]
+        if not self._cut and p.first_t0:  # the setup's samples, flushed before the first step's start
+            with self._lock:
+                for asked, phase, nid, periods in taken:
+                    if asked < p.first_t0:
+                        self._add(phase, nid, L.HOW_PYTHON, periods)
+            self._cut_at_first_step()
+            taken = [x for x in taken if x[0] >= p.first_t0]
         with self._lock:
-            for phase, nid, periods in taken:
+            for _, phase, nid, periods in taken:
                 self._add(phase, nid, L.HOW_PYTHON, periods)
         self.flush()
+
+    def _cut_at_first_step(self) -> None:
+        """Once the job's first step has started: what was counted so far is its setup's, written
+        stamped just before that start (the monitor counts hot lines from it; a flush stamped later
+        would put the setup's lines into the loop's)."""
+        first = self.probe.first_t0
+        if not self._cut and first:
+            self._cut = True
+            self.flush(first - 1)
 
     def _outside_on_request(self, fd: int, stop: threading.Event) -> None:
         """The periods the main thread spent inside native calls, sampled from here (a byte a period)."""
@@ -133,6 +150,8 @@ class LoopSampler:
             frame = sys._current_frames().get(main.ident)
             if frame is None or self.paused:
                 continue
+            if not self._cut:
+                self._cut_at_first_step()
             try:
                 state = procinfo.thread_state(pid, main.native_id)
                 how = L.HOW_WAITING if state in ("S", "D") else L.HOW_NATIVE
@@ -178,6 +197,8 @@ class LoopSampler:
         if frame is None:
             return
         phase, step = a.top, p.step_no
+        if not self._cut:
+            self._cut_at_first_step()
         self._loop_tid = self._native_id(a.loop)
         state = procinfo.thread_state(pid, self._loop_tid)
         if state in ("S", "D"):  # asleep: blocked in a call (a thread holding the GIL runs, or waits for a core)
@@ -193,12 +214,13 @@ class LoopSampler:
         if _now() - self._flushed >= FLUSH_NS:
             self.flush()
 
-    def flush(self) -> None:
-        t, emit, tid = _now(), self.probe.emit, self._loop_tid or 0  # (the loop's samples: its thread id)
+    def flush(self, stamp: int | None = None) -> None:
+        t = _now()
+        emit, tid = self.probe.emit, self._loop_tid or 0  # (the loop's samples: its thread id)
         with self._lock:
             counts, self._counts = self._counts, {}
         for (phase, nid, how), n in counts.items():
-            emit(L.HOT, phase, nid, tid, self._step, how, t, float(n))
+            emit(L.HOT, phase, nid, tid, self._step, how, t if stamp is None else stamp, float(n))
         self._flushed = t
 
     def _native_id(self, ident: int) -> int | None:
