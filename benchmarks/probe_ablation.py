@@ -67,7 +67,9 @@ def main():
     print(f"device {device}, model {a.model}, {a.pairs} rounds; each: probe on (the variant) / off, on-off-off-on")
     for n in names:
         q = statistics.quantiles(ratios[n], n=4)
-        print(f"{n:<16} median {statistics.median(ratios[n]):.4f}  p25..p75 {q[0]:.4f} .. {q[2]:.4f}")
+        mean, half = step_overhead.mean_ci(ratios[n])
+        print(f"{n:<16} median {statistics.median(ratios[n]):.4f}  p25..p75 {q[0]:.4f} .. {q[2]:.4f}  "
+              f"mean {mean:.4f} ±{half:.4f}")
     probe.writer.unlink()
 
 

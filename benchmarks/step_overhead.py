@@ -32,6 +32,8 @@ def args():
     ap.add_argument("--warmup", type=int, default=40)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--model", default="demo", choices=("demo", "resnet50"))
+    ap.add_argument("--null", action="store_true",
+                    help="the probe off in both arms: what the measurement itself reads as a cost (an A/A test)")
     return ap.parse_args()
 
 
@@ -120,7 +122,7 @@ def main():
         on, off = [], []
         for _ in range(a.pairs):
             for state in (True, False, False, True):
-                probe_on(state)
+                probe_on(state and not a.null)
                 (on if state else off).append(steps(a.block_steps))
         probe_on(True)
         alive = monitor.poll() is None
@@ -130,7 +132,8 @@ def main():
     # each on-off-off-on group gives two pairs
     ratios = [x / y for x, y in zip(on, off, strict=True)]
     m_on, m_off = statistics.median(on), statistics.median(off)
-    print(f"device {device}{' ' + torch.cuda.get_device_name(0) if cuda else ''}, model {a.model} "
+    print(f"{'A/A (probe off in both arms): ' if a.null else ''}device {device}"
+          f"{' ' + torch.cuda.get_device_name(0) if cuda else ''}, model {a.model} "
           f"({sum(1 for _ in net.modules())} modules, batch {batch}), hot path {ring.IMPLEMENTATION}, "
           f"{len(on)} blocks of {a.block_steps} steps each way, monitor attached: {alive}")
     if not alive:
@@ -141,10 +144,18 @@ def main():
     print(f"{'ratio on/off (medians)':<28}{m_on / m_off:>10.4f}")
     q = statistics.quantiles(ratios, n=4)
     print(f"{'per-pair ratio p25..p75':<28}{q[0]:>10.4f} .. {q[2]:.4f}")
+    mean, half = mean_ci(ratios)
+    print(f"{'per-pair ratio mean, 95% CI':<28}{mean:>10.4f} .. ±{half:.4f}  (total on / total off {sum(on) / sum(off):.4f})")
     print(f"records written {probe.writer.records_written}, probe enabled {probe.writer.enabled}, "
           f"forward roots {len(probe.roots.roots) if probe.roots else 0}, GPU timing "
           f"{'every ' + str(probe.gpu.every) + ' step(s)' if probe.gpu else 'off'}")
     probe.writer.unlink()
+
+
+def mean_ci(xs: list[float]) -> tuple[float, float]:
+    """The mean and the half-width of its 95% confidence interval (normal approximation: many pairs)."""
+    m = statistics.fmean(xs)
+    return m, 1.96 * statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else float("nan")
 
 
 if __name__ == "__main__":

@@ -88,6 +88,52 @@ def test_the_exited_verdict_comes_first_and_says_why():
     assert killed.headline == "exited: killed by SIGKILL" and "OOM killer" in killed.next_step
 
 
+LOADER = """
+def __next__():
+    return _get_data()
+
+def _get_data():
+    return rebuild_storage_fd()
+
+def rebuild_storage_fd():
+    raise ConnectionResetError(104, "Connection reset by peer")
+"""
+
+
+def test_a_worker_that_died_while_handing_over_a_batch_is_named(tmp_path):
+    """Beside two CPU burners a killed worker once surfaced as the socket's ConnectionResetError (its
+    batch's shared memory is handed over on a socket) rather than torch's 'DataLoader worker ... exited
+    unexpectedly': the probe writes the frame the job's line called (the DataLoader's __next__), and the
+    verdict names the worker's death from it."""
+    from tuimon.probe.present import exception_text
+
+    torch_dir = str(tmp_path / "site-packages" / "torch")
+    code = compile(LOADER, torch_dir + "/utils/data/dataloader.py", "exec")
+    loader: dict = {}
+    exec(code, loader)
+
+    def job_loop():
+        for _ in range(3):
+            loader["__next__"]()  # (the job's own line)
+
+    try:
+        job_loop()
+    except ConnectionResetError as e:
+        text = exception_text(e, library=(torch_dir,))
+    lines = text.splitlines()
+    assert lines[0] == "ConnectionResetError: [Errno 104] Connection reset by peer"
+    assert "test_present.py" in lines[1] and "in job_loop" in lines[1]
+    assert lines[2].endswith("torch/utils/data/dataloader.py:3 in __next__"), lines
+    assert lines[3].endswith("in rebuild_storage_fd") and lines[4].endswith("in _get_data"), lines  # (innermost)
+    v = diagnose(Evidence(steps=80, job_end=job_end(exit_code=1, probe_end="exception", probe_text=text, log=None,
+                                                    log_tail=[])))
+    assert v.headline == "exited (code 1): ConnectionResetError" and v.next_step.startswith("a DataLoader worker died")
+    elsewhere = text.replace("torch/utils/data/dataloader.py", "requests/adapters.py")  # (a socket of the job's own)
+    v = diagnose(Evidence(steps=80, job_end=job_end(exit_code=1, probe_end="exception", probe_text=elsewhere,
+                                                    log=None, log_tail=[])))
+    assert "DataLoader" not in v.next_step
+
+
 def test_the_stalled_verdict_names_the_phase_and_what_it_waits_for():
     stall = Stall(stalled=True, quiet_s=38.0, limit_s=20.0, phase="data", phase_s=38.0)
     base = dict(steps=6, data_share=0.14, stall=stall, now=now(phase_s=38.0, step_s=38.0), loop_cpu=0.0)

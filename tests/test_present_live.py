@@ -230,9 +230,12 @@ def test_a_killed_dataloader_worker(tmp_path):
         job.proc.wait(timeout=60)
         doc = job.once(0.2)
         assert doc["verdict"]["code"] == "exited", doc["verdict"]
-        ended = doc["job_end"]["exception"]  # (torch says it one of two ways, as its watchdog or the fetch sees it first)
+        ended = doc["job_end"]["exception"]  # torch says it one of three ways: its watchdog or the fetch sees it
+        # first, or (beside two CPU burners) the worker died handing over a batch, whose socket raised
         assert f"DataLoader worker (pid(s) {worker.pid}) exited unexpectedly" in ended or \
-            f"DataLoader worker (pid {worker.pid}) is killed by signal" in ended, ended
+            f"DataLoader worker (pid {worker.pid}) is killed by signal" in ended or \
+            ended.startswith("ConnectionResetError"), ended
+        assert ended in job.output(), job.output()[-2000:]  # (what the job itself printed last)
         assert "DataLoader worker died" in doc["verdict"]["next_step"]
         assert "present.py" in doc["job_end"]["frames"][0]  # (the job's own line first, then torch's)
     finally:

@@ -35,6 +35,16 @@ def oom_step(text: str, m: Memory | None) -> str:
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
 
 
+CUT_OFF = ("ConnectionResetError", "EOFError", "BrokenPipeError", "ConnectionRefusedError")
+
+
+def batch_cut_off(exception: str, frames: list[str]) -> bool:
+    """The loop's DataLoader raised a socket's error: a worker died while it handed over a batch (its
+    tensors' shared memory goes over a socket; torch's watchdog would have said "DataLoader worker
+    ... exited unexpectedly", had it seen the death first)."""
+    return exception.split(":", 1)[0] in CUT_OFF and any("torch/utils/data/" in f for f in frames)
+
+
 def exited_words(end: JobEnd, memory, ran_as: str | None = None) -> tuple[str, str, str]:
     """ran_as: the verdict of its last window while it ran, kept with its last numbers."""
     ex = end.exception or ""
@@ -50,7 +60,7 @@ def exited_words(end: JobEnd, memory, ran_as: str | None = None) -> tuple[str, s
         step = oom_step(ex, memory)
     elif "NCCL" in ex or "ProcessGroup" in ex or "DistBackendError" in ex:
         step = "a collective failed: the rank that failed first is the cause (its own end, in its output)"
-    elif "DataLoader worker" in ex:
+    elif "DataLoader worker" in ex or batch_cut_off(ex, end.frames):
         step = ("a DataLoader worker died: killed by the host's OOM killer (dmesg -T | grep -i oom) or a crash in "
                 "the dataset's code (its traceback is in the output above it)")
     elif end.how == "signal" and end.exit_code in (-9,):

@@ -93,16 +93,20 @@ def stack_dump(loop_ident: int | None) -> str:
 
 
 def exception_text(exc: BaseException, library: tuple[str, ...] = ()) -> str:
-    """'Type: message', then where it came from: the innermost frame in the job's own code first,
-    then the innermost frames of its traceback, a line each."""
+    """'Type: message', then where it came from: the innermost frame in the job's own code first, the
+    frame it called next, then the innermost frames of its traceback, a line each."""
     kind = type(exc)
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
     words = [w.strip() for w in str(exc).splitlines()]
     message = " · ".join(w for w in words if w.strip("=-_*#~ ")) [:MESSAGE_CHARS]  # (banners out: torchrun's)
     lines = [f"{name}: {message}" if message else name]
     frames = list(reversed(traceback.extract_tb(exc.__traceback__)))
-    own = next((fs for fs in frames if not fs.filename.startswith(library) and not fs.filename.startswith("<")), None)
-    for fs in ([own] if own is not None else []) + [fs for fs in frames[:END_FRAMES] if fs is not own]:
+    k = next((k for k, fs in enumerate(frames) if not fs.filename.startswith(library) and not fs.filename.startswith("<")),
+             None)
+    # the job's own line, what it called (a DataLoader's __next__: the monitor names a worker's death from it),
+    # then the innermost frames
+    first = [] if k is None else [frames[k]] + ([frames[k - 1]] if k > 0 else [])
+    for fs in first + [fs for fs in frames[:END_FRAMES] if all(fs is not f for f in first)]:
         lines.append(f"  at {short_path(fs.filename)}:{fs.lineno} in {fs.name}")
     return "\n".join(lines)
 
