@@ -4,8 +4,9 @@ the probe off, for each part in turn (budget: all of it <= 1%).
     python benchmarks/probe_ablation.py [--pairs 12] [--block-steps 50] [--device auto] [--model demo|resnet50]
 
 The step and the attached monitor are benchmarks/step_overhead.py's. Each round runs, for each
-variant (all on; without GPU timing; without the copy accounting; without the op counter; without
-the line sampler), blocks of steps with the probe on in that variant and off, in on-off-off-on
+variant (all on; without GPU timing, the copy accounting, the op counter or the line sampler; without
+one group of wrappers: next(), backward, the syncs, the copies, the forward hooks, the optimizer hooks
+(which end the steps: the step boundary's work goes with them)), blocks of steps with the probe on in that variant and off, in on-off-off-on
 order; the table: each variant's median ratio on/off and its p25..p75. A part costs about the
 difference between "all on" and the variant without it (within the spread)."""
 
@@ -28,7 +29,15 @@ def main():
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     full = {"gpu": probe.gpu, "copies": probe.copies, "ops": probe.ops}
 
+    from tuimon.probe import torch_hooks
+
+    def unwrap(*names):
+        for owner, name, orig, _ in torch_hooks._swaps:
+            if name in names:
+                setattr(owner, name, orig)
+
     def variant(name):
+        torch_hooks.set_enabled(True)
         for k, v in full.items():
             setattr(probe, k, v)
         if probe.sampler is not None:
@@ -41,8 +50,24 @@ def main():
             probe.ops = None
         elif name == "no sampler" and probe.sampler is not None:
             probe.sampler.pause(True)
+        elif name == "no next() wrapper":
+            unwrap("__next__")
+        elif name == "no backward wrapper":
+            unwrap("backward", "grad")
+        elif name == "no sync wrappers":
+            unwrap("item", "tolist", "cpu", "__bool__", "__int__", "__float__", "synchronize")
+        elif name == "no copy wrappers":
+            unwrap("to", "cuda", "copy_")
+        elif name == "no forward hooks":
+            probe.roots.set_enabled(False)
+        elif name == "no optimizer hooks":  # (no step ends either: the boundary's work goes too)
+            for k, (register, hook, handle) in enumerate(torch_hooks._optimizer_hooks):
+                if handle is not None:
+                    handle.remove()
+                    torch_hooks._optimizer_hooks[k] = (register, hook, None)
 
-    names = ["all on", "no gpu timing", "no copies", "no op counter", "no sampler"]
+    names = ["all on", "no gpu timing", "no copies", "no op counter", "no sampler", "no next() wrapper",
+             "no backward wrapper", "no sync wrappers", "no copy wrappers", "no forward hooks", "no optimizer hooks"]
     ratios = {n: [] for n in names}
     try:
         steps(a.warmup)

@@ -187,8 +187,10 @@ def test_a_bursty_loop_whose_batches_got_2x_slower_is_flagged_within_30_s_and_a_
         assert "data wait 9" in out, out  # (input-bound: the loop waits for batches ~93% of its time)
         doc = json.loads(open(base).read())
         mean, p50 = doc["step_time_ms"]["mean"], doc["step_time_ms"]["p50"]
-        assert 70 < mean < 95 and p50 < mean / 2, (mean, p50)  # bursty: the median is no step time (the quick steps
-        # slow down when the cores are busy: 28 ms of a mean of 80 beside two CPU burners; a steady loop's is ~ its mean)
+        own_p50 = statistics.median([ms for t, ms in steps_of(logs["base"]) if saving[0] <= t <= saving[1]])
+        # bursty: the median is no step time, and it is the loop's own; how far under the mean depends on the machine
+        # (5 ms quiet; beside two CPU burners the quick steps slow down: 28 and 54 ms of a mean of 80)
+        assert 70 < mean < 95 and abs(p50 - own_p50) <= max(5.0, 0.25 * own_p50), (mean, p50, own_p50)
 
         started = time.monotonic()  # the slower job, its monitor from its start
         slower = ("--workers", 4, "--batch-ms", 640, "--backward-ms", 2, "--other-ms", 2)  # (BURSTY, 2x the batch time)
