@@ -105,22 +105,24 @@ def test_a_worker_that_died_while_handing_over_a_batch_is_named(tmp_path):
     batch's shared memory is handed over on a socket) rather than torch's 'DataLoader worker ... exited
     unexpectedly': the probe writes the frame the job's line called (the DataLoader's __next__), and the
     verdict names the worker's death from it."""
-    from tuimon.probe.present import exception_text
+    from tuimon.probe.present import PROBE_DIR, exception_text
 
     torch_dir = str(tmp_path / "site-packages" / "torch")
     code = compile(LOADER, torch_dir + "/utils/data/dataloader.py", "exec")
     loader: dict = {}
     exec(code, loader)
+    wrapper: dict = {"orig_next": loader["__next__"]}  # the probe's DataLoader wrapper between the job and torch
+    exec(compile("def __next__():\n    return orig_next()\n", PROBE_DIR + "torch_hooks.py", "exec"), wrapper)
 
     def job_loop():
         for _ in range(3):
-            loader["__next__"]()  # (the job's own line)
+            wrapper["__next__"]()  # (the job's own line)
 
     try:
         job_loop()
     except ConnectionResetError as e:
-        text = exception_text(e, library=(torch_dir,))
-    lines = text.splitlines()
+        text = exception_text(e, library=(torch_dir, PROBE_DIR))
+    lines = text.splitlines()  # (tuimon/probe's own frames are library: the job's line is the test's)
     assert lines[0] == "ConnectionResetError: [Errno 104] Connection reset by peer"
     assert "test_present.py" in lines[1] and "in job_loop" in lines[1]
     assert lines[2].endswith("torch/utils/data/dataloader.py:3 in __next__"), lines

@@ -235,8 +235,10 @@ def test_a_killed_dataloader_worker(tmp_path):
         assert f"DataLoader worker (pid(s) {worker.pid}) exited unexpectedly" in ended or \
             f"DataLoader worker (pid {worker.pid}) is killed by signal" in ended or \
             ended.startswith("ConnectionResetError"), ended
-        assert ended in job.output(), job.output()[-2000:]  # (what the job itself printed last)
-        assert "DataLoader worker died" in doc["verdict"]["next_step"]
+        # what the job itself died of: its traceback's last line, or (once, beside two burners) only CPython's dump
+        # of the exception ("object type name: ConnectionResetError ... lost sys.stderr")
+        assert ended.split(":")[0] in job.output(), job.output()[-2000:]
+        assert "DataLoader worker died" in doc["verdict"]["next_step"], doc["job_end"]
         assert "present.py" in doc["job_end"]["frames"][0]  # (the job's own line first, then torch's)
     finally:
         job.stop()

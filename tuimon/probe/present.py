@@ -92,6 +92,9 @@ def stack_dump(loop_ident: int | None) -> str:
     return "\n".join(lines)
 
 
+PROBE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # (its wrappers sit between the job and torch)
+
+
 def exception_text(exc: BaseException, library: tuple[str, ...] = ()) -> str:
     """'Type: message', then where it came from: the innermost frame in the job's own code first, the
     frame it called next, then the innermost frames of its traceback, a line each."""
@@ -103,9 +106,13 @@ def exception_text(exc: BaseException, library: tuple[str, ...] = ()) -> str:
     frames = list(reversed(traceback.extract_tb(exc.__traceback__)))
     k = next((k for k, fs in enumerate(frames) if not fs.filename.startswith(library) and not fs.filename.startswith("<")),
              None)
-    # the job's own line, what it called (a DataLoader's __next__: the monitor names a worker's death from it),
-    # then the innermost frames
-    first = [] if k is None else [frames[k]] + ([frames[k - 1]] if k > 0 else [])
+    # the job's own line, what it called (a DataLoader's __next__: the monitor names a worker's death from it;
+    # past the probe's own wrapper around it), then the innermost frames
+    first = [] if k is None else [frames[k]]
+    called = k - 1 if k is not None else -1
+    while called > 0 and frames[called].filename.startswith(PROBE_DIR):
+        called -= 1
+    first += [frames[called]] if called >= 0 else []
     for fs in first + [fs for fs in frames[:END_FRAMES] if all(fs is not f for f in first)]:
         lines.append(f"  at {short_path(fs.filename)}:{fs.lineno} in {fs.name}")
     return "\n".join(lines)
