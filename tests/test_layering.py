@@ -106,6 +106,15 @@ def test_the_monitor_never_imports_torch():
     assert out.strip() == "[]"
 
 
+def test_the_monitor_leaves_openssl_unloaded_and_ssl_importable():
+    """asyncio imports ssl for TLS the monitor never opens (~4 MB resident, issue 27's RSS budget):
+    the monitor's commands load without it, and a later `import ssl` in the process still works."""
+    code = ("import sys, tuimon.cli.main, tuimon.cli.attach, tuimon.cli.run, tuimon.ui.app, textual.app; "
+            "print('ssl' in sys.modules, '_ssl' in sys.modules); import ssl; print(ssl.PROTOCOL_TLS_CLIENT.name)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False", "PROTOCOL_TLS_CLIENT"]
+
+
 def test_analysis_kinds_match_the_layout():
     from tuimon.analysis import steps
     from tuimon.channel import layout

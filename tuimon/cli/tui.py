@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -10,6 +9,23 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..monitor.session import Session
     from ..monitor.state import View
+
+
+def _import_asyncio_without_ssl() -> None:
+    """asyncio imports ssl (~4 MB resident: OpenSSL) for TLS transports, which the monitor never opens:
+    import asyncio with ssl hidden, then unhide it (a later `import ssl` in this process still works;
+    asyncio's own TLS is off in it). Only where neither is loaded yet (an embedding program's are its own)."""
+    if "asyncio" in sys.modules or "ssl" in sys.modules:
+        return
+    sys.modules["ssl"] = None  # type: ignore[assignment]  # (None: `import ssl` raises ImportError)
+    try:
+        import asyncio  # noqa: F401
+    finally:
+        del sys.modules["ssl"]
+
+
+_import_asyncio_without_ssl()
+import asyncio  # noqa: E402
 
 
 def has_terminal() -> bool:
