@@ -121,7 +121,9 @@ class LoopSampler:
                 for asked, phase, nid, periods in taken:
                     if asked < p.first_t0:
                         self._add(phase, nid, L.HOW_PYTHON, periods)
-            self._cut_at_first_step()
+                setup = self._take_setup()
+            if setup is not None:
+                self._write(setup, p.first_t0 - 1)
             taken = [x for x in taken if x[0] >= p.first_t0]
         with self._lock:
             for _, phase, nid, periods in taken:
@@ -133,9 +135,20 @@ class LoopSampler:
         stamped just before that start (the monitor counts hot lines from it; a flush stamped later
         would put the setup's lines into the loop's)."""
         first = self.probe.first_t0
-        if not self._cut and first:
-            self._cut = True
-            self.flush(first - 1)
+        if self._cut or not first:
+            return
+        with self._lock:  # (checked and taken at once: two threads cut; neither adds a sample between)
+            setup = self._take_setup()
+        if setup is not None:
+            self._write(setup, first - 1)
+
+    def _take_setup(self) -> dict | None:
+        """The counts so far, once (under self._lock)."""
+        if self._cut:
+            return None
+        self._cut = True
+        counts, self._counts = self._counts, {}
+        return counts
 
     def _outside_on_request(self, fd: int, stop: threading.Event) -> None:
         """The periods the main thread spent inside native calls, sampled from here (a byte a period)."""
@@ -214,11 +227,14 @@ class LoopSampler:
         if _now() - self._flushed >= FLUSH_NS:
             self.flush()
 
-    def flush(self, stamp: int | None = None) -> None:
-        t = _now()
-        emit, tid = self.probe.emit, self._loop_tid or 0  # (the loop's samples: its thread id)
+    def flush(self) -> None:
         with self._lock:
             counts, self._counts = self._counts, {}
+        self._write(counts, None)
+
+    def _write(self, counts: dict, stamp: int | None) -> None:
+        t = _now()
+        emit, tid = self.probe.emit, self._loop_tid or 0  # (the loop's samples: its thread id)
         for (phase, nid, how), n in counts.items():
             emit(L.HOT, phase, nid, tid, self._step, how, t if stamp is None else stamp, float(n))
         self._flushed = t
