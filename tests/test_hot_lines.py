@@ -200,3 +200,30 @@ def test_the_setups_samples_are_written_before_the_first_step_starts():
     late = [(t - first, n) for t, n in setup if t >= first]
     assert late == [], late
     assert all(t >= first for t, _ in loop), doc
+
+
+def test_the_monitor_keeps_the_sampler_records_of_twice_the_span_it_shows(shm_dir):
+    """A minute of the sampler's records (one a 0.1 s, a line each second: the newest 10 s are the
+    span shown, HOT_SPAN_S) through a real channel: the hot lines count the span's samples, and the
+    view keeps only twice the span's records after (it kept HOT_RECORDS: hours of a slow sampler)."""
+    from tuimon.channel import SegmentReader, SegmentWriter
+    from tuimon.channel import layout as L
+    from tuimon.channel.meta import JobMeta
+    from tuimon.monitor.training import HOT_SPAN_S, TrainingView
+    from tuimon.sources.channel import ChannelSource
+
+    w = SegmentWriter.create(JobMeta(argv=("train.py",)), 1 << 12)
+    lines = [w.intern(f"train.py:{n} in loop") for n in range(60)]
+    now = time.monotonic_ns()
+    for k in range(600):  # (a second of records at a line of its own: line 59 is the newest second's)
+        t = now - (600 - k) * 100_000_000
+        w.emit(L.HOT, L.PHASES.index("other"), lines[k // 10], 1, 0, L.HOW_PYTHON, t, 2.0)
+    view = TrainingView(ChannelSource(SegmentReader(w.path)))
+    view.poll()
+    shown = view.snapshot().hot_lines
+    # the newest 10 s: lines 50..59, 20 samples each (their records, not a minute's 60 lines)
+    assert {h.line for h in shown} <= {f"train.py:{n} in loop" for n in range(50, 60)} and len(shown) == 5
+    assert all(h.samples == 20 for h in shown)
+    kept = [t for t, *_ in view.steps.hot]
+    assert len(kept) <= 2 * HOT_SPAN_S * 10 + 10 and min(kept) >= now - 2 * HOT_SPAN_S * 1e9 - 1e9
+    assert {h.line for h in view.snapshot().hot_lines} == {h.line for h in shown}  # (the same lines after)

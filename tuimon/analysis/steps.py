@@ -14,7 +14,7 @@ F_KIND, F_DEPTH, F_NAME, F_TID, F_STEP, F_T0, F_T1, F_VALUE = 0, 1, 3, 4, 5, 6, 
 # Per step and range name, durations kept for percentiles; counts and totals stay exact beyond
 # it. Bounds the monitor's memory for loops with huge numbers of ranges per step, or no steps.
 RANGE_SAMPLES = 1024
-HOT_RECORDS = 20_000  # the sampler's records kept (a minute of a loop that moves across many lines)
+HOT_RECORDS = 20_000  # the sampler's records kept at most (the monitor forgets those older than it shows: forget_hot)
 GAUGE_HISTORY = 512  # a gauge's last values kept (the memory gauges: ~4 minutes at one read per 0.5 s)
 
 
@@ -114,6 +114,13 @@ class StepAccumulator:
             for idx in [i for i in self.open if i < newest - 64]:
                 del self.open[idx]
         return done
+
+    def forget_hot(self, before_ns: int) -> None:
+        """Forget the sampler's records stamped before before_ns (they come about in time order; one
+        out of order waits its turn at the front, and its reader's own time filter skips it)."""
+        hot = self.hot
+        while hot and hot[0][0] < before_ns:
+            hot.popleft()
 
     def window(self, steps: int, first: int = 0) -> list[StepRecord]:
         """The last `steps` completed steps from step `first` on (the first counted by the source
