@@ -117,6 +117,12 @@ def probe_created_s(pid: int) -> float:
         reader.close()
 
 
+def past_warmup(pid: int, span: tuple[float, float]) -> tuple[float, float]:
+    """span, from the end of the job's warm-up on: a baseline leaves out the steps that began in the
+    first REGRESSION_WARMUP_S s of the probe's life, so the loop's own reference does too."""
+    return max(span[0], probe_created_s(pid) + T.REGRESSION_WARMUP_S.value), span[1]
+
+
 def stop(procs):
     for p in procs:
         p.kill()
@@ -137,6 +143,7 @@ def test_a_loop_slowing_by_30_percent_mid_run_is_caught_and_a_steady_copy_is_not
         out = saved(save_baseline(steady.pid, 22, base))
         saving = (saving[0], time.monotonic())
         assert "saved to" in out and "phases: data" in out and "step time mean" in out
+        refs = {"steady": past_warmup(steady.pid, saving), "slowing": past_warmup(slowing.pid, saving)}
         watching = {name: watch(p.pid, base) for name, p in (("steady", steady), ("slowing", slowing))}
         procs += [w.proc for w in watching.values()]
         port = free_port()
@@ -153,7 +160,7 @@ def test_a_loop_slowing_by_30_percent_mid_run_is_caught_and_a_steady_copy_is_not
         print(f"\n30% mid-run: flagged {flagged - slowed_at:.1f} s after the slowdown ({before} regression lines "
               "before it, each one the loop's own timer confirms)")  # (pytest -s shows it)
         assert flagged - slowed_at <= 20, f"flagged {flagged - slowed_at:.1f} s after the slowdown"
-        assert not false_alarms(watching["slowing"], logs["slowing"], saving, until=slowed_at)
+        assert not false_alarms(watching["slowing"], logs["slowing"], refs["slowing"], until=slowed_at)
         line = next(line for t, line in watching["slowing"].lines if "REGRESSION" in line and t >= slowed_at)
         assert "backward grew" in line, line
 
@@ -172,7 +179,7 @@ def test_a_loop_slowing_by_30_percent_mid_run_is_caught_and_a_steady_copy_is_not
         code, doc = once_json(steady.pid, base)
         done = time.monotonic()
         steps = steps_of(logs["steady"])  # the loop's own over the span the one-shot judged (false_alarms' rule)
-        own = own_mean(steps, done - OWN_SPAN_S, done) / own_mean(steps, *saving)
+        own = own_mean(steps, done - OWN_SPAN_S, done) / own_mean(steps, *refs["steady"])
         if code != 0:  # an alert is right when the loop's own timer says it was slower
             assert code == 3 and own >= 1.05, (f"{own:.3f}x own", doc["baseline"])
         elif doc["baseline"]["state"] == "faster":  # ...and "faster" when it says it was faster (the load moved)
@@ -182,7 +189,7 @@ def test_a_loop_slowing_by_30_percent_mid_run_is_caught_and_a_steady_copy_is_not
         time.sleep(max(0.0, started + 62 - time.monotonic()))
         lines = [line for _, line in watching["steady"].lines if "baseline" in line or "REGRESSION" in line]
         assert len(lines) >= 57  # a line a second, each with its comparison
-        assert not false_alarms(watching["steady"], logs["steady"], saving)
+        assert not false_alarms(watching["steady"], logs["steady"], refs["steady"])
         said = {w: sum(w in line for line in lines) for w in ("as baseline", "faster", "REGRESSION", "collecting")}
         print(f"the steady copy over {len(lines)} lines: {said}")
         assert said["as baseline"] + said["faster"] >= 52, [line[-150:] for line in lines if "as baseline" not in line]
@@ -209,8 +216,8 @@ def test_a_bursty_loop_whose_batches_got_2x_slower_is_flagged_within_30_s_and_a_
         mean, p50 = doc["step_time_ms"]["mean"], doc["step_time_ms"]["p50"]
         # the loop's own steps over what tuimon measured: those past the job's warm-up (steps that began in
         # the first REGRESSION_WARMUP_S s of the probe's life are left out) that ended before the save did
-        past_warmup = probe_created_s(base_job.pid) + T.REGRESSION_WARMUP_S.value
-        own = sorted(ms for t, ms in steps_of(logs["base"]) if t - ms / 1e3 >= past_warmup and t <= saving[1])
+        warmed = probe_created_s(base_job.pid) + T.REGRESSION_WARMUP_S.value
+        own = sorted(ms for t, ms in steps_of(logs["base"]) if t - ms / 1e3 >= warmed and t <= saving[1])
         # bursty: the median is no step time, and how far under the mean it is depends on the machine (5 ms quiet;
         # beside two CPU burners the quick steps slow down: 28 and 54 ms of a mean of 80). Where quick and slow
         # steps are near half each, a median's value jumps between the two (a CI run: tuimon 8.6 ms, the loop's
@@ -242,14 +249,14 @@ def test_a_bursty_loop_whose_batches_got_2x_slower_is_flagged_within_30_s_and_a_
         time.sleep(max(0.0, watched + 60 - time.monotonic()))  # the steady twin over 6 windows
         code, doc = once_json(slow.pid, base)
         c = doc["baseline"]
-        own = own_mean(steps_of(logs["slow"]), flagged - 5, time.monotonic()) / own_mean(steps_of(logs["base"]), *saving)
+        own = own_mean(steps_of(logs["slow"]), flagged - 5, time.monotonic()) / own_mean(steps_of(logs["base"]), *past_warmup(base_job.pid, saving))
         print(f"ratio {c['ratio']:.3f} (mean {c['mean_ms']} vs {c['baseline_mean_ms']} ms), the loops' own {own:.3f}; "
               f"p50 {c['p50_ms']} vs {c['baseline_p50_ms']}, p95 {c['p95_ms']} vs {c['baseline_p95_ms']}")
         assert code == 3 and c["state"] == "regression" and abs(c["ratio"] - own) < 0.15 * own
         assert c["grown"]["name"] == "data", c["grown"]
         lines = [line for t, line in steady_lines.lines if "baseline" in line or "REGRESSION" in line]
         assert sum("as baseline" in line for line in lines) >= 30, lines[-3:]
-        assert not false_alarms(steady_lines, logs["steady"], saving)
+        assert not false_alarms(steady_lines, logs["steady"], past_warmup(steady.pid, saving))
         assert once_json(steady.pid, base)[0] == 0
     finally:
         stop(procs)

@@ -166,6 +166,9 @@ def setup_spin(seconds):
         pass
 
 def loop_spin(seconds):
+    if sys.argv[2] == "sleep":  # (a native call: the outside thread samples it, and may cut first)
+        time.sleep(seconds)
+        return
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
@@ -185,13 +188,16 @@ print(json.dumps({"first_t0": first_t0,
 """
 
 
-def test_the_setups_samples_are_written_before_the_first_step_starts():
+@pytest.mark.parametrize("loop", ["spin", "sleep"])
+def test_the_setups_samples_are_written_before_the_first_step_starts(loop):
     """The monitor counts hot lines from the job's first step (its setup is not the loop's time):
     samples taken before that start are written stamped before it, though the probe writes its
     samples every ~0.2 s (a write after the start carried the last setup samples into the loop's
-    lines: 17 samples of an H100 job's setup line `opt = torch.optim.SGD(...)`)."""
+    lines: 17 samples of an H100 job's setup line `opt = torch.optim.SGD(...)`). Also where the
+    loop waits in native calls: the thread that samples those made the cut first, and the setup's
+    last samples, taken before the start but read after the cut, went to the loop."""
     env = {**os.environ, "TUIMON_SAMPLE_HZ": "200"}
-    r = subprocess.run([sys.executable, "-c", SETUP_THEN_LOOP, str(ROOT)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-c", SETUP_THEN_LOOP, str(ROOT), loop], capture_output=True, text=True,
                        timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout.strip().splitlines()[-1])
@@ -203,9 +209,10 @@ def test_the_setups_samples_are_written_before_the_first_step_starts():
 
 
 def test_the_monitor_keeps_the_sampler_records_of_twice_the_span_it_shows(shm_dir):
-    """A minute of the sampler's records (one a 0.1 s, a line each second: the newest 10 s are the
-    span shown, HOT_SPAN_S) through a real channel: the hot lines count the span's samples, and the
-    view keeps only twice the span's records after (it kept HOT_RECORDS: hours of a slow sampler)."""
+    """A minute of the sampler's records (one a 0.1 s, a line each second, line n 1 + n samples a
+    record: the newest 10 s are the span shown, HOT_SPAN_S) through a real channel: the hot lines
+    count the span's samples, and the view keeps only twice the span's records after (it kept
+    HOT_RECORDS: hours of a slow sampler)."""
     from tuimon.channel import SegmentReader, SegmentWriter
     from tuimon.channel import layout as L
     from tuimon.channel.meta import JobMeta
@@ -217,13 +224,37 @@ def test_the_monitor_keeps_the_sampler_records_of_twice_the_span_it_shows(shm_di
     now = time.monotonic_ns()
     for k in range(600):  # (a second of records at a line of its own: line 59 is the newest second's)
         t = now - (600 - k) * 100_000_000
-        w.emit(L.HOT, L.PHASES.index("other"), lines[k // 10], 1, 0, L.HOW_PYTHON, t, 2.0)
+        w.emit(L.HOT, L.PHASES.index("other"), lines[k // 10], 1, 0, L.HOW_PYTHON, t, 1.0 + k // 10)
     view = TrainingView(ChannelSource(SegmentReader(w.path)))
     view.poll()
     shown = view.snapshot().hot_lines
-    # the newest 10 s: lines 50..59, 20 samples each (their records, not a minute's 60 lines)
-    assert {h.line for h in shown} <= {f"train.py:{n} in loop" for n in range(50, 60)} and len(shown) == 5
-    assert all(h.samples == 20 for h in shown)
+    # the newest 10 s: lines 50..59 (their records, not a minute's 60 lines), the top 5 of them 55..59
+    assert {h.line: h.samples for h in shown} == {f"train.py:{n} in loop": 10 * (1 + n) for n in range(55, 60)}
     kept = [t for t, *_ in view.steps.hot]
     assert len(kept) <= 2 * HOT_SPAN_S * 10 + 10 and min(kept) >= now - 2 * HOT_SPAN_S * 1e9 - 1e9
     assert {h.line for h in view.snapshot().hot_lines} == {h.line for h in shown}  # (the same lines after)
+
+
+def test_during_a_long_step_the_records_of_the_window_are_kept(shm_dir):
+    """100 steps of 0.1 s, then a step of 30 s still running (a checkpoint): the span shown is 10 s,
+    but when the long step ends the window reaches back to its oldest step, so the records from
+    there on stay (not only twice the span: the hot lines of the next window would miss its start)."""
+    from tuimon.channel import SegmentReader, SegmentWriter
+    from tuimon.channel import layout as L
+    from tuimon.channel.meta import JobMeta
+    from tuimon.monitor.training import TrainingView
+    from tuimon.sources.channel import ChannelSource
+
+    w = SegmentWriter.create(JobMeta(argv=("train.py",)), 1 << 12)
+    line = w.intern("train.py:7 in loop")
+    now = time.monotonic_ns()
+    oldest = now - 40 * 10**9
+    for k in range(1, 101):  # (steps 1..100 from 40 s ago to 30 s ago; step 101 runs since)
+        w.emit(L.STEP, 0, 0, 1, k, oldest + (k - 1) * 10**8, oldest + k * 10**8, 0.0)
+    for k in range(600):  # a record a 0.1 s over the last minute
+        w.emit(L.HOT, L.PHASES.index("other"), line, 1, 101, L.HOW_PYTHON, now - (600 - k) * 10**8, 1.0)
+    view = TrainingView(ChannelSource(SegmentReader(w.path)))
+    view.poll()
+    view.snapshot()
+    kept = [t for t, *_ in view.steps.hot]
+    assert min(kept) <= oldest + 10**8 and len(kept) >= 399, (len(kept), (min(kept) - oldest) / 1e9)  # (the window: steps 2..100)

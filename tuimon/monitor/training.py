@@ -110,9 +110,9 @@ class TrainingView:
         if self.first_step_t0:  # (the job's setup before its loop is not the loop's time)
             since = max(since, self.first_step_t0)
         hot, samples = anatomy.hot_lines([h for h in self.steps.hot if h[0] >= since], name, L.PHASES)
-        # kept: twice the span shown (a window that grows finds its recent past), not HOT_RECORDS of them
-        # (~180 B each with their numbers, and scanned each cycle)
-        self.steps.forget_hot(int(since - span_ns))
+        # kept: twice the span shown and back to the window's oldest step (a window that grows, as a long
+        # step ends, finds its past), not HOT_RECORDS of them (~180 B each with their numbers, scanned each cycle)
+        self.steps.forget_hot(int(min(since - span_ns, steps[0].t0 if steps else since - span_ns)))
         end = r.end()
         stacks = r.stacks() if self._stacks_asked else None
         now = r.now() if state == "alive" else None

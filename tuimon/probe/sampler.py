@@ -116,15 +116,16 @@ class LoopSampler:
         self._step = p.step_no
         taken = [(asked, phase, self.lines.id_of_code(own, line), periods)
                  for asked, _, own, line, _, _, phase, periods in native.sample_take()]
-        if not self._cut and p.first_t0:  # the setup's samples, flushed before the first step's start
-            with self._lock:
-                for asked, phase, nid, periods in taken:
-                    if asked < p.first_t0:
-                        self._add(phase, nid, L.HOW_PYTHON, periods)
-                setup = self._take_setup()
-            if setup is not None:
-                self._write(setup, p.first_t0 - 1)
-            taken = [x for x in taken if x[0] >= p.first_t0]
+        first = p.first_t0
+        if first:  # the setup's samples (asked before the first step's start) are written stamped before it,
+            early = [x for x in taken if x[0] < first]  # also when the outside thread made the cut first
+            if early or not self._cut:
+                with self._lock:
+                    setup = self._take_setup() or {}
+                    for _, phase, nid, periods in early:
+                        self._add(phase, nid, L.HOW_PYTHON, periods, setup)
+                self._write(setup, first - 1)
+                taken = [x for x in taken if x[0] >= first]
         with self._lock:
             for _, phase, nid, periods in taken:
                 self._add(phase, nid, L.HOW_PYTHON, periods)
@@ -174,9 +175,10 @@ class LoopSampler:
             with self._lock:
                 self._add(self.probe.anatomy.top, nid, how, len(asked))
 
-    def _add(self, phase: int, nid: int, how: int, n: int) -> None:
+    def _add(self, phase: int, nid: int, how: int, n: int, counts: dict | None = None) -> None:
+        counts = self._counts if counts is None else counts
         key = (phase, nid, how)
-        self._counts[key] = self._counts.get(key, 0) + n
+        counts[key] = counts.get(key, 0) + n
         self.samples += n
 
     # -- from outside (a thread of Python's) ------------------------------------------------------------
