@@ -47,18 +47,32 @@ class GpuView:
     columns: dict[str, list] = field(default_factory=dict)  # field -> mean per COLUMN_S, oldest first
 
 
+class _Mean:
+    """A running mean: a column keeps its values' sum and count, not the values (a 10 ms-step job's
+    column held 500 step times, and COLUMNS of them were kept)."""
+
+    __slots__ = ("n", "total")
+
+    def __init__(self) -> None:
+        self.total, self.n = 0.0, 0
+
+    def add(self, v: float) -> None:
+        self.total += v
+        self.n += 1
+
+    @property
+    def value(self) -> float | None:
+        return self.total / self.n if self.n else None
+
+
 @dataclass
 class _Column:
-    """What the samples of one COLUMN_S of time held. Columns are aligned to absolute time, so a
-    finished column never changes: only the newest one moves (and the terminal gets one cell)."""
+    """What the samples of one COLUMN_S of time held, as means. Columns are aligned to absolute time,
+    so a finished column never changes: only the newest one moves (and the terminal gets one cell)."""
 
-    gpu: dict[int, dict[str, list]] = field(default_factory=dict)
-    step_ms: list[float] = field(default_factory=list)
-    gpu_step_ms: list[float] = field(default_factory=list)  # the window's mean GPU step time, per cycle
-
-
-def _mean(values: list) -> float | None:
-    return sum(values) / len(values) if values else None
+    gpu: dict[int, dict[str, _Mean]] = field(default_factory=dict)
+    step_ms: _Mean = field(default_factory=_Mean)
+    gpu_step_ms: _Mean = field(default_factory=_Mean)  # the window's mean GPU step time, per cycle
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,12 +168,12 @@ class MonitorState:
             for s in c.gpus:
                 self.gpus[s.index] = s
                 hist = self._gpu_hist.setdefault(s.index, {f: deque(maxlen=self.history) for f in GPU_SERIES})
-                values = col.gpu.setdefault(s.index, {f: [] for f in GPU_SERIES})
+                means = col.gpu.setdefault(s.index, {f: _Mean() for f in GPU_SERIES})
                 for f in GPU_SERIES:
                     v = num(getattr(s, f))
                     hist[f].append(v)
                     if v is not None:
-                        values[f].append(v)
+                        means[f].add(v)
         if c.process is not None:
             self.process = c.process
             if c.process.alive:  # the verdict's: a job that exited keeps its last live reading
@@ -169,11 +183,12 @@ class MonitorState:
             if self.training is not None and c.training.pid != self.training.pid:
                 self._last_step = 0  # another process shown (another rank): its own step count
                 self._step_ms.clear()
-            col.step_ms.extend(self._add_steps(c.training))
+            for ms in self._add_steps(c.training):
+                col.step_ms.add(ms)
             g = c.training.gpu
             gpu_ms = None if g is None else g.step_mean_ms if g.step_mean_ms is not None else g.step_ms
             if gpu_ms is not None:
-                col.gpu_step_ms.append(gpu_ms)
+                col.gpu_step_ms.add(gpu_ms)
             self.training = c.training
         if c.capture is not None:
             self.capture = c.capture
@@ -241,8 +256,8 @@ class MonitorState:
                     gpu_note=self.gpu_note, paused=paused, capture=self.capture,
                     captures=[self.captures[k] for k in sorted(self.captures)], problems=dict(self.problems),
                     channel=self.channel, shown_why=self.shown_why,
-                    step_columns=[_mean(c.step_ms) for c in self._columns],
-                    gpu_step_columns=[_mean(c.gpu_step_ms) for c in self._columns],
+                    step_columns=[c.step_ms.value for c in self._columns],
+                    gpu_step_columns=[c.gpu_step_ms.value for c in self._columns],
                     nvml_memory=self._nvml_memory(), host=self.host, job_log=self.job_log,
                     job_tail=list(self.job_tail), baseline=self._comparison, ranks=list(self.ranks),
                     straggler=straggler, comm_share=comm_share, job_end=ended,
@@ -275,7 +290,7 @@ class MonitorState:
         return used, total
 
     def _gpu_columns(self, i: int) -> dict[str, list]:
-        return {f: [_mean(c.gpu[i][f]) if i in c.gpu else None for c in self._columns] for f in GPU_SERIES}
+        return {f: [c.gpu[i][f].value if i in c.gpu else None for c in self._columns] for f in GPU_SERIES}
 
     def _verdict(self, straggler: Straggler | None, comm_share: float | None, ended: JobEnd | None = None) -> Verdict:
         """straggler, comm_share: the job's, from its ranks (None: one process); ended: how it ended."""
