@@ -211,7 +211,10 @@ def test_a_bursty_loop_whose_batches_got_2x_slower_is_flagged_within_30_s_and_a_
         saving = (time.monotonic(), None)
         out = saved(save_baseline(base_job.pid, 24, base))
         saving = (saving[0], time.monotonic())
-        assert "data wait 9" in out, out  # (input-bound: the loop waits for batches ~93% of its time)
+        # input-bound: the loop waits for batches most of its time (~93% quiet; beside two CPU burners its own
+        # 2 ms sleeps took ~4.7 ms each and the wait was 88%, as its 81 ms mean step less those says)
+        wait = re.search(r"data wait (\d+)%", out)
+        assert wait and int(wait.group(1)) >= 75, out
         doc = json.loads(open(base).read())
         mean, p50 = doc["step_time_ms"]["mean"], doc["step_time_ms"]["p50"]
         # the loop's own steps over what tuimon measured: those past the job's warm-up (steps that began in
