@@ -32,10 +32,6 @@ if TYPE_CHECKING:
 
 
 class MainScreen(Screen):
-    # Focus (the scrolling body's, for its keys) comes after the first paint: focusing restyles the
-    # body's widgets, ~7% of the time to the first frame on an H100 (py-spy), which it need not wait for.
-    AUTO_FOCUS = ""
-
     def compose(self) -> ComposeResult:
         yield Panel(id="header")
         yield Panel(id="status")
@@ -57,11 +53,6 @@ class MainScreen(Screen):
 
     def on_mount(self) -> None:
         cast("TuimonApp", self.app).redraw(mounting=True)
-        self.call_after_refresh(self._focus_body)
-
-    def _focus_body(self) -> None:
-        if self.focused is None:
-            self.query_one("#body", VerticalScroll).focus()
 
     _window: View | None = None
     _window_at = 0.0
