@@ -45,6 +45,29 @@ def test_target_and_children_with_cpu_rss_threads_state():
         p.wait()
 
 
+LEADER_ENDS_FIRST = """
+import ctypes, os, threading, time
+threading.Thread(target=lambda: (time.sleep(0.5), os._exit(7))).start()
+ctypes.CDLL(None).pthread_exit(None)  # the main thread ends: a zombie until the other thread ends the process
+"""
+
+
+def test_the_exit_code_of_a_job_whose_main_thread_ends_before_its_other_threads():
+    """Its main thread shows as a zombie while the process still runs: the sample that sees it
+    gone waits for the code (poll() answers None then)."""
+    p = subprocess.Popen([sys.executable, "-c", LEADER_ENDS_FIRST])
+    try:
+        s = ProcessSampler(p.pid, popen=p)
+        wait_for(lambda: open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z", timeout=10,
+                 what="the main thread a zombie")
+        assert p.poll() is None  # (what the sampler asked before)
+        x = s.sample()
+        assert x.alive is False and x.exit_code == 7
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_unknown_pid():
     x = ProcessSampler(4194304).sample()
     assert x.alive is False and x.exit_code is None and x.exited_at

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from dataclasses import replace
 
@@ -12,6 +13,7 @@ from ..channel import procinfo
 from ..model import NA, HostSample, ProcessSample, ProcRow
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
+EXIT_CODE_WAIT_S = 2.0  # the most a sample waits for the exit code of a job that looks gone
 
 
 class ProcessSampler:
@@ -43,13 +45,24 @@ class ProcessSampler:
         except psutil.Error:
             return False
 
+    def _exit_code(self) -> int | None:
+        """The exit code of the job tuimon started, once it looks gone. Not poll(): its main thread
+        shows as a zombie while the kernel still ends its other threads (a window that widens on a
+        busy machine), and poll() answers None then; a `tuimon run --plain` that ended on that
+        sample said "exited" without the code. A short wait takes the code as the process ends."""
+        assert self.popen is not None
+        try:
+            return self.popen.wait(timeout=EXIT_CODE_WAIT_S)
+        except subprocess.TimeoutExpired:  # (still ending: the next sample asks again)
+            return None
+
     def sample(self) -> ProcessSample:
         t = time.monotonic_ns()
         if not self._alive():
             if self.exited_at is None:
                 self.exited_at = time.time()
             if self.popen is not None and self.exit_code is None:
-                self.exit_code = self.popen.poll()
+                self.exit_code = self._exit_code()
             return ProcessSample(pid=self.pid, t=t, alive=False, exited_at=self.exited_at,
                                  exit_code=self.exit_code)
         rows = []
