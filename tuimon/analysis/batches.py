@@ -18,12 +18,13 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..model import TrainingSnapshot
+from ..model.record import record
 from . import thresholds as T
 
 SAMPLES_PER_BATCH = 240  # step times kept per batch (for the window's percentiles): every one of slower steps
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class Batch:
     steps: int
     ms: float  # their time, end to end

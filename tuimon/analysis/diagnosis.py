@@ -32,9 +32,10 @@ RANK_FACTOR (4x) larger, so the verdict names what holds the most of the step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ..model import CopyTimes, HotLine, JobEnd, Memory, OpCounts, StepInProgress, Straggler
+from ..model.record import record
 from ..model.vocab import Confidence, RuleCode, VerdictCode
 from . import memory as mem
 from . import thresholds as T
@@ -43,7 +44,7 @@ from .present import exited_words, stalled_words
 from .stall import Stall
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Evidence:
     """The window's numbers the rules read. None: not measured."""
 
@@ -105,7 +106,7 @@ class Evidence:
     outside_why: str | None = None  # why no lines from outside yet (py-spy's failure in words, too few samples)
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class Check:
     what: str
     value: str  # as shown; "n/a" when not measured
@@ -114,7 +115,7 @@ class Check:
     source: str = ""
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class Rule:
     code: RuleCode
     title: str
@@ -123,7 +124,7 @@ class Rule:
     why: str  # one sentence: why it fired, or what it lacked
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class Verdict:
     code: VerdictCode
     headline: str

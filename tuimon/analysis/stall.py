@@ -6,16 +6,15 @@ collective. Pure: snapshots in, a Stall out. (thresholds.py says where each numb
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..model import RankRow, TrainingSnapshot
+from ..model.record import record
 from . import thresholds as T
 
 WAITS = ("data", "sync", "comm")  # phases in which the loop waits for someone else
 WAITING_ON_PEERS = ("comm", "sync")  # ...for the other ranks, or for a collective queued on the GPU
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Stall:
     stalled: bool
     quiet_s: float  # without a step (or, before the first, in its open phase)

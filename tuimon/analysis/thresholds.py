@@ -4,10 +4,10 @@ already read (TensorBoard, DCGM, Nsight Compute, SageMaker Debugger)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..model.record import record
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class Threshold:
     value: float
     unit: str  # '' for a share of step time (0..1), '%' for a percentage, 'points' (of a %), 'steps', 's',

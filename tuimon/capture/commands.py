@@ -6,14 +6,15 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+
+from ..model.record import record
 
 
 class CommandFailed(Exception):
     """Said to the person: why a summary could not be made (timed out, cancelled, not startable)."""
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class Done:
     returncode: int
     stdout: str

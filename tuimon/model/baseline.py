@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from .record import record
 from .training import PhaseRow, StepTimes
 from .vocab import ComparisonState
 
 BASELINE_VERSION = 2  # 2: batches (the mean step time's evidence), the peak allocated, GPU step time as a mean
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Baseline:
     version: int
     created: str  # ISO 8601, local time with offset
@@ -33,7 +34,7 @@ class Baseline:
     peak_allocated: int | None = None  # bytes: the caching allocator's peak (None: no CUDA allocator, a CPU job)
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class PhaseDelta:
     name: str
     baseline_ms: float  # per step
@@ -44,7 +45,7 @@ class PhaseDelta:
         return self.now_ms - self.baseline_ms
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class PeakMemory:
     """The caching allocator's peak allocated, the baseline's and now."""
 
@@ -54,7 +55,7 @@ class PeakMemory:
     grew: bool  # by PEAK_MEMORY_FACTOR or more: a regression of its own
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Comparison:
     """The window of recent steps (its newest batches) against the baseline's batches."""
 

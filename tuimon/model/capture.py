@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from .record import record
 from .vocab import CaptureState
 
 BUSY: tuple[CaptureState, ...] = ("armed", "capturing", "writing")  # a window is on its way
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class CaptureSummary:
     state: str  # 'pending' (being read) | 'done' | 'failed' | 'waiting' (nsys has not written it yet)
     file: str | None = None
@@ -20,7 +21,7 @@ class CaptureSummary:
     kernel_us: float | None = None  # their mean duration
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class WindowCost:
     """What a capture window cost the job, from the job's own step times (capture/cost.py): the
     steps from the window's first to just past its end (its trace written), against the normal
@@ -38,7 +39,7 @@ class WindowCost:
     lost_ms: float  # the time the job lost: what those steps took beyond the typical step
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class CaptureStatus:
     seq: int  # the request this state answers (0: none yet)
     state: str  # a CaptureState (vocab.py), or the control block's unknown number in words

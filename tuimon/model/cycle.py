@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from .capture import CaptureStatus
 from .gpu import GpuSample
 from .outside import OutsideLines
 from .process import HostSample, ProcessSample
+from .record import record
 from .timeline import ProcessSteps
 from .training import RankRow, TrainingSnapshot
 from .values import NA
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Cycle:
     t: int  # CLOCK_MONOTONIC ns when the poll began
     process: ProcessSample | None = None

@@ -3,8 +3,9 @@ memory, power, clocks, throttle reasons and the GPU's processes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from .record import record
 from .values import NA
 
 Num = float | int | NA
@@ -14,7 +15,7 @@ GPM_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "fp32_active", "fp16
               "pcie_tx", "pcie_rx", "nvlink_rx", "nvlink_tx")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class GpuProcess:
     pid: int
     gpu_mem: int | None = None  # bytes
@@ -25,7 +26,7 @@ class GpuProcess:
     command: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class GpuSample:
     index: int
     t: int = 0  # CLOCK_MONOTONIC ns

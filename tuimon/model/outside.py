@@ -3,14 +3,15 @@ sampled with py-spy (sources/pyspy.py). No steps and no phases: those need the p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from .record import record
 from .training import HotLine
 
 OUTSIDE_PHASE = "outside"  # the phase of every line sampled from outside: no phases without the probe
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class OutsideLines:
     """The main thread's lines over the last rounds of sampling, or why there are none."""
 

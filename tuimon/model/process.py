@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from .record import record
 from .values import NA
 
 Num = float | int | NA
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ProcRow:
     pid: int
     role: str  # 'target' | 'child'
@@ -25,7 +26,7 @@ class ProcRow:
     rank: int | None = None  # a rank of the job (its channel says which), else None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class HostSample:
     cpu_percent: float  # all cores, 0..100
     cpus: int
@@ -33,7 +34,7 @@ class HostSample:
     mem_total: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ProcessSample:
     pid: int
     t: int = 0

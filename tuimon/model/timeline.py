@@ -3,10 +3,12 @@ of each step beside the cycle's summaries."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from .record import record
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class TimelineStep:
     index: int
     t0: int  # CLOCK_MONOTONIC ns, as the probe's records
@@ -15,7 +17,7 @@ class TimelineStep:
     values: dict[str, float] = field(default_factory=dict)  # what the probe measured of it: sync.count, comm.bytes, gpu.step_ns, ...
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ProcessSteps:
     """The steps a process completed since the previous cycle."""
 

@@ -3,10 +3,12 @@ recent steps."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from .record import record
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class StepTimes:
     p50: float
     p95: float
@@ -15,7 +17,7 @@ class StepTimes:
     last: float
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class RangeRow:
     name: str
     count: int
@@ -25,7 +27,7 @@ class RangeRow:
     depth: int
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class PhaseRow:
     """A phase of the step on the loop thread: data, forward, backward, optimizer, sync or other."""
 
@@ -34,7 +36,7 @@ class PhaseRow:
     mean_ms: float  # per step
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class GpuTimes:
     """The GPU side of the steps, from CUDA events (see tuimon/probe/gpu_timing.py)."""
 
@@ -46,7 +48,7 @@ class GpuTimes:
     lag_ms: float | None = None  # median queued GPU work when the host finished a step (0: the GPU waited)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class CommTimes:
     """Time the step spends in collectives (see tuimon/probe/comm.py): on the loop thread (the
     "comm" phase: gloo blocks there) and on the GPU (CUDA events: NCCL makes the stream wait)."""
@@ -62,7 +64,7 @@ class CommTimes:
         return self.gpu_ms if self.gpu_ms is not None else self.host_ms
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class RankRow:
     """One rank of a multi-process job, as its own channel says, over its own window of steps."""
 
@@ -100,7 +102,7 @@ class RankRow:
         return max(0.0, self.step_mean_ms - (self.comm_ms or 0.0))
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Straggler:
     """The rank whose own work per step (its step less its waits in collectives) is the longest,
     against the other ranks'; named a straggler by the diagnosis past its threshold."""
@@ -114,7 +116,7 @@ class Straggler:
     others_measured_ms: float | None = None  # the median of what the others measure (their step less their wait)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class CopyTimes:
     """Copies between the host and the GPU per step (probe/copies.py): host-to-device ones are the
     "copy" phase; device-to-host ones are syncs, counted here by their bytes."""
@@ -128,7 +130,7 @@ class CopyTimes:
     d2h_mb: float = 0.0  # device to host, per step
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class OpCounts:
     """The ops one counted step dispatched (probe/ops.py: one step in N, under a dispatch mode)."""
 
@@ -138,7 +140,7 @@ class OpCounts:
     lines: dict[str, int] = field(default_factory=dict)  # the job's lines that issued them, the most first
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class HotLine:
     """A line of the job's code where the loop thread's samples fell (probe/sampler.py), in a phase."""
 
@@ -152,13 +154,13 @@ class HotLine:
     waiting: float = 0.0  # in a native call, blocked (sleep, lock, I/O, the GPU)
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class SyncSite:
     site: str  # file:line of the code that synced (the first frame outside torch and tuimon)
     per_step: float  # estimated from sampled call sites
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Syncs:
     """Device-to-host syncs of the loop thread (.item(), .cpu(), torch.cuda.synchronize(), ...)."""
 
@@ -168,7 +170,7 @@ class Syncs:
     top: list[SyncSite] = field(default_factory=list)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Memory:
     """The caching allocator's numbers for the loop's GPU (bytes), read every ~0.5 s
     (analysis/memory.py)."""
@@ -195,7 +197,7 @@ class Memory:
         return self.limit or self.total
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class StepInProgress:
     """What the loop is doing now, as the probe's control thread said it (every ~0.2 s)."""
 
@@ -210,7 +212,7 @@ class StepInProgress:
     collective: str | None = None  # the last collective the loop called (what a stalled rank may wait in)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class JobEnd:
     """How the job ended, as far as tuimon can know it (analysis/ending.py)."""
 
@@ -223,7 +225,7 @@ class JobEnd:
     log_tail: list[str] = field(default_factory=list)  # its last lines
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class TrainingSnapshot:
     pid: int
     state: str = "alive"  # 'alive' | 'exited' | 'reused'

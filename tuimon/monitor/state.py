@@ -30,6 +30,7 @@ from ..model import (
     TrainingSnapshot,
     num,
 )
+from ..model.record import record
 from . import evidence
 
 GPU_SERIES = ("sm_active", "tensor_active", "fp32_active", "fp16_active", "dram_bw", "power_w", "util_gpu",
@@ -40,7 +41,7 @@ COLUMNS = 240  # 20 min of columns
 MEMORY_SERIES = ("allocated", "reserved", "peak", "nvml")  # per cycle: the allocator's gauges, NVML's for the process
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class GpuView:
     latest: GpuSample
     history: dict[str, list]  # field -> every sample's value (None where unavailable), oldest first
@@ -75,7 +76,7 @@ class _Column:
     gpu_step_ms: _Mean = field(default_factory=_Mean)  # the window's mean GPU step time, per cycle
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class View:
     training: TrainingSnapshot | None
     process: ProcessSample | None

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from ..channel import procinfo
 from ..channel.text import safe_text
 from ..model import OUTSIDE_PHASE, HotLine, OutsideLines
+from ..model.record import record
 
 RATE_HZ = 25
 FIRST_ROUND_S, ROUND_S = 2, 4  # whole seconds: py-spy's --duration
@@ -85,7 +86,7 @@ class _Round:
     seconds: float
 
 
-@dataclass(frozen=True)
+@record(kw_only=False)
 class _Frame:
     function: str
     file: str
