@@ -15,8 +15,10 @@ pseudo-terminal (120x40 by default), the screen emulated (pyte).
 Prints a table, then each program's ratios to the last one (tuimon / nvitop by default) beside the
 budgets (docs/DESIGN.md): CPU and bytes at or below nvitop's, RSS <= 70 MB, first frame <= 0.5 s.
 A program that cannot start (nvitop without NVML) is reported with its last screen line, and its
-ratios are n/a. --program replaces the two (e.g. two builds of tuimon: "before=env
-PYTHONPATH=/tmp/old python -m tuimon attach {pid}").
+ratios are n/a. --program replaces the two (e.g. two builds of tuimon: "before=sh -c 'cd /tmp/old &&
+exec python -m tuimon attach {pid}'": the build's own folder as the working directory, since `python -m`
+puts that first on sys.path, before PYTHONPATH: "env PYTHONPATH=/tmp/old python -m ..." run from a
+checkout measures the checkout).
 
 Needs pyte (and nvitop to compare): pip install pyte nvitop. On the GPU machine carry them as
 wheels: bash .gpu/fetch-wheels.sh nvitop pyte wcwidth.
