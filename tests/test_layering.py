@@ -115,6 +115,17 @@ def test_the_monitor_leaves_openssl_unloaded_and_ssl_importable():
     assert out.split() == ["False", "False", "PROTOCOL_TLS_CLIENT"]
 
 
+def test_the_other_screens_load_when_first_shown():
+    """The first frame waits for the main screen's modules only: the others (and Textual's
+    DataTable) load when a key first shows them."""
+    code = ("import sys, tuimon.cli.attach, tuimon.ui.app; from tuimon.ui import screens; screens.MainScreen; "
+            "late = ('tuimon.ui.screens.captures', 'tuimon.ui.screens.explain', 'textual.widgets._data_table'); "
+            "print([m in sys.modules for m in late]); screens.CapturesScreen, screens.ExplainScreen; "
+            "print([m in sys.modules for m in late])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[:2] == ["[False, False, False]", "[True, True, True]"]
+
+
 def test_analysis_kinds_match_the_layout():
     from tuimon.analysis import steps
     from tuimon.channel import layout

@@ -18,19 +18,7 @@ from ..channel import ChannelError
 from ..channel.control import MAX_STEPS
 from ..monitor.session import EarlyStart, Session
 from ..monitor.state import MonitorState, View
-from . import partial_updates
-from .screens import (
-    CapturesScreen,
-    ExplainScreen,
-    GpuScreen,
-    HelpScreen,
-    HotLinesScreen,
-    MainScreen,
-    MemoryScreen,
-    RangesScreen,
-    StacksScreen,
-    TopScreen,
-)
+from . import partial_updates, screens
 
 
 class TuimonApp(App):
@@ -75,7 +63,7 @@ class TuimonApp(App):
         self.early = early
 
     def on_mount(self) -> None:
-        self.push_screen(TopScreen() if self.top else MainScreen())
+        self.push_screen(screens.TopScreen() if self.top else screens.MainScreen())
         self._previous_sighup = None
         self._hangup_loop = asyncio.get_running_loop()  # (not Textual's own _loop, which it sets to None at exit)
         try:  # SSH dropped: the terminal is gone, so exit instead of spinning
@@ -178,12 +166,12 @@ class TuimonApp(App):
                 ask()
             except (CaptureRefused, ChannelError, OSError) as e:
                 self.notify(str(e), title="threads", severity="warning", timeout=4)
-        if not isinstance(self.screen, StacksScreen):
-            self.push_screen(StacksScreen())
+        if not isinstance(self.screen, screens.StacksScreen):
+            self.push_screen(screens.StacksScreen())
         self.call_after_refresh(self.redraw)
 
     def action_hot_lines(self) -> None:
-        self.push_screen(HotLinesScreen())
+        self.push_screen(screens.HotLinesScreen())
         self.call_after_refresh(self.redraw)
 
     def action_pause(self) -> None:
@@ -191,19 +179,19 @@ class TuimonApp(App):
         self.redraw()
 
     def action_ranges(self) -> None:
-        self.push_screen(RangesScreen())
+        self.push_screen(screens.RangesScreen())
         self.call_after_refresh(self.redraw)
 
     def action_explain(self) -> None:
-        self.push_screen(ExplainScreen())
+        self.push_screen(screens.ExplainScreen())
         self.call_after_refresh(self.redraw)
 
     def action_gpu(self) -> None:
-        self.push_screen(GpuScreen())
+        self.push_screen(screens.GpuScreen())
         self.call_after_refresh(self.redraw)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.quit_stops_job, self.top))
+        self.push_screen(screens.HelpScreen(self.quit_stops_job, self.top))
 
     def action_capture(self) -> None:
         if self.top:
@@ -218,7 +206,7 @@ class TuimonApp(App):
             self.notify(str(e), title="capture refused", severity="warning", timeout=5)
 
     def action_memory(self) -> None:
-        self.push_screen(MemoryScreen())
+        self.push_screen(screens.MemoryScreen())
         self.call_after_refresh(self.redraw)
 
     def action_memory_capture(self) -> None:
@@ -244,7 +232,7 @@ class TuimonApp(App):
         self._set_steps(self.capture_steps - (10 if self.capture_steps > 10 else 1))
 
     def action_captures(self) -> None:
-        self.push_screen(CapturesScreen())
+        self.push_screen(screens.CapturesScreen())
         self.call_after_refresh(self.redraw)
 
     def pop_screen(self):
