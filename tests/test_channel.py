@@ -96,6 +96,22 @@ def test_overrun_is_counted_exactly():
     assert r.total_lost == 937
 
 
+def test_a_drain_in_parts_returns_the_same_records_and_losses_as_one():
+    w = SegmentWriter.create(None, 64)
+    r, whole = SegmentReader(w.path), SegmentReader(w.path)
+    for i in range(1000):
+        w.emit(*fields(i))
+    assert r.behind == 1000
+    parts = [r.drain(10)]  # (the oldest 10 slots the ring holds, the oldest of them counted lost as in one drain)
+    assert [x[9] for x in parts[0].records] == list(range(937, 946)) and parts[0].lost == 937
+    while r.behind:
+        parts.append(r.drain(10))
+    b = whole.drain()
+    assert [x for p in parts for x in p.records] == b.records
+    assert sum(p.lost for p in parts) == b.lost == r.total_lost and [len(p.records) for p in parts] == [9] + [10] * 5 + [4]
+    assert r.drain(10).records == [] and r.behind == 0
+
+
 def test_writer_never_blocks_or_raises_without_a_reader():
     w = SegmentWriter.create(None, 64)
     for i in range(100_000):  # far past the ring, nobody reading
@@ -233,3 +249,31 @@ def test_concurrent_overrun_accounting_is_exact(shm_dir):
     seqs = [x[9] for x in got]
     assert seqs == sorted(set(seqs))
     assert len(got) + lost == 300_000 and lost > 0
+
+
+def test_the_monitor_folds_a_full_ring_in_parts_as_it_would_whole(monkeypatch):
+    """A job that ran a while: its ring is full (and overrun) at the first poll. The training view
+    reads it in parts of DRAIN_PART records (the memory a whole ring of Python tuples held stayed
+    in the monitor's RSS) and knows the same steps, gauges and step log as from one drain."""
+    from tuimon.monitor import training
+    from tuimon.sources.channel import ChannelSource
+
+    w = SegmentWriter.create(JobMeta(argv=("train.py",)), 1 << 10)
+    phase, gauge = w.intern("forward"), w.intern("dataloader.workers")
+    for k in range(1, 301):  # 4 records a step: 1,200 records in a ring of 1,024
+        t = k * 10**7
+        w.emit(L.PHASE, 0, phase, 1, k, t, t, 4e6)
+        w.emit(L.GAUGE, 0, gauge, 1, k, t, t, float(k % 7))
+        w.emit(L.RANGE, 0, phase, 1, k, t, t + 4 * 10**6, 0.0)
+        w.emit(L.STEP, 0, 0, 1, k, t, t + 10**7, 0.0)
+
+    def folded(part):
+        monkeypatch.setattr(training, "DRAIN_PART", part)
+        view = training.TrainingView(ChannelSource(SegmentReader(w.path)))
+        read = view.poll()
+        steps = [(s.index, s.t0, s.t1, s.phases, s.range_ns) for s in view.steps.completed]
+        return read, steps, view.steps.gauges, list(view.step_log.steps), view.source.reader.total_lost
+
+    whole, parts = folded(1 << 20), folded(100)
+    assert parts == whole and whole[0] == 1023 and whole[4] == 1  # (records before the ring are history, not loss)
+    assert whole[1][-1][0] == 300 and whole[2] == {gauge: 300 % 7}

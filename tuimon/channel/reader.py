@@ -142,11 +142,19 @@ class SegmentReader:
 
     # -- ring -----------------------------------------------------------------------------------
 
+    @property
+    def behind(self) -> int:
+        """Records written and not drained yet (more than the ring holds: some are lost)."""
+        return max(0, self.head - self.tail)
+
     def seek_recent(self, n: int) -> None:
         """Start reading n records before the newest (records older than the ring are gone)."""
         self.tail = max(0, self.head - n)
 
-    def drain(self) -> Batch:
+    def drain(self, limit: int | None = None) -> Batch:
+        """The records written since the last drain, oldest first; with `limit`, at most that many
+        (the oldest of them: drain again for the rest, see `behind`). A full ring is 64k records,
+        ~20 MB as Python tuples at once; read in parts, they come and go in the same memory."""
         if self._file.read(0, 8) != L.MAGIC:
             raise CorruptSegment(f"{self.path}: its header was overwritten while being read")
         cap = self._cap
@@ -158,6 +166,8 @@ class SegmentReader:
         if h1 - tail > cap:
             lost = h1 - tail - cap
             tail = h1 - cap
+        if limit is not None and h1 - tail > limit:
+            h1 = tail + limit
         data = self._copy(tail, h1)
         h2 = self.head
         # While we copied, the writer may have written records h1..h2 (published) and be in the

@@ -14,7 +14,8 @@ class ChannelSource:
         # Start at the oldest record still in the ring: what came before is history, not loss.
         reader.seek_recent(reader.info.ring_records)
 
-    def poll(self) -> Batch:
-        batch = self.reader.drain()
+    def poll(self, limit: int | None = None) -> Batch:
+        """What was written since the last poll (at most `limit` records: the oldest)."""
+        batch = self.reader.drain(limit)
         self.records_read += len(batch.records)
         return batch
