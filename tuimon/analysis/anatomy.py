@@ -29,89 +29,106 @@ def _total_by_name(tables, name_of: Callable[[int], str]) -> dict[str, float]:
     return out
 
 
-def _ids(steps: list[StepRecord], table: str, name_of: Callable[[int], str], *names: str) -> list[set[int]]:
-    """For each name, the ids it has in the steps' `table` (interned names have one id each, but
-    nothing here relies on it)."""
-    wanted: list[set[int]] = [set() for _ in names]
-    for k in {k for s in steps for k in getattr(s, table)}:
-        name = name_of(k)
-        for i, n in enumerate(names):
-            if name == n:
-                wanted[i].add(k)
-    return wanted
+class Window:
+    """The window's steps, with what its summaries share worked out once: the steps with phases,
+    their phase totals by name, and which ids each value name has (this runs every cycle over the
+    window's 100 steps; each summary summing the phases again was a quarter of the snapshot)."""
+
+    def __init__(self, steps: list[StepRecord], name_of: Callable[[int], str]):
+        self.steps, self.name_of = steps, name_of
+        self.measured = [s for s in steps if s.phases]
+        self.total_ns = sum(s.duration_ns for s in self.measured)
+        self.phase_ns = _total_by_name((s.phases for s in self.measured), name_of)
+        self._value_names = {k: name_of(k) for k in {k for s in steps for k in s.values}}
+
+    def _ids(self, *names: str) -> list[set[int]]:
+        """For each value name, the ids it has (interned names have one id each, but nothing here
+        relies on it)."""
+        return [{k for k, n in self._value_names.items() if n == name} for name in names]
+
+    def phases(self) -> list[PhaseRow]:
+        """Each phase's share of the window's step time and its mean per step; empty when the probe
+        reported no phases (an older probe, or steps that ended before the anatomy started)."""
+        measured, total, sums = self.measured, self.total_ns, self.phase_ns
+        if not measured or total <= 0:
+            return []
+        order = [p for p in PHASES if p in sums] + sorted(set(sums) - set(PHASES))
+        return [PhaseRow(p, round(sums[p] / total, 4), round(sums[p] / len(measured) / 1e6, 3)) for p in order]
+
+    def gpu_times(self) -> GpuTimes | None:
+        rows = [s for s in self.steps if s.values]
+        busy_id, step_id, lag_id = self._ids("gpu.busy_ns", "gpu.step_ns", "gpu.lag_ns")
+        busy = [(b, s.duration_ns) for s in rows if (b := _get(s.values, busy_id)) is not None and s.duration_ns > 0]
+        if not busy:
+            return None
+        step_ns = sorted(v for s in rows if (v := _get(s.values, step_id)) is not None)
+        lag_ns = sorted(v for s in rows if (v := _get(s.values, lag_id)) is not None)
+        share = min(1.0, sum(b for b, _ in busy) / sum(d for _, d in busy))
+        return GpuTimes(steps=len(busy),
+                        step_ms=round(percentile(step_ns, 50) / 1e6, 3) if step_ns else None,
+                        step_mean_ms=round(sum(step_ns) / len(step_ns) / 1e6, 3) if step_ns else None,
+                        busy_share=round(share, 4),
+                        idle_share=round(1 - share, 4),
+                        lag_ms=round(percentile(lag_ns, 50) / 1e6, 3) if lag_ns else None)
+
+    def syncs(self, top: int = 5) -> Syncs | None:
+        measured, total = self.measured, self.total_ns
+        if not measured:
+            return None
+        (count_id,) = self._ids("sync.count")
+        count = sum(_get(s.values, count_id) or 0.0 for s in measured)
+        blocked = self.phase_ns.get("sync", 0.0)
+        sites = _total_by_name((s.sites for s in measured), self.name_of)
+        ranked = sorted(sites.items(), key=lambda kv: -kv[1])[:top]
+        return Syncs(per_step=round(count / len(measured), 2),
+                     share=round(blocked / total, 4) if total > 0 else 0.0,
+                     mean_us=round(blocked / count / 1e3, 1) if count else 0.0,
+                     top=[SyncSite(site, round(n / len(measured), 2)) for site, n in ranked])
+
+    def comm(self) -> CommTimes | None:
+        """Time in collectives per step: the "comm" phase (host) and the CUDA events' GPU time (over
+        the steps they resolved in); None when the window has none (a job of one process)."""
+        measured = self.measured
+        if not measured:
+            return None
+        gpu_id, bytes_id, calls_id = self._ids("comm.gpu_ns", "comm.bytes", "comm.calls")
+        host = self.phase_ns.get("comm", 0.0) / len(measured)
+        calls = [v for s in measured if (v := _get(s.values, calls_id)) is not None]
+        gpu = [v for s in measured if (v := _get(s.values, gpu_id)) is not None]
+        if not host and not calls and not gpu:
+            return None
+        step_ns = self.total_ns / len(measured)
+        gpu_ns = sum(gpu) / len(gpu) if gpu else None
+        per_step = gpu_ns if gpu_ns is not None else host
+        nbytes = sum(_get(s.values, bytes_id) or 0.0 for s in measured) / len(measured)
+        return CommTimes(host_ms=round(host / 1e6, 3),
+                         gpu_ms=round(gpu_ns / 1e6, 3) if gpu_ns is not None else None,
+                         share=round(min(1.0, per_step / step_ns), 4) if step_ns > 0 else 0.0,
+                         mb_per_step=round(nbytes / 2**20, 2),
+                         calls_per_step=round(sum(calls) / len(measured), 2))
+
+    def copies(self) -> CopyTimes | None:
+        """Host <-> GPU copies per step over the window (the copy phase and the probe's byte counts);
+        None when the window has none."""
+        measured = self.measured
+        if not measured:
+            return None
+        ids = self._ids("copy.h2d_bytes", "copy.h2d_pageable_bytes", "copy.h2d_blocking_bytes", "copy.h2d_calls",
+                        "copy.d2h_bytes")
+        h2d, pageable, blocking, calls, d2h = (sum(_get(s.values, i) or 0.0 for s in measured) for i in ids)
+        copy_ns = self.phase_ns.get("copy", 0.0)
+        if not (h2d or d2h or copy_ns):
+            return None
+        total, n = self.total_ns, len(measured)
+        return CopyTimes(share=round(copy_ns / total, 4) if total > 0 else 0.0, ms=round(copy_ns / n / 1e6, 3),
+                         h2d_mb=round(h2d / n / 2**20, 2), pageable=round(pageable / h2d, 3) if h2d else 0.0,
+                         blocking=round(blocking / h2d, 3) if h2d else 0.0, calls=round(calls / n, 2),
+                         d2h_mb=round(d2h / n / 2**20, 2))
 
 
 def _get(table: dict[int, float], ids: set[int]) -> float | None:
     found = [table[k] for k in ids if k in table]
     return found[-1] if found else None
-
-
-def phases(steps: list[StepRecord], name_of: Callable[[int], str]) -> list[PhaseRow]:
-    """Each phase's share of the window's step time and its mean per step; empty when the probe
-    reported no phases (an older probe, or steps that ended before the anatomy started)."""
-    measured = [s for s in steps if s.phases]
-    total = sum(s.duration_ns for s in measured)
-    if not measured or total <= 0:
-        return []
-    sums = _total_by_name((s.phases for s in measured), name_of)
-    order = [p for p in PHASES if p in sums] + sorted(set(sums) - set(PHASES))
-    return [PhaseRow(p, round(sums[p] / total, 4), round(sums[p] / len(measured) / 1e6, 3)) for p in order]
-
-
-def gpu_times(steps: list[StepRecord], name_of: Callable[[int], str]) -> GpuTimes | None:
-    rows = [s for s in steps if s.values]
-    busy_id, step_id, lag_id = _ids(rows, "values", name_of, "gpu.busy_ns", "gpu.step_ns", "gpu.lag_ns")
-    busy = [(b, s.duration_ns) for s in rows if (b := _get(s.values, busy_id)) is not None and s.duration_ns > 0]
-    if not busy:
-        return None
-    step_ns = sorted(v for s in rows if (v := _get(s.values, step_id)) is not None)
-    lag_ns = sorted(v for s in rows if (v := _get(s.values, lag_id)) is not None)
-    share = min(1.0, sum(b for b, _ in busy) / sum(d for _, d in busy))
-    return GpuTimes(steps=len(busy),
-                    step_ms=round(percentile(step_ns, 50) / 1e6, 3) if step_ns else None,
-                    step_mean_ms=round(sum(step_ns) / len(step_ns) / 1e6, 3) if step_ns else None,
-                    busy_share=round(share, 4),
-                    idle_share=round(1 - share, 4),
-                    lag_ms=round(percentile(lag_ns, 50) / 1e6, 3) if lag_ns else None)
-
-
-def syncs(steps: list[StepRecord], name_of: Callable[[int], str], top: int = 5) -> Syncs | None:
-    measured = [s for s in steps if s.phases]
-    if not measured:
-        return None
-    total = sum(s.duration_ns for s in measured)
-    (count_id,) = _ids(measured, "values", name_of, "sync.count")
-    count = sum(_get(s.values, count_id) or 0.0 for s in measured)
-    blocked = _total_by_name((s.phases for s in measured), name_of).get("sync", 0.0)
-    sites = _total_by_name((s.sites for s in measured), name_of)
-    ranked = sorted(sites.items(), key=lambda kv: -kv[1])[:top]
-    return Syncs(per_step=round(count / len(measured), 2),
-                 share=round(blocked / total, 4) if total > 0 else 0.0,
-                 mean_us=round(blocked / count / 1e3, 1) if count else 0.0,
-                 top=[SyncSite(site, round(n / len(measured), 2)) for site, n in ranked])
-
-
-def comm(steps: list[StepRecord], name_of: Callable[[int], str]) -> CommTimes | None:
-    """Time in collectives per step: the "comm" phase (host) and the CUDA events' GPU time (over
-    the steps they resolved in); None when the window has none (a job of one process)."""
-    measured = [s for s in steps if s.phases]
-    if not measured:
-        return None
-    gpu_id, bytes_id, calls_id = _ids(measured, "values", name_of, "comm.gpu_ns", "comm.bytes", "comm.calls")
-    host = _total_by_name((s.phases for s in measured), name_of).get("comm", 0.0) / len(measured)
-    calls = [v for s in measured if (v := _get(s.values, calls_id)) is not None]
-    gpu = [v for s in measured if (v := _get(s.values, gpu_id)) is not None]
-    if not host and not calls and not gpu:
-        return None
-    step_ns = sum(s.duration_ns for s in measured) / len(measured)
-    gpu_ns = sum(gpu) / len(gpu) if gpu else None
-    per_step = gpu_ns if gpu_ns is not None else host
-    nbytes = sum(_get(s.values, bytes_id) or 0.0 for s in measured) / len(measured)
-    return CommTimes(host_ms=round(host / 1e6, 3),
-                     gpu_ms=round(gpu_ns / 1e6, 3) if gpu_ns is not None else None,
-                     share=round(min(1.0, per_step / step_ns), 4) if step_ns > 0 else 0.0,
-                     mb_per_step=round(nbytes / 2**20, 2),
-                     calls_per_step=round(sum(calls) / len(measured), 2))
 
 
 def ddp_backward_ms(gauges: dict[int, float], name_of: Callable[[int], str]) -> float | None:
@@ -164,25 +181,6 @@ def how_of(h: HotLine) -> tuple[str, float]:
     call', its share of the line's samples)."""
     share, word = max((h.python, "Python"), (h.native, "in a native call"), (h.waiting, "blocked in a call"))
     return word, share
-
-
-def copies(steps: list[StepRecord], name_of: Callable[[int], str]) -> CopyTimes | None:
-    """Host <-> GPU copies per step over the window (the copy phase and the probe's byte counts);
-    None when the window has none."""
-    measured = [s for s in steps if s.phases]
-    if not measured:
-        return None
-    ids = _ids(measured, "values", name_of, "copy.h2d_bytes", "copy.h2d_pageable_bytes", "copy.h2d_blocking_bytes",
-               "copy.h2d_calls", "copy.d2h_bytes")
-    h2d, pageable, blocking, calls, d2h = (sum(_get(s.values, i) or 0.0 for s in measured) for i in ids)
-    copy_ns = _total_by_name((s.phases for s in measured), name_of).get("copy", 0.0)
-    if not (h2d or d2h or copy_ns):
-        return None
-    total, n = sum(s.duration_ns for s in measured), len(measured)
-    return CopyTimes(share=round(copy_ns / total, 4) if total > 0 else 0.0, ms=round(copy_ns / n / 1e6, 3),
-                     h2d_mb=round(h2d / n / 2**20, 2), pageable=round(pageable / h2d, 3) if h2d else 0.0,
-                     blocking=round(blocking / h2d, 3) if h2d else 0.0, calls=round(calls / n, 2),
-                     d2h_mb=round(d2h / n / 2**20, 2))
 
 
 def op_counts(gauges: dict[int, float], steps_of: dict[int, int], name_of: Callable[[int], str]) -> OpCounts | None:

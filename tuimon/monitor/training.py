@@ -113,6 +113,7 @@ class TrainingView:
         name = r.name
         step_source, first = self._step_source(name)
         steps = self.steps.window(window_steps, first)
+        window = anatomy.Window(steps, name)
         meta = info.meta
         share = summary.data_wait_share(steps)
         state = r.process_state()
@@ -155,10 +156,10 @@ class TrainingView:
             records=self.source.records_read,
             dropped=r.total_lost,
             corrupt=r.total_corrupt,
-            phases=anatomy.phases(steps, name),
-            gpu=anatomy.gpu_times(steps, name),
-            syncs=anatomy.syncs(steps, name),
-            comm=anatomy.comm(steps, name),
+            phases=window.phases(),
+            gpu=window.gpu_times(),
+            syncs=window.syncs(),
+            comm=window.comm(),
             memory=gpu_memory.memory(self.steps.gauges, self.steps.gauge_history, name,
                                      steps[0].index if steps else 0, steps[-1].index if steps else 0),
             dataloader_workers=anatomy.dataloader_workers(self.steps.gauges, name),
@@ -175,7 +176,7 @@ class TrainingView:
             hot_lines=hot,
             samples=samples,
             optimizer=anatomy.optimizer(self.steps.gauges, name),
-            copies=anatomy.copies(steps, name),
+            copies=window.copies(),
             ops=anatomy.op_counts(self.steps.gauges, self.steps.gauge_steps, name),
         )
 
