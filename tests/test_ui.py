@@ -1,5 +1,6 @@
 """The Textual UI with run_test() and Pilot, fed from the real H200 recording and a real segment."""
 
+import gc
 import os
 import time
 
@@ -32,6 +33,20 @@ async def settle(app, pilot):
     await pilot.pause()
     app.redraw()
     await pilot.pause()
+
+
+@pytest.mark.asyncio
+async def test_the_cyclic_gc_the_start_turned_off_is_on_again_once_the_app_has_painted():
+    """cli.tui turns the GC off for the start (the first frame waited on its passes); the app turns
+    it on after its first paint, so the monitor's hours never run without it."""
+    gc.disable()
+    try:
+        app = make_app(None, "replay", state_from_recording(FIXTURE))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            assert gc.isenabled()
+    finally:
+        gc.enable()
 
 
 @pytest.mark.asyncio

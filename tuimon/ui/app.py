@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import select
 import signal
@@ -79,6 +80,7 @@ class TuimonApp(App):
         elif self.session is not None:
             self.session.start(self._cycle_from_thread, on_end=on_end)
         # (no redraw here: the screen draws itself as it mounts, so its first paint has the numbers)
+        self.call_after_refresh(gc.enable)  # (cli.tui turned the cyclic GC off for the start)
 
     def _hangup(self, signum, frame) -> None:
         # The kernel follows a hangup's SIGHUP with SIGCONT, on which Textual resumes application
