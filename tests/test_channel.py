@@ -110,6 +110,8 @@ def test_a_drain_in_parts_returns_the_same_records_and_losses_as_one():
     assert [x for p in parts for x in p.records] == b.records
     assert sum(p.lost for p in parts) == b.lost == r.total_lost and [len(p.records) for p in parts] == [9] + [10] * 5 + [4]
     assert r.drain(10).records == [] and r.behind == 0
+    with pytest.raises(ValueError, match="at least one record"):
+        r.drain(0)
 
 
 def test_writer_never_blocks_or_raises_without_a_reader():

@@ -155,6 +155,8 @@ class SegmentReader:
         """The records written since the last drain, oldest first; with `limit`, at most that many
         (the oldest of them: drain again for the rest, see `behind`). A full ring is 64k records,
         ~20 MB as Python tuples at once; read in parts, they come and go in the same memory."""
+        if limit is not None and limit < 1:
+            raise ValueError(f"a drain reads at least one record (limit {limit})")
         if self._file.read(0, 8) != L.MAGIC:
             raise CorruptSegment(f"{self.path}: its header was overwritten while being read")
         cap = self._cap

@@ -48,10 +48,11 @@ def tui(session: Session | None, label: str, top: bool = False, quit_stops_job: 
 
     # The start (Textual's import, the first poll, the first compose) makes ~10^5 objects and little garbage:
     # the cyclic GC's passes over them were CPU the first frame waited for (H100, 16 starts each: 0.72 ->
-    # 0.66 s median). The app turns it on again once it has painted; here, whatever happens.
+    # 0.66 s median). The app turns it on again once it has painted; here, as it was, whatever happens.
+    gc_was_on, early = gc.isenabled(), None
     gc.disable()
-    early = EarlyStart(session) if session is not None else None  # its first poll runs while the UI loads
     try:
+        early = EarlyStart(session) if session is not None else None  # its first poll runs while the UI loads
         from ..ui.app import make_app  # textual loads only for the TUI
 
         app = make_app(session, label, MonitorState(baseline=baseline), top=top, quit_stops_job=quit_stops_job,
@@ -61,7 +62,8 @@ def tui(session: Session | None, label: str, top: bool = False, quit_stops_job: 
         else:
             asyncio.run(_run_until_stopped(app, supervisor))
     finally:
-        gc.enable()
+        if gc_was_on:
+            gc.enable()
         if early is not None:
             early.stop_unless_taken()  # (the app stops what it took, when it unmounts)
     return 0
