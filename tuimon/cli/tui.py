@@ -46,7 +46,7 @@ def tui(session: Session | None, label: str, top: bool = False, quit_stops_job: 
     from ..monitor.session import EarlyStart
     from ..monitor.state import MonitorState
 
-    # The start (Textual's import, the first poll, the first compose) makes ~10^5 objects and little garbage:
+    # The start (Textual's import, the first poll, the first compose) allocates much (233k blocks held at 2 s):
     # the cyclic GC's passes over them were CPU the first frame waited for (H100, 16 starts each: 0.72 ->
     # 0.66 s median). The app turns it on again once it has painted; here, as it was, whatever happens.
     gc_was_on, early = gc.isenabled(), None
