@@ -279,3 +279,44 @@ def test_the_monitor_folds_a_full_ring_in_parts_as_it_would_whole(monkeypatch):
     whole, parts = folded(1 << 20), folded(100)
     assert parts == whole and whole[0] == 1023 and whole[4] == 1  # (records before the ring are history, not loss)
     assert whole[1][-1][0] == 300 and whole[2] == {gauge: 300 % 7}
+
+
+def test_a_first_poll_skims_the_steps_it_would_not_keep_and_knows_what_a_whole_read_knows(monkeypatch):
+    """A job that ran a while: the first poll unpacks only the newest steps the view keeps, and of
+    the older records what is not about one step (a gauge said once, the sampler's lines) and the
+    step ends. It knows the same steps, gauges, lines, step log and longest step as a whole read."""
+    from tuimon.monitor import training
+    from tuimon.sources.channel import ChannelSource
+
+    w = SegmentWriter.create(JobMeta(argv=("train.py",)), 1 << 14)
+    phase, gauge, once, gpu, line = (w.intern(n) for n in ("forward", "cuda.allocated", "step.source",
+                                                           "gpu.step_ns", "train.py:41"))
+    w.emit(L.GAUGE, 0, once, 1, 1, 0, 0, 2.0)  # said once, before the first step
+    for k in range(1, 3001):  # 4-5 records a step: ~13,000 records, all in a ring of 16,384
+        t = k * 10**7 + (5 * 10**7 if k >= 400 else 0)  # (step 400 the longest: in the part passed over)
+        w.emit(L.PHASE, 0, phase, 1, k, t, t, 4e6)
+        w.emit(L.RANGE, 0, phase, 1, k, t, t + 4 * 10**6, 0.0)
+        if k > 2:  # (the GPU's time of a step comes two steps late)
+            w.emit(L.STEP_VALUE, 0, gpu, 1, k - 2, t, t, 3e6)
+        if k % 50 == 0:
+            w.emit(L.GAUGE, 0, gauge, 1, k, t, t, float(k))
+        if k % 3 == 0:
+            w.emit(L.HOT, 1, line, 1, k, L.HOW_PYTHON, t, 2.0)
+        w.emit(L.STEP, 0, 0, 1, k, t, t + (6 * 10**7 if k == 400 else 10**7), 0.0)
+
+    def first_poll(skim_above):
+        monkeypatch.setattr(training, "SKIM_ABOVE", skim_above)
+        view = training.TrainingView(ChannelSource(SegmentReader(w.path)))
+        read = view.poll()
+        steps = [(s.index, s.t0, s.t1, s.phases, s.range_ns, s.values) for s in view.steps.completed]
+        return (read, steps, view.steps.gauges, view.steps.gauge_steps, {k: list(v) for k, v in view.steps.gauge_history.items()},
+                list(view.steps.hot), list(view.step_log.steps), view.longest_ns, view.first_step_t0)
+
+    whole, skimmed = first_poll(1 << 30), first_poll(training.DRAIN_PART)
+    assert skimmed == whole
+    assert whole[2][once] == 2.0 and whole[7] == 6 * 10**7 and len(whole[1]) == 256 and whole[1][-1][0] == 3000
+    passed = SegmentReader(w.path)
+    passed.seek_recent(1 << 14)
+    kept, over = passed.skim(256, frozenset((L.GAUGE,)))
+    assert over > 10_000 and [r[0] for r in kept.records] == [L.GAUGE] * len(kept.records)
+    assert [len(r) for r in passed.drain().records[:1]] == [10] and passed.behind == 0

@@ -157,6 +157,38 @@ class SegmentReader:
         ~20 MB as Python tuples at once; read in parts, they come and go in the same memory."""
         if limit is not None and limit < 1:
             raise ValueError(f"a drain reads at least one record (limit {limit})")
+        data, tail, h1, lost = self._take(limit)
+        records, corrupt = unpack_records(data, tail)
+        self.tail = h1
+        self.total_lost += lost
+        self.total_corrupt += corrupt
+        return Batch(records, lost, corrupt)
+
+    def skim(self, keep_steps: int, kinds: frozenset[int]) -> tuple[Batch, int]:
+        """A first read of a ring that has run a while: the records before the newest `keep_steps`
+        steps' (up to and with the STEP record that ends the step before them) are passed over,
+        those of `kinds` kept (a few: what the probe said once, step ends); the tail moves past
+        them, so the next drain unpacks only the newest steps. Returns (the kept, records passed
+        over); passes over nothing where the ring holds no more than keep_steps steps."""
+        data, tail, _, lost = self._take(None)
+        column = data[0 :: L.RECORD_SIZE]  # every record's kind, one byte each
+        cut, step = len(column), bytes((L.STEP,))
+        for _ in range(keep_steps + 1):
+            cut = column.rfind(step, 0, cut)
+            if cut < 0:
+                return Batch([], 0, 0), 0
+        at = sorted(i for kind in kinds for i in _find_all(column, bytes((kind,)), cut + 1))
+        records = [L.RECORD.unpack_from(data, i * L.RECORD_SIZE) for i in at]
+        good = [r for i, r in zip(at, records, strict=True) if r[9] == tail + i]
+        self.tail = tail + cut + 1
+        self.total_lost += lost
+        self.total_corrupt += len(records) - len(good)
+        return Batch(good, lost, len(records) - len(good)), cut + 1
+
+    def _take(self, limit: int | None) -> tuple[bytes, int, int, int]:
+        """(the records' bytes, the ring index of the first, the index after the last, records
+        lost): what was written since the last read (at most `limit`), none the writer may have
+        overwritten while it was copied."""
         if self._file.read(0, 8) != L.MAGIC:
             raise CorruptSegment(f"{self.path}: its header was overwritten while being read")
         cap = self._cap
@@ -180,11 +212,7 @@ class SegmentReader:
             lost += skip
             data = data[skip * L.RECORD_SIZE :]
             tail += skip
-        records, corrupt = unpack_records(data, tail)
-        self.tail = h1
-        self.total_lost += lost
-        self.total_corrupt += corrupt
-        return Batch(records, lost, corrupt)
+        return data, tail, h1, lost
 
     def _copy(self, start: int, end: int) -> bytes:
         if end <= start:
@@ -244,3 +272,12 @@ class SegmentReader:
     def __exit__(self, *exc) -> None:
         self.close()
 
+
+
+def _find_all(column: bytes, kind: bytes, end: int) -> list[int]:
+    """The positions of `kind` in column[:end] (bytes.find: a C scan between hits)."""
+    out, at = [], column.find(kind, 0, end)
+    while at >= 0:
+        out.append(at)
+        at = column.find(kind, at + 1, end)
+    return out

@@ -8,7 +8,7 @@ import time
 from ..analysis import anatomy, summary
 from ..analysis import memory as gpu_memory
 from ..analysis import thresholds as T
-from ..analysis.steps import F_KIND, F_STEP, F_T0, STEP, StepAccumulator
+from ..analysis.steps import F_KIND, F_STEP, F_T0, F_T1, STEP, StepAccumulator
 from ..capture.cost import StepLog
 from ..channel import layout as L
 from ..channel.control import open_control
@@ -24,6 +24,12 @@ TIMELINE_MAX_PENDING = 20_000
 # records, ~20 MB as Python tuples at once, a high-water mark the monitor's RSS kept: attach beside
 # the H100 demo 76.3 MB, in parts 64.5); in parts of this many the same memory serves each part.
 DRAIN_PART = 4096
+# A first poll finding more than this many records unpacks only the steps the view keeps, and of
+# the rest what is not about a step (what the probe said once: the optimizer, what counts steps,
+# the workers; the sampler's lines) and the step ends (the longest step, capture costs): attach on
+# an H100 beside the demo drew its first frame 65 ms sooner reading the newest 8,192 records alone.
+SKIM_ABOVE = DRAIN_PART
+SKIM_KINDS = frozenset((L.GAUGE, L.HOT, L.STEP))
 
 
 class TrainingView:
@@ -44,34 +50,41 @@ class TrainingView:
         """Drain what is new, in parts of DRAIN_PART records (up to a ring's worth: the rest waits
         for the next poll); returns the number of records read. Raises ChannelError when the
         segment became unreadable."""
-        read, reader = 0, self.source.reader
+        before, reader = self.source.records_read, self.source.reader
+        if not self.timeline and before == 0 and reader.behind > SKIM_ABOVE:
+            self._fold_older(self.source.skim(self.steps.completed.maxlen or 0, SKIM_KINDS))
         for _ in range(reader.info.ring_records // DRAIN_PART + 1):
-            batch = self.source.poll(DRAIN_PART)
-            self._fold(batch)
-            read += len(batch.records)
+            self._fold(self.source.poll(DRAIN_PART))
             if not reader.behind:
                 break
-        return read
+        return self.source.records_read - before
+
+    def _fold_older(self, batch) -> None:
+        """What a skim kept of the steps older than those the view keeps: their ends, and what is
+        not about a step."""
+        self._step_ends([r for r in batch.records if r[F_KIND] == STEP])
+        self.steps.add([r for r in batch.records if r[F_KIND] != STEP])
 
     def _fold(self, batch) -> None:
-        if self.first_step_t0 is None:  # the oldest step the ring still held: the job's first, or not
-            first = next((r for r in batch.records if r[F_KIND] == STEP), None)
-            if first is not None:  # (attached later: the span holds no setup, nothing to cut)
-                self.first_step_t0 = first[F_T0] if first[F_STEP] <= 1 else 0
+        self._step_ends([r for r in batch.records if r[F_KIND] == STEP])
         for chunk in _chunks(batch.records) if self.timeline else (batch.records,):
             done = self.steps.add(chunk)
-            if done:
-                completed = list(self.steps.completed)[-done:]
-                for s in completed:
-                    if s.index > T.STALL_WARMUP_STEPS.value and s.duration_ns > self.longest_ns:
-                        self.longest_ns = s.duration_ns
-                if self.timeline:
-                    self._pending.extend(completed)
-        self.step_log.add(batch.records)
+            if done and self.timeline:
+                self._pending.extend(list(self.steps.completed)[-done:])
         if len(self._pending) > TIMELINE_MAX_PENDING:
             drop = len(self._pending) - TIMELINE_MAX_PENDING
             self._skipped += drop
             del self._pending[:drop]
+
+    def _step_ends(self, ends: list[tuple]) -> None:
+        """STEP records, oldest first: the start of the job's first step, the longest step (from the
+        records: a part can hold more steps than the view keeps), the step log."""
+        if ends and self.first_step_t0 is None:  # the oldest step the ring still held: the job's first, or not
+            self.first_step_t0 = ends[0][F_T0] if ends[0][F_STEP] <= 1 else 0  # (attached later: no setup to cut)
+        for r in ends:
+            if r[F_STEP] > T.STALL_WARMUP_STEPS.value and r[F_T1] - r[F_T0] > self.longest_ns:
+                self.longest_ns = r[F_T1] - r[F_T0]
+        self.step_log.add(ends)
 
     def take_steps(self, limit: int, final: bool = False) -> ProcessSteps:
         """The steps completed since the last take, up to `limit` (the newest; the rest counted as

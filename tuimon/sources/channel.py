@@ -19,3 +19,10 @@ class ChannelSource:
         batch = self.reader.drain(limit)
         self.records_read += len(batch.records)
         return batch
+
+    def skim(self, keep_steps: int, kinds: frozenset[int]) -> Batch:
+        """Of what the ring holds before its newest `keep_steps` steps, the records of `kinds`
+        (SegmentReader.skim): a first poll that unpacks the steps shown, not the ring's whole past."""
+        batch, passed = self.reader.skim(keep_steps, kinds)
+        self.records_read += passed
+        return batch
