@@ -4,6 +4,7 @@ record`, `--plain`, `--once` and the TUI all take their cycles from here."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from ..capture.client import CaptureClient, CaptureRefused
 from ..capture.cost import window_cost
 from ..channel import ChannelError, NoSegment
 from ..channel.control import KIND_MEMORY
+from ..channel.paths import segment_path
 from ..model import NA, CaptureStatus, Cycle
 from ..sources.channel import ChannelSource
 from ..sources.nvml import DeviceSampler, target_note
@@ -126,7 +128,7 @@ class LiveSession:
                 gpus = [self._named(g) for g in gpus]
             note = target_note(gpus or [], pids) if pids else None
         host = _guard(problems, "host", host_sample)
-        view = self._view(problems)
+        view = self._view(problems, pids if process is not None else None)
         if view is not None:
             try:
                 view.poll()
@@ -252,9 +254,10 @@ class LiveSession:
                 self._job_tail = [f"(cannot read {self.job_log}: {e.strerror})"]
         return self._job_tail
 
-    def _view(self, problems: dict) -> TrainingView | None:
+    def _view(self, problems: dict, pids: set[int] | None = None) -> TrainingView | None:
+        """pids: the process tree this cycle's process sample found, if it found one."""
         if self.training is not None and self._shows_a_launcher():
-            self._look_for_ranks()
+            self._look_for_ranks(pids)
         if self.training is not None or not self.pid:
             return self.training
         now = time.monotonic()
@@ -290,12 +293,16 @@ class LiveSession:
         info = self.training.source.reader.info
         return self.ranks is None and info.pid == self.pid and info.meta.rank is None
 
-    def _look_for_ranks(self) -> None:
-        """Every REDISCOVER_S: once a ranked descendant has a channel, show it (rank 0) instead."""
+    def _look_for_ranks(self, pids: set[int] | None) -> None:
+        """Every REDISCOVER_S: once a ranked descendant has a channel, show it (rank 0) instead.
+        pids: the tree as sampled this cycle; while none of them has a channel, nothing to open (a
+        job of one process, its DataLoader workers: the look walked the tree and /dev/shm again)."""
         now = time.monotonic()
         if now - self._looked_at < REDISCOVER_S:
             return
         self._looked_at = now
+        if pids is not None and not any(os.path.exists(segment_path(p)) for p in pids - {self.pid}):
+            return
         try:
             reader, why = open_channel(self.pid)
         except ChannelError:
