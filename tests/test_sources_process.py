@@ -80,7 +80,7 @@ def test_pss_is_read_one_process_a_cycle_and_then_kept(monkeypatch):
 
     reads = []
     real = sp._read_pss
-    monkeypatch.setattr(sp, "_read_pss", lambda p: reads.append(p.pid) or real(p))
+    monkeypatch.setattr(sp, "_read_pss", lambda pid: reads.append(pid) or real(pid))
     p = subprocess.Popen([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True)
     try:
         busy, idle = map(int, p.stdout.readline().split())

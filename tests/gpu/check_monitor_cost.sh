@@ -16,7 +16,7 @@ job = psutil.Process(int(sys.argv[1]))
 for p in [job, *job.children(recursive=True)]:
     t = time.perf_counter()
     for _ in range(10):
-        pss = _read_pss(p)
+        pss = _read_pss(p.pid)
     ms = (time.perf_counter() - t) / 10 * 1e3
     print(f"{p.pid} {p.name():<16} RSS {p.memory_info().rss / 2**20:8.1f} MiB  PSS {pss / 2**20:8.1f} MiB  {ms:6.2f} ms a read"
           f"  -> {100 * ms / 1e3 / PSS_EVERY_S:.3f}% of a core at one read per {PSS_EVERY_S:g} s")

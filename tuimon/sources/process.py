@@ -6,6 +6,7 @@ import os
 import subprocess
 import time
 from dataclasses import replace
+from typing import NamedTuple
 
 import psutil
 
@@ -18,32 +19,30 @@ EXIT_CODE_WAIT_S = 2.0  # the most a sample waits for the exit code of a job tha
 
 class ProcessSampler:
     """One sample per cycle: the target and each live descendant, with CPU % since the previous
-    cycle. `popen`: the subprocess.Popen when tuimon launched the target (gives the exit code)."""
+    cycle. `popen`: the subprocess.Popen when tuimon launched the target (gives the exit code).
+    A row is one read of /proc/PID/stat and one of /proc/PID/io (psutil read four files for it, and
+    stat twice more to check the PID: ~0.13 ms a process, a cycle); psutil names a process once,
+    and reads its PSS."""
 
     def __init__(self, pid: int, popen=None):
         self.pid = pid
         self.popen = popen
-        self._procs: dict[int, psutil.Process] = {}
+        self._seen: dict[int, _Seen] = {}  # pid -> what the last sample read of it
         self.exited_at: float | None = None  # wall-clock time we first saw it gone
         self.exit_code: int | None = None
         self.loop_tid: int | None = None  # the target's thread that steps, when the channel says
         self._loop_cpu: tuple | None = None  # (tid, ticks, run delay ns, monotonic s) at the last sample
         self._pss: dict[int, tuple[float, int | None]] = {}  # pid -> (monotonic s when read, PSS)
-        self._target: psutil.Process | None
-        try:
-            self._target = self._procs[pid] = psutil.Process(pid)
-            self._target.cpu_percent(None)  # prime: the first reading is relative to this
-        except psutil.Error:
-            self._target = None
+        self._start = procinfo.start_ticks(pid)  # (the PID's process: one reusing it later is another)
+        if self._start is None:
             self.exited_at = time.time()
 
     def _alive(self) -> bool:
-        if self._target is None:
-            return False
         try:
-            return self._target.is_running() and self._target.status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
+            st = _read_stat(self.pid)
+        except OSError:
             return False
+        return st.start == self._start and st.state != "Z"
 
     def _exit_code(self) -> int | None:
         """The exit code of the job tuimon started, once it looks gone. Not poll(): its main thread
@@ -58,7 +57,7 @@ class ProcessSampler:
 
     def sample(self) -> ProcessSample:
         t = time.monotonic_ns()
-        if not self._alive():
+        if self._start is None or not self._alive():
             if self.exited_at is None:
                 self.exited_at = time.time()
             if self.popen is not None and self.exit_code is None:
@@ -71,8 +70,8 @@ class ProcessSampler:
             row = self._row(pid, "target" if pid == self.pid else "child")
             if row is not None:
                 rows.append(row)
-        for gone in set(self._procs) - set(pids):
-            del self._procs[gone]
+        for gone in set(self._seen) - set(pids):
+            del self._seen[gone]
         rows = self._with_pss(rows)
         loop_cpu, loop_cpu_wait = self._loop_thread_cpu()
         return ProcessSample(
@@ -91,7 +90,7 @@ class ProcessSampler:
         stale = [pid for pid in live if now - self._pss.get(pid, (-PSS_EVERY_S, None))[0] >= PSS_EVERY_S]
         if stale:
             pid = min(stale, key=lambda q: self._pss.get(q, (-PSS_EVERY_S, None))[0])
-            self._pss[pid] = (now, _read_pss(self._procs.get(pid)))
+            self._pss[pid] = (now, _read_pss(pid))
         return [replace(r, pss=self._pss[r.pid][1]) if r.pid in self._pss else r for r in rows]
 
     def follow_loop(self, tid: int | None) -> None:
@@ -116,19 +115,81 @@ class ProcessSampler:
         wait = None if waited is None or last[2] is None else round(100.0 * (waited - last[2]) / 1e9 / span, 1)
         return cpu, wait
 
-
     def _row(self, pid: int, role: str) -> ProcRow | None:
-        """The process's row. A psutil.Process is kept per PID (its CPU % is relative to the
-        previous reading) and replaced when the PID has gone to another process."""
-        p = self._procs.get(pid)
+        """The process's row; its CPU % over the time since the last sample read it (0 at the first;
+        a PID that went to another process since is a new one)."""
+        now = time.monotonic()
         try:
-            if p is None or not p.is_running():
-                p = self._procs[pid] = psutil.Process(pid)
-                p.cpu_percent(None)  # prime: its first reading would be relative to nothing
-        except psutil.Error:
-            self._procs.pop(pid, None)
-            return None
-        return _row(p, role)
+            st = _read_stat(pid)
+        except PermissionError:
+            denied = NA("access denied")
+            return ProcRow(pid=pid, role=role, name=denied, cpu_percent=denied, rss=denied, threads=denied,
+                           state=denied, io_read=denied, io_write=denied)
+        except OSError:
+            return None  # it exited between listing and reading
+        seen = self._seen.get(pid)
+        if seen is None or seen.start != st.start:
+            seen = _Seen(st.start, st.ticks, now, _name(pid, st.comm))
+        cpu = 100.0 * (st.ticks - seen.ticks) / _CLK_TCK / (now - seen.at) if now > seen.at else 0.0
+        self._seen[pid] = _Seen(st.start, st.ticks, now, seen.name)
+        io_read, io_write = _read_io(pid)
+        return ProcRow(pid=pid, role=role, name=seen.name, cpu_percent=round(cpu, 1), rss=st.rss_pages * _PAGE,
+                       threads=st.threads, state=_STATES.get(st.state, st.state), io_read=io_read, io_write=io_write)
+
+
+class _Seen(NamedTuple):
+    start: int  # the process's start (clock ticks since boot): a PID reused is another process
+    ticks: int  # its CPU time (user + system, clock ticks) when last read
+    at: float  # when (monotonic s)
+    name: str | NA
+
+
+class _Stat(NamedTuple):
+    comm: str
+    state: str
+    ticks: int
+    threads: int
+    start: int
+    rss_pages: int
+
+
+def _read_stat(pid: int) -> _Stat:
+    """/proc/PID/stat (proc(5)); raises OSError where the process is gone or not readable."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        data = f.read()
+    end = data.rfind(b")")
+    fields = data[end + 2 :].split()  # fields[0] is field 3 (state)
+    if end < 0 or len(fields) < 22:
+        raise FileNotFoundError(f"/proc/{pid}/stat: cut short")
+    comm = data[data.find(b"(") + 1 : end].decode("utf-8", "replace")
+    return _Stat(comm, fields[0].decode(), int(fields[11]) + int(fields[12]), int(fields[17]), int(fields[19]),
+                 int(fields[21]))
+
+
+def _read_io(pid: int) -> tuple[int | NA, int | NA]:
+    """(read_bytes, write_bytes) of /proc/PID/io: readable by its owner (ptrace's rule) only."""
+    try:
+        with open(f"/proc/{pid}/io", "rb") as f:
+            got = dict(line.split(b": ") for line in f.read().splitlines() if b": " in line)
+        return int(got[b"read_bytes"]), int(got[b"write_bytes"])
+    except (OSError, KeyError, ValueError) as e:
+        why = NA(f"I/O counters not readable: {'AccessDenied' if isinstance(e, PermissionError) else type(e).__name__}")
+        return why, why
+
+
+def _name(pid: int, comm: str) -> str:
+    """The process's name: stat's, which the kernel cuts at 15 bytes; then psutil's, from the command."""
+    if len(comm) < 15:
+        return comm
+    try:
+        return psutil.Process(pid).name()
+    except psutil.Error:
+        return comm
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_STATES = {"R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped", "t": "tracing-stop", "Z": "zombie",
+           "X": "dead", "x": "dead", "K": "wake-kill", "W": "waking", "I": "idle", "P": "parked"}  # (psutil's words)
 
 
 # PSS from /proc/PID/smaps_rollup: the kernel walks the process's whole address space under its
@@ -138,35 +199,12 @@ class ProcessSampler:
 PSS_EVERY_S = 30.0
 
 
-def _read_pss(p: psutil.Process | None) -> int | None:
+def _read_pss(pid: int) -> int | None:
     """PSS (shared pages split among their sharers); None where not readable."""
-    if p is None:
-        return None
     try:
-        return p.memory_full_info().pss
+        return psutil.Process(pid).memory_full_info().pss
     except (psutil.Error, AttributeError, NotImplementedError):
         return None
-
-
-def _row(p: psutil.Process, role: str) -> ProcRow | None:
-    try:
-        with p.oneshot():
-            io_read: int | NA
-            io_write: int | NA
-            try:
-                io = p.io_counters()
-                io_read, io_write = io.read_bytes, io.write_bytes
-            except (psutil.AccessDenied, AttributeError) as e:
-                io_read = io_write = NA(f"I/O counters not readable: {type(e).__name__}")
-            return ProcRow(pid=p.pid, role=role, name=p.name(), cpu_percent=float(p.cpu_percent(None)),
-                           rss=p.memory_info().rss, threads=p.num_threads(),
-                           state=p.status(), io_read=io_read, io_write=io_write)
-    except psutil.NoSuchProcess:
-        return None  # it exited between listing and reading
-    except psutil.AccessDenied:
-        denied = NA("access denied")
-        return ProcRow(pid=p.pid, role=role, name=denied, cpu_percent=denied, rss=denied, threads=denied,
-                       state=denied, io_read=denied, io_write=denied)
 
 
 def host_sample() -> HostSample:
