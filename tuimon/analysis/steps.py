@@ -61,6 +61,7 @@ class StepAccumulator:
     def add(self, records) -> int:
         """Fold records in; returns how many steps completed."""
         done = 0
+        last_index, s = -1, None  # (a step's records come together: its record is looked up once)
         for r in records:
             kind = r[F_KIND]
             if kind == GAUGE:
@@ -75,8 +76,13 @@ class StepAccumulator:
             if kind == HOT:  # (by time, not by step: a loop without steps has lines too)
                 self.hot.append((r[F_T1], r[F_DEPTH], r[F_NAME], r[F_T0], r[F_VALUE]))
                 continue
-            s = self._step(r[F_STEP])
-            if kind == RANGE:
+            if r[F_STEP] != last_index or s is None:
+                last_index = r[F_STEP]
+                s = self._step(last_index)
+            if kind == PHASE:
+                nid = r[F_NAME]
+                s.phases[nid] = s.phases.get(nid, 0.0) + r[F_VALUE]
+            elif kind == RANGE:
                 nid, d = r[F_NAME], r[F_T1] - r[F_T0]
                 ds = s.ranges.get(nid)
                 if ds is None:
@@ -92,8 +98,6 @@ class StepAccumulator:
                 s.data_wait_ns += r[F_T1] - r[F_T0]
             elif kind == COUNT:
                 s.counts[r[F_NAME]] = s.counts.get(r[F_NAME], 0.0) + r[F_VALUE]
-            elif kind == PHASE:
-                s.phases[r[F_NAME]] = s.phases.get(r[F_NAME], 0.0) + r[F_VALUE]
             elif kind == STEP_VALUE:  # (GPU values arrive a few steps late: the step is found by index)
                 s.values[r[F_NAME]] = r[F_VALUE]
             elif kind == SITE:
