@@ -63,6 +63,17 @@ class TuimonApp(App):
         self.on_view = on_view
         self.early = early
 
+    def get_driver_class(self):
+        """Textual's driver, but on Linux one whose input thread sleeps until there is input
+        (ui/driver.py); TEXTUAL_DRIVER still picks another."""
+        from textual import constants
+
+        if constants.DRIVER is None and sys.platform.startswith("linux"):
+            from .driver import QuietLinuxDriver
+
+            return QuietLinuxDriver
+        return super().get_driver_class()
+
     def on_mount(self) -> None:
         self.push_screen(screens.TopScreen() if self.top else screens.MainScreen())
         self._previous_sighup = None
