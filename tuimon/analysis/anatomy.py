@@ -39,12 +39,18 @@ class Window:
         self.measured = [s for s in steps if s.phases]
         self.total_ns = sum(s.duration_ns for s in self.measured)
         self.phase_ns = _total_by_name((s.phases for s in self.measured), name_of)
-        self._value_names = {k: name_of(k) for k in {k for s in steps for k in s.values}}
+        names = {k: name_of(k) for k in {k for s in steps for k in s.values}}
+        # Each value name's (step, value) in step order, read in one pass (a step holding a name under
+        # two ids: the value that came last); the summaries read their names' lists.
+        self._values: dict[str, list[tuple[StepRecord, float]]] = {}
+        for st in steps:
+            mine = {names[k]: v for k, v in st.values.items()}
+            for name, v in mine.items():
+                self._values.setdefault(name, []).append((st, v))
 
-    def _ids(self, *names: str) -> list[set[int]]:
-        """For each value name, the ids it has (interned names have one id each, but nothing here
-        relies on it)."""
-        return [{k for k, n in self._value_names.items() if n == name} for name in names]
+    def _of(self, name: str, measured: bool = False) -> list[float]:
+        """The window's values of a name, step by step (measured: of the steps with phases only)."""
+        return [v for st, v in self._values.get(name, ()) if st.phases or not measured]
 
     def phases(self) -> list[PhaseRow]:
         """Each phase's share of the window's step time and its mean per step; empty when the probe
@@ -56,13 +62,11 @@ class Window:
         return [PhaseRow(p, round(sums[p] / total, 4), round(sums[p] / len(measured) / 1e6, 3)) for p in order]
 
     def gpu_times(self) -> GpuTimes | None:
-        rows = [s for s in self.steps if s.values]
-        busy_id, step_id, lag_id = self._ids("gpu.busy_ns", "gpu.step_ns", "gpu.lag_ns")
-        busy = [(b, s.duration_ns) for s in rows if (b := _get(s.values, busy_id)) is not None and s.duration_ns > 0]
+        busy = [(b, st.duration_ns) for st, b in self._values.get("gpu.busy_ns", ()) if st.duration_ns > 0]
         if not busy:
             return None
-        step_ns = sorted(v for s in rows if (v := _get(s.values, step_id)) is not None)
-        lag_ns = sorted(v for s in rows if (v := _get(s.values, lag_id)) is not None)
+        step_ns = sorted(self._of("gpu.step_ns"))
+        lag_ns = sorted(self._of("gpu.lag_ns"))
         share = min(1.0, sum(b for b, _ in busy) / sum(d for _, d in busy))
         return GpuTimes(steps=len(busy),
                         step_ms=round(percentile(step_ns, 50) / 1e6, 3) if step_ns else None,
@@ -75,8 +79,7 @@ class Window:
         measured, total = self.measured, self.total_ns
         if not measured:
             return None
-        (count_id,) = self._ids("sync.count")
-        count = sum(_get(s.values, count_id) or 0.0 for s in measured)
+        count = sum(self._of("sync.count", measured=True))
         blocked = self.phase_ns.get("sync", 0.0)
         sites = _total_by_name((s.sites for s in measured), self.name_of)
         ranked = sorted(sites.items(), key=lambda kv: -kv[1])[:top]
@@ -91,16 +94,14 @@ class Window:
         measured = self.measured
         if not measured:
             return None
-        gpu_id, bytes_id, calls_id = self._ids("comm.gpu_ns", "comm.bytes", "comm.calls")
         host = self.phase_ns.get("comm", 0.0) / len(measured)
-        calls = [v for s in measured if (v := _get(s.values, calls_id)) is not None]
-        gpu = [v for s in measured if (v := _get(s.values, gpu_id)) is not None]
+        calls, gpu = self._of("comm.calls", measured=True), self._of("comm.gpu_ns", measured=True)
         if not host and not calls and not gpu:
             return None
         step_ns = self.total_ns / len(measured)
         gpu_ns = sum(gpu) / len(gpu) if gpu else None
         per_step = gpu_ns if gpu_ns is not None else host
-        nbytes = sum(_get(s.values, bytes_id) or 0.0 for s in measured) / len(measured)
+        nbytes = sum(self._of("comm.bytes", measured=True)) / len(measured)
         return CommTimes(host_ms=round(host / 1e6, 3),
                          gpu_ms=round(gpu_ns / 1e6, 3) if gpu_ns is not None else None,
                          share=round(min(1.0, per_step / step_ns), 4) if step_ns > 0 else 0.0,
@@ -113,9 +114,8 @@ class Window:
         measured = self.measured
         if not measured:
             return None
-        ids = self._ids("copy.h2d_bytes", "copy.h2d_pageable_bytes", "copy.h2d_blocking_bytes", "copy.h2d_calls",
-                        "copy.d2h_bytes")
-        h2d, pageable, blocking, calls, d2h = (sum(_get(s.values, i) or 0.0 for s in measured) for i in ids)
+        h2d, pageable, blocking, calls, d2h = (sum(self._of(name, measured=True)) for name in (
+            "copy.h2d_bytes", "copy.h2d_pageable_bytes", "copy.h2d_blocking_bytes", "copy.h2d_calls", "copy.d2h_bytes"))
         copy_ns = self.phase_ns.get("copy", 0.0)
         if not (h2d or d2h or copy_ns):
             return None
@@ -124,11 +124,6 @@ class Window:
                          h2d_mb=round(h2d / n / 2**20, 2), pageable=round(pageable / h2d, 3) if h2d else 0.0,
                          blocking=round(blocking / h2d, 3) if h2d else 0.0, calls=round(calls / n, 2),
                          d2h_mb=round(d2h / n / 2**20, 2))
-
-
-def _get(table: dict[int, float], ids: set[int]) -> float | None:
-    found = [table[k] for k in ids if k in table]
-    return found[-1] if found else None
 
 
 def ddp_backward_ms(gauges: dict[int, float], name_of: Callable[[int], str]) -> float | None:
