@@ -7,6 +7,11 @@ import io
 from rich.console import Console
 from rich.text import Text
 
+try:
+    from rich._wrap import divide_line
+except ImportError:  # (another Rich: Text.wrap counts)
+    divide_line = None  # type: ignore[assignment]
+
 from ...analysis.diagnosis import Verdict
 from ...channel.text import safe_text
 from ..style import VERDICT_STYLE
@@ -35,8 +40,16 @@ _CONSOLE = Console(file=io.StringIO(), width=1000, color_system=None)  # wraps t
 
 
 def wrapped_lines(text: Text, width: int) -> int:
-    """How many lines text takes in a panel width cells wide (0: one per line of it)."""
-    return len(text.wrap(_CONSOLE, width)) if width else len(text.plain.split("\n"))
+    """How many lines text takes in a panel width cells wide (0: one per line of it). Rich's line
+    breaking on the plain text: the count of Text.wrap without building the lines (clamp asks ~10
+    times a verdict, 3 ms a verdict that way); Text.wrap itself where tabs or another overflow
+    would change the count."""
+    plain = text.plain
+    if not width:
+        return len(plain.split("\n"))
+    if divide_line is None or "\t" in plain or text.no_wrap or (text.overflow or "fold") != "fold":
+        return len(text.wrap(_CONSOLE, width))
+    return sum(len(divide_line(line, width, fold=True)) + 1 for line in plain.split("\n"))
 
 
 def clamp(head: Text, tail: Text, width: int, lines: int) -> Text:
