@@ -127,3 +127,30 @@ def test_the_loop_threads_wait_for_a_core_is_read():
         for p in spinners:
             p.kill()
             p.wait()
+
+
+GROWS = """
+import sys
+held = []
+for line in sys.stdin:  # each line: 100 MiB more, touched (its own pages)
+    held.append(bytearray(100 * 2**20))
+    print("grown", flush=True)
+"""
+
+
+def test_between_reads_a_processs_pss_follows_its_rss():
+    """PSS is read one process at a time, each every PSS_EVERY_S; in between, pages the process
+    gains are its own and count in its PSS as in its RSS."""
+    p = subprocess.Popen([sys.executable, "-c", GROWS], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        s = ProcessSampler(p.pid, popen=p)
+        first = s.sample().procs[0]
+        p.stdin.write("x\n")
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "grown"
+        after = s.sample().procs[0]  # (not read again: PSS_EVERY_S has not passed)
+        grew = after.rss - first.rss
+        assert grew > 90 * 2**20 and after.pss - first.pss == grew and after.pss <= after.rss
+    finally:
+        p.kill()
+        p.wait()
