@@ -77,9 +77,10 @@ class Panel(Widget):
             self.refresh(layout=len(old) != len(new))
             return
         self._strips = new
-        for y, (a, b) in enumerate(zip(old, new, strict=True)):
-            for x1, x2 in changed_spans(a, b):
-                self.refresh(Region(x1, y, x2 - x1, 1))
+        regions = [Region(x1, y, x2 - x1, 1) for y, (a, b) in enumerate(zip(old, new, strict=True))
+                   for x1, x2 in changed_spans(a, b)]
+        if regions:  # (one refresh: each call clears the widget's caches and checks for idle again)
+            self.refresh(*regions)
 
     def _lay_out(self, text: Text, width: int) -> list[Strip]:
         """Strips for text at width; lines whose text did not change keep the strips they had
