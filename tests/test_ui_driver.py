@@ -54,6 +54,14 @@ def test_the_input_thread_sleeps_until_a_key_and_wakes_to_stop(monkeypatch):
         drv.disable_input()  # (joins the thread: woken by the driver's pipe, not by a key)
         guard.cancel()
         assert not thread.is_alive() and not guard_fired.is_set()
+        # Resumed (Ctrl+Z, then fg: Textual starts another input thread): it reads keys, and stops again.
+        thread = drv._key_thread = threading.Thread(target=drv.run_input_thread, daemon=True)
+        thread.start()
+        os.write(master, b"w")
+        wait_for(lambda: any(isinstance(m, events.Key) and m.key == "w" for m in got), what="w after resuming")
+        drv.disable_input()
+        assert not thread.is_alive()
+        drv.close()
     finally:
         for s, h in saved.items():
             signal.signal(s, h)

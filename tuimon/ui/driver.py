@@ -25,22 +25,21 @@ PENDING_TICK_S = 0.1  # Textual's tick, while a sequence is partly read (a lone 
 
 
 class QuietLinuxDriver(LinuxDriver):
-    _wake: tuple[int, int] | None = None
-    _stopping = False
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._wake = os.pipe()  # a byte on it wakes the input thread to stop
+        for fd in self._wake:
+            os.set_blocking(fd, False)
+        self._stopping = False  # (set by disable_input until its thread has ended)
 
     def run_input_thread(self) -> None:
         parser = XTermParser(self._debug) if XTermParser is not None else None
         if parser is None or not hasattr(parser, "_timeout_time"):
             return super().run_input_thread()
-        if self._wake is None:
-            self._wake = os.pipe()
-            os.set_blocking(self._wake[0], False)
-        self._stopping = False
-        wake = self._wake[0]
         fileno, read, decode = self.fileno, os.read, getincrementaldecoder("utf-8")().decode
         selector = selectors.SelectSelector()
         selector.register(fileno, selectors.EVENT_READ)
-        selector.register(wake, selectors.EVENT_READ)
+        selector.register(self._wake[0], selectors.EVENT_READ)
 
         def process(events, final: bool = False) -> None:  # (Textual's, the wake pipe left out)
             events = [e for e in events if e[0].fd == fileno]
@@ -55,13 +54,10 @@ class QuietLinuxDriver(LinuxDriver):
                 self.process_message(event)
 
         try:
+            # (the wake byte stays until disable_input has joined this thread: a stop seen late is still seen)
             while not (self.exit_event.is_set() or self._stopping):
                 pending = parser._timeout_time is not None
                 process(selector.select(PENDING_TICK_S if pending else None))
-                try:
-                    os.read(wake, 64)  # (drained: a stop's byte is read once)
-                except BlockingIOError:
-                    pass
             selector.unregister(fileno)
             process(selector.select(PENDING_TICK_S), final=True)
         finally:
@@ -73,11 +69,26 @@ class QuietLinuxDriver(LinuxDriver):
                 pass
 
     def disable_input(self) -> None:
-        """Textual's, with the input thread woken first (it would otherwise wait for a key)."""
-        if self._wake is not None:
-            self._stopping = True
+        """Textual's, with the input thread woken first (it would otherwise wait for a key); the
+        wake byte is taken back once the thread has ended (a resumed app starts another)."""
+        self._stopping = True
+        try:
+            os.write(self._wake[1], b"x")
+        except OSError:  # (a byte is there already)
+            pass
+        try:
+            super().disable_input()
+        finally:
             try:
-                os.write(self._wake[1], b"x")
+                os.read(self._wake[0], 64)
             except OSError:
                 pass
-        super().disable_input()
+            self._stopping = False
+
+    def close(self) -> None:
+        super().close()
+        for fd in self._wake:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
