@@ -154,3 +154,16 @@ def test_between_reads_a_processs_pss_follows_its_rss():
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_process_that_execs_is_named_for_what_it_runs_now():
+    p = subprocess.Popen(["sh", "-c", "read line; exec sleep 30"], stdin=subprocess.PIPE, text=True)
+    try:
+        s = ProcessSampler(p.pid, popen=p)
+        assert s.sample().procs[0].name == "sh"
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        wait_for(lambda: s.sample().procs[0].name == "sleep", timeout=10, what="the name after exec")
+    finally:
+        p.kill()
+        p.wait()

@@ -131,10 +131,13 @@ class ProcessSampler:
         except OSError:
             return None  # it exited between listing and reading
         seen = self._seen.get(pid)
-        if seen is None or seen.start != st.start:
-            seen = _Seen(st.start, st.ticks, now, _name(pid, st.comm))
+        if seen is None or seen.start != st.start:  # (new, or its PID went to another process)
+            self._pss.pop(pid, None)
+            seen = _Seen(st.start, st.ticks, now, st.comm, _name(pid, st.comm))
+        elif seen.comm != st.comm:  # (it exec'd: `env python ...`, a shell script's exec)
+            seen = seen._replace(comm=st.comm, name=_name(pid, st.comm))
         cpu = 100.0 * (st.ticks - seen.ticks) / _CLK_TCK / (now - seen.at) if now > seen.at else 0.0
-        self._seen[pid] = _Seen(st.start, st.ticks, now, seen.name)
+        self._seen[pid] = seen._replace(ticks=st.ticks, at=now)
         io_read, io_write = _read_io(pid)
         return ProcRow(pid=pid, role=role, name=seen.name, cpu_percent=round(cpu, 1), rss=st.rss_pages * _PAGE,
                        threads=st.threads, state=_STATES.get(st.state, st.state), io_read=io_read, io_write=io_write)
@@ -144,6 +147,7 @@ class _Seen(NamedTuple):
     start: int  # the process's start (clock ticks since boot): a PID reused is another process
     ticks: int  # its CPU time (user + system, clock ticks) when last read
     at: float  # when (monotonic s)
+    comm: str  # stat's name when its name was read (an exec changes it)
     name: str | NA
 
 
@@ -182,7 +186,7 @@ def _read_io(pid: int) -> tuple[int | NA, int | NA]:
 
 def _name(pid: int, comm: str) -> str:
     """The process's name: stat's, which the kernel cuts at 15 bytes; then psutil's, from the command."""
-    if len(comm) < 15:
+    if len(comm.encode()) < 15:  # (the kernel's limit is 15 bytes, not characters)
         return comm
     try:
         return psutil.Process(pid).name()
@@ -199,8 +203,9 @@ _STATES = {"R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped", "
 # mmap lock for it (8 ms for a 330 MB process on a 2-core VM, 12-16 ms for the demo's processes there,
 # 11.8 ms for a 1.26 GB CUDA job on an H100), so each process is read at most every PSS_EVERY_S, one
 # process a cycle: never a burst, never the job's lock held for long. In between, a process's PSS
-# follows its RSS (_moved). At 30 s the reads of the demo's three processes were ~1 ms of CPU a second,
-# ~8% of the monitor's.
+# follows its RSS (_moved: shared pages it maps meanwhile count whole until the next read, so the
+# sum leans toward RSS for up to PSS_EVERY_S while workers fault in their parent's pages). At 30 s
+# the reads of the demo's three processes were ~1 ms of CPU a second, ~8% of the monitor's.
 PSS_EVERY_S = 120.0
 
 
