@@ -294,7 +294,6 @@ def test_a_first_poll_skims_the_steps_it_would_not_keep_and_knows_what_a_whole_r
     w.emit(L.GAUGE, 0, once, 1, 1, 0, 0, 2.0)  # said once, before the first step
     for k in range(1, 3001):  # 4-5 records a step: ~13,000 records, all in a ring of 16,384
         t = k * 10**7 + (5 * 10**7 if k >= 400 else 0)  # (step 400 the longest: in the part passed over)
-        w.emit(L.PHASE, 0, phase, 1, k, t, t, 4e6)
         w.emit(L.RANGE, 0, phase, 1, k, t, t + 4 * 10**6, 0.0)
         if k > 2:  # (the GPU's time of a step comes two steps late)
             w.emit(L.STEP_VALUE, 0, gpu, 1, k - 2, t, t, 3e6)
@@ -303,6 +302,7 @@ def test_a_first_poll_skims_the_steps_it_would_not_keep_and_knows_what_a_whole_r
         if k % 3 == 0:
             w.emit(L.HOT, 1, line, 1, k, L.HOW_PYTHON, t, 2.0)
         w.emit(L.STEP, 0, 0, 1, k, t, t + (6 * 10**7 if k == 400 else 10**7), 0.0)
+        w.emit(L.PHASE, 0, phase, 1, k, t, t, 4e6)  # (as the probe: a step's phases after its end)
 
     def first_poll(skim_above):
         monkeypatch.setattr(training, "SKIM_ABOVE", skim_above)

@@ -29,6 +29,7 @@ DRAIN_PART = 4096
 # the workers; the sampler's lines) and the step ends (the longest step, capture costs): attach on
 # an H100 beside the demo drew its first frame 65 ms sooner reading the newest 8,192 records alone.
 SKIM_ABOVE = DRAIN_PART
+SKIM_MAX = 1 << 18  # (a skim copies what it reads at once: 12 MiB at most; a larger ring is folded in parts)
 SKIM_KINDS = frozenset((L.GAUGE, L.HOT, L.STEP))
 
 
@@ -51,7 +52,7 @@ class TrainingView:
         for the next poll); returns the number of records read. Raises ChannelError when the
         segment became unreadable."""
         before, reader = self.source.records_read, self.source.reader
-        if not self.timeline and before == 0 and reader.behind > SKIM_ABOVE:
+        if not self.timeline and before == 0 and SKIM_ABOVE < reader.behind <= SKIM_MAX:
             self._fold_older(self.source.skim(self.steps.completed.maxlen or 0, SKIM_KINDS))
         for _ in range(reader.info.ring_records // DRAIN_PART + 1):
             self._fold(self.source.poll(DRAIN_PART))
