@@ -304,6 +304,16 @@ def test_a_first_poll_skims_the_steps_it_would_not_keep_and_knows_what_a_whole_r
         w.emit(L.STEP, 0, 0, 1, k, t, t + (6 * 10**7 if k == 400 else 10**7), 0.0)
         w.emit(L.PHASE, 0, phase, 1, k, t, t, 4e6)  # (as the probe: a step's phases after its end)
 
+    skims: list[int] = []
+    real_skim = ChannelSource.skim
+
+    def counted_skim(self, keep_steps, kinds):
+        batch = real_skim(self, keep_steps, kinds)
+        skims.append(self.records_read)  # (what it passed over)
+        return batch
+
+    monkeypatch.setattr(ChannelSource, "skim", counted_skim)
+
     def first_poll(skim_above):
         monkeypatch.setattr(training, "SKIM_ABOVE", skim_above)
         view = training.TrainingView(ChannelSource(SegmentReader(w.path)))
@@ -313,6 +323,7 @@ def test_a_first_poll_skims_the_steps_it_would_not_keep_and_knows_what_a_whole_r
                 list(view.steps.hot), list(view.step_log.steps), view.longest_ns, view.first_step_t0)
 
     whole, skimmed = first_poll(1 << 30), first_poll(training.DRAIN_PART)
+    assert skims and skims[0] > 10_000  # (the skimmed view did pass over the older steps' records)
     assert skimmed == whole
     assert whole[2][once] == 2.0 and whole[7] == 6 * 10**7 and len(whole[1]) == 256 and whole[1][-1][0] == 3000
     passed = SegmentReader(w.path)
