@@ -8,6 +8,7 @@ import pytest
 from tests.conftest import run_python, seg_path
 from tuimon.channel import SegmentReader, ring
 from tuimon.channel import layout as L
+from tuimon.probe import sampler
 
 
 @pytest.fixture(autouse=True, params=["c", "python"])
@@ -251,20 +252,48 @@ def test_bad_counts_are_dropped_not_raised(shm_dir):
 
 
 def test_at_exit_no_thread_of_tuimon_is_left_in_the_job(shm_dir):
-    """The probe's exit hook stops its control and sampler threads and waits for them: a daemon
-    thread inside a torch call when the interpreter finalizes is ended by pthread_exit, whose
-    unwinding through C++ frames aborts the job (SIGABRT, 'terminate called without an active
-    exception'), as a GPU job under `tuimon run` did at its end."""
+    """The probe's exit hook stops its control and sampler threads (the native one, and the Python
+    one that reads its requests) and waits for them: a daemon thread inside a torch call when the
+    interpreter finalizes is ended by pthread_exit, whose unwinding through C++ frames aborts the
+    job (SIGABRT, 'terminate called without an active exception'), as a GPU job under `tuimon run`
+    did at its end, and a CPU job that raised did once in CI."""
     p = run_python("""
 import threading, time
 import tuimon
 from tuimon.probe import api, state
 tuimon.instrument()
 time.sleep(0.5)  # (the control thread in its loop)
-names = lambda: sorted(t.name for t in threading.enumerate() if t.name in ("tuimon-control",))
+names = lambda: sorted(t.name for t in threading.enumerate() if t.name.startswith("tuimon-"))
 before = names()
 api._at_exit(state.probe)
 print(before, names())
 """)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == "['tuimon-control'] []", p.stdout + p.stderr
+    assert p.stdout.strip() == "['tuimon-control', 'tuimon-sampler'] []", p.stdout + p.stderr
+
+
+@pytest.mark.skipif(not sampler.native, reason="the native sampler is not built here")
+def test_at_exit_the_sampler_ends_while_a_forked_child_lives(shm_dir):
+    """A forked child (a DataLoader worker) drops its copy of the sampler's pipe and its state:
+    the parent's reader still reads its end of file at exit, and a pending call the child inherited
+    samples nothing there."""
+    p = run_python("""
+import os, threading, time
+import tuimon
+from tuimon.channel import _fastring
+from tuimon.probe import api, state
+tuimon.instrument()
+time.sleep(0.3)
+child = os.fork()
+if child == 0:
+    print("child", _fastring.sample_take(), flush=True)  # (nothing: its copy of the samples was dropped)
+    time.sleep(30)  # (longer than the exit waits for the reader)
+    os._exit(0)
+api._at_exit(state.probe)  # (the reader's join would time out, the child holding the pipe open)
+print("parent", [t.name for t in threading.enumerate() if t.name.startswith("tuimon-")], flush=True)
+os.kill(child, 9)
+os.waitpid(child, 0)
+""")
+    assert p.returncode == 0, p.stderr
+    lines = sorted(p.stdout.split("\n"))
+    assert "child []" in lines and "parent []" in lines, p.stdout + p.stderr

@@ -71,7 +71,6 @@ static int wake_fd = -1;         /* a byte here: sample the main thread from out
 static pid_t main_tid;
 static pthread_t thread;
 static int started;
-static pid_t owner;              /* the process whose thread it is (a forked child has none) */
 
 static int in_library(PyCodeObject *code) {
     PyObject *file = code->co_filename;
@@ -233,6 +232,19 @@ static void *sampler_thread(void *unused) {
     return NULL;
 }
 
+/* In a forked child (a DataLoader worker) the thread is gone: the lock may have been held by it at the
+ * fork, a pending call copied with the interpreter must sample nothing, and the child's copy of the
+ * pipe's write end would keep the parent's reader from its end of file at exit (sample_stop). The
+ * child's copies of the samples' code references are left (it never takes them). */
+static void in_forked_child(void) {
+    pthread_mutex_init(&lock, NULL);
+    active = paused = started = 0;
+    pending = stale = skipped = count = 0;
+    if (wake_fd >= 0)
+        close(wake_fd);
+    wake_fd = -1;
+}
+
 /* sample_start(hz, main_native_id, library_prefixes: tuple[str], phases or None) -> the fd to read (a
  * byte: sample the main thread from outside), or -1 */
 static PyObject *fr_sample_start(PyObject *m, PyObject *args) {
@@ -245,6 +257,10 @@ static PyObject *fr_sample_start(PyObject *m, PyObject *args) {
     main_tid = (pid_t)tid;
     if (pthread_getcpuclockid(pthread_self(), &main_cpu) != 0) /* (called on the main thread: probe/sampler.py) */
         return PyLong_FromLong(-1);
+    static int fork_handled;
+    if (!fork_handled && pthread_atfork(NULL, NULL, in_forked_child) != 0)
+        return PyLong_FromLong(-1);
+    fork_handled = 1;
     if (started || hz <= 0 || pipe2(fds, O_CLOEXEC) < 0)
         return PyLong_FromLong(-1);
     fcntl(fds[1], F_SETFL, O_NONBLOCK);
@@ -262,7 +278,6 @@ static PyObject *fr_sample_start(PyObject *m, PyObject *args) {
         return PyLong_FromLong(-1);
     }
     started = 1;
-    owner = getpid();
     return PyLong_FromLong(fds[0]);
 }
 
@@ -282,15 +297,19 @@ static PyObject *fr_sample_pause(PyObject *m, PyObject *on) {
 }
 
 /* sample_stop(): the thread ends, waited for (at exit: no request may reach an interpreter being
- * torn down; it wakes within a period, LATE_NS * PREEMPTED_MAX at most after a request) */
+ * torn down; it wakes within a period, LATE_NS * PREEMPTED_MAX at most after a request); then the
+ * pipe's write end is closed, so that the reader (probe/sampler.py) reads its end of file and ends. */
 static PyObject *fr_sample_stop(PyObject *m, PyObject *unused) {
     active = 0;
-    if (started && owner == getpid()) { /* (a forked child never had the thread) */
+    if (started) { /* (not in a forked child: in_forked_child) */
         Py_BEGIN_ALLOW_THREADS
         pthread_join(thread, NULL);
         Py_END_ALLOW_THREADS
         started = 0;
     }
+    if (wake_fd >= 0)
+        close(wake_fd);
+    wake_fd = -1;
     Py_RETURN_NONE;
 }
 
@@ -323,7 +342,7 @@ static PyMethodDef sampler_methods[] = {
      "outside, or -1"},
     {"sample_library", fr_sample_library, METH_O, "sample_library(prefixes): frames under these are not the job's"},
     {"sample_pause", fr_sample_pause, METH_O, "sample_pause(bool): no requests while paused"},
-    {"sample_stop", fr_sample_stop, METH_NOARGS, "sample_stop(): the thread ends, waited for"},
+    {"sample_stop", fr_sample_stop, METH_NOARGS, "sample_stop(): the thread ends, waited for; the pipe closes"},
     {"sample_take", fr_sample_take, METH_NOARGS, "sample_take() -> the samples taken since the last take"},
     {NULL}};
 

@@ -178,7 +178,7 @@ def _at_exit(p: Probe) -> None:
         if control is not None and control is not threading.current_thread():
             control.join(CONTROL_JOIN_S)
         if p.sampler is not None:
-            p.sampler.stop()
+            p.sampler.stop(CONTROL_JOIN_S)
         for last_word in (p.sample_memory, getattr(p.present, "ended", None)):  # (the allocator's last gauges)
             try:
                 if last_word is not None:

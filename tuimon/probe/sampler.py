@@ -74,6 +74,7 @@ class LoopSampler:
         self.by_main = False  # the main thread samples itself (channel/_sampler.c)
         self._stop: threading.Event | None = None
         self._outside = False  # the Python thread that samples from outside runs
+        self._threads: list[threading.Thread] = []  # (joined at exit: api._at_exit)
         self._lock = threading.Lock()  # (the counts: the control thread and the sampling thread)
 
     def start(self, stop: threading.Event) -> None:
@@ -83,8 +84,7 @@ class LoopSampler:
             fd = native.sample_start(self.hz, main.native_id, self.lines.library(), self.probe.anatomy)
             if fd >= 0:
                 self.by_main = True
-                threading.Thread(target=self._outside_on_request, args=(fd, stop), name="tuimon-sampler",
-                                 daemon=True).start()
+                self._spawn(self._outside_on_request, fd, stop)
         if not self.by_main:
             self._start_outside()
 
@@ -93,9 +93,20 @@ class LoopSampler:
         if self.by_main:
             native.sample_pause(on)
 
-    def stop(self) -> None:
-        if self.by_main:
-            native.sample_stop()
+    def stop(self, timeout: float) -> None:
+        """(at exit, the stop event set) The sampling threads end and are waited for: one left in
+        the interpreter's finalization could be ended by pthread_exit wherever it is, which aborts
+        the job when that is inside C++ code (a torch object freed by a collection it ran)."""
+        if native is not None:  # (also after the loop moved off the main thread: the native thread was paused)
+            native.sample_stop()  # (the native thread joined; its pipe closed: the reader reads its end)
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout)
+
+    def _spawn(self, target, *args) -> None:
+        t = threading.Thread(target=target, args=args, name="tuimon-sampler", daemon=True)
+        self._threads.append(t)
+        t.start()
 
     # -- the main thread: its own samples, and those it asks for from outside ----------------------
 
@@ -153,10 +164,14 @@ class LoopSampler:
 
     def _outside_on_request(self, fd: int, stop: threading.Event) -> None:
         """The periods the main thread spent inside native calls, sampled from here (a byte a period)."""
+        with open(fd, "rb", buffering=0, closefd=True) as pipe:
+            self._read_requests(pipe, stop)
+
+    def _read_requests(self, pipe, stop: threading.Event) -> None:
         pid, main = os.getpid(), threading.main_thread()
         while not stop.is_set():
             try:
-                asked = os.read(fd, 64)  # (blocks without the GIL)
+                asked = pipe.read(64)  # (blocks without the GIL; b"" once sample_stop closed the other end)
             except OSError:
                 return
             if not asked:
@@ -186,7 +201,7 @@ class LoopSampler:
     def _start_outside(self) -> None:
         if not self._outside and self._stop is not None:
             self._outside = True
-            threading.Thread(target=self.run, args=(self._stop,), name="tuimon-sampler", daemon=True).start()
+            self._spawn(self.run, self._stop)
 
     def run(self, stop: threading.Event) -> None:
         """Samples on a fixed grid of times: a sample that came late (the loop held the GIL) does
