@@ -9,17 +9,24 @@ import os
 import signal
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields of /proc/PID/stat after the command name (which may hold spaces and parens)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except (FileNotFoundError, ProcessLookupError, PermissionError, OSError):
-        return None
+def read_stat(pid: int) -> tuple[bytes, list[bytes]]:
+    """/proc/PID/stat (proc(5)) as (the command name, the fields after it: [0] is field 3, the
+    state); the name may hold spaces and parens. Raises OSError where the process is gone or its
+    file is not readable or cut short."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        data = f.read()
     end = data.rfind(b")")
     if end < 0:
+        raise FileNotFoundError(f"/proc/{pid}/stat: cut short")
+    return data[data.find(b"(") + 1 : end], data[end + 2 :].split()
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name, or None."""
+    try:
+        return [x.decode("ascii", "replace") for x in read_stat(pid)[1]]
+    except OSError:
         return None
-    return data[end + 2 :].decode("ascii", "replace").split()
 
 
 def start_ticks(pid: int) -> int | None:

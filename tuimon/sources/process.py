@@ -162,15 +162,11 @@ class _Stat(NamedTuple):
 
 def _read_stat(pid: int) -> _Stat:
     """/proc/PID/stat (proc(5)); raises OSError where the process is gone or not readable."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        data = f.read()
-    end = data.rfind(b")")
-    fields = data[end + 2 :].split()  # fields[0] is field 3 (state)
-    if end < 0 or len(fields) < 22:
+    comm, fields = procinfo.read_stat(pid)
+    if len(fields) < 22:
         raise FileNotFoundError(f"/proc/{pid}/stat: cut short")
-    comm = data[data.find(b"(") + 1 : end].decode("utf-8", "replace")
-    return _Stat(comm, fields[0].decode(), int(fields[11]) + int(fields[12]), int(fields[17]), int(fields[19]),
-                 int(fields[21]))
+    return _Stat(comm.decode("utf-8", "replace"), fields[0].decode(), int(fields[11]) + int(fields[12]),
+                 int(fields[17]), int(fields[19]), int(fields[21]))
 
 
 def _read_io(pid: int) -> tuple[int | NA, int | NA]:
