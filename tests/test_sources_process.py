@@ -23,8 +23,10 @@ def test_target_and_children_with_cpu_rss_threads_state():
     busy = idle = None
     try:
         busy, idle = map(int, p.stdout.readline().split())
+        time.sleep(1.0)  # (the busy child spins for a second before tuimon first looks)
         s = ProcessSampler(p.pid, popen=p)
-        s.sample()
+        first = {r.pid: r for r in s.sample().procs}  # (its CPU since it started, as top's first screen)
+        assert first[busy].cpu_percent > 50 and first[idle].cpu_percent < 10
         time.sleep(1.0)
         x = s.sample()
         rows = {r.pid: r for r in x.procs}

@@ -119,8 +119,9 @@ class ProcessSampler:
         return cpu, wait
 
     def _row(self, pid: int, role: str) -> ProcRow | None:
-        """The process's row; its CPU % over the time since the last sample read it (0 at the first;
-        a PID that went to another process since is a new one)."""
+        """The process's row; its CPU % over the time since the last sample read it (at the first,
+        since the process started, as top's first screen shows it; a PID that went to another
+        process since is a new one)."""
         now = time.monotonic()
         try:
             st = _read_stat(pid)
@@ -133,7 +134,7 @@ class ProcessSampler:
         seen = self._seen.get(pid)
         if seen is None or seen.start != st.start:  # (new, or its PID went to another process)
             self._pss.pop(pid, None)
-            seen = _Seen(st.start, st.ticks, now, st.comm, _name(pid, st.comm))
+            seen = _Seen(st.start, 0, now - _age_s(st.start), st.comm, _name(pid, st.comm))
         elif seen.comm != st.comm:  # (it exec'd: `env python ...`, a shell script's exec)
             seen = seen._replace(comm=st.comm, name=_name(pid, st.comm))
         cpu = 100.0 * (st.ticks - seen.ticks) / _CLK_TCK / (now - seen.at) if now > seen.at else 0.0
@@ -141,6 +142,11 @@ class ProcessSampler:
         io_read, io_write = _read_io(pid)
         return ProcRow(pid=pid, role=role, name=seen.name, cpu_percent=round(cpu, 1), rss=st.rss_pages * _PAGE,
                        threads=st.threads, state=_STATES.get(st.state, st.state), io_read=io_read, io_write=io_write)
+
+
+def _age_s(start_ticks: int) -> float:
+    """Seconds since a process started (stat's start time: clock ticks after boot)."""
+    return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / _CLK_TCK)
 
 
 class _Seen(NamedTuple):
