@@ -110,6 +110,43 @@ def test_stopping_the_sampler_waits_for_its_thread():
     assert r.returncode == 0 and r.stdout.strip() == "0", r.stdout + r.stderr
 
 
+HOW_SCRIPT = r"""
+import hashlib, os, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+from tuimon.channel import _fastring as native
+
+fd = native.sample_start(200.0, threading.main_thread().native_id, (), None)
+os.set_blocking(fd, False)
+def taken():
+    try:
+        return os.read(fd, 1 << 16).decode()
+    except BlockingIOError:
+        return ""
+time.sleep(0.5)  # asleep inside a native call
+asleep = taken()
+data = bytes(600 << 20)
+taken()
+end = time.perf_counter() + 0.5
+while time.perf_counter() < end:
+    hashlib.sha256(data).digest()  # on a CPU inside a native call (no pending call runs meanwhile)
+on_cpu = taken()
+native.sample_stop()
+print(asleep.count("S"), asleep.count("R"), on_cpu.count("S"), on_cpu.count("R"))
+"""
+
+
+def test_the_periods_sampled_from_outside_say_whether_the_main_thread_slept():
+    """The native thread reads the main thread's state (/proc, no GIL) and says it in the byte it
+    sends for each period the Python thread samples from outside: waiting ('S') or on a CPU ('R')."""
+    native = pytest.importorskip("tuimon.channel._fastring")
+    if not hasattr(native, "sample_start"):
+        pytest.skip("the C sampler is not built")
+    r = subprocess.run([sys.executable, "-c", HOW_SCRIPT, str(ROOT)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    slept_s, slept_r, cpu_s, cpu_r = map(int, r.stdout.split())
+    assert slept_s > 3 * slept_r and cpu_r > 3 * cpu_s, r.stdout
+
+
 def test_a_frame_at_no_line_is_named_by_its_function():
     """A frame read from another thread can be between lines (f_lineno None while it is set up or
     torn down): it is named by its function, never passed to linecache (which raised TypeError in the

@@ -6,8 +6,8 @@
  * When the call has not run LATE_NS later and the main thread ran on a CPU meanwhile (its CPU clock) or
  * sleeps, it is inside a native call (a torch op, a copy, a sleep, a wait) and would run the call
  * only at its next check, wherever that is: so the request goes
- * stale, and a byte on a pipe wakes probe/sampler.py's thread, which reads the main thread's stack
- * from outside (the GIL is free while the call runs: no hand-off on the loop) at the line of the call.
+ * stale, and a byte on a pipe (saying whether the main thread sleeps) wakes probe/sampler.py's
+ * thread, which reads the main thread's stack from outside (the GIL is free while the call runs: no hand-off on the loop) at the line of the call.
  * Until the stale call has run, each period goes to that thread. probe/sampler.py says more.
  *
  * The callback holds the GIL, never raises (an error is cleared: a raised one would surface in the
@@ -166,8 +166,11 @@ static int main_asleep(void) {
     return end && end[1] == ' ' && (end[2] == 'S' || end[2] == 'D');
 }
 
-static void outside(void) {
-    if (wake_fd >= 0 && write(wake_fd, "x", 1) < 0) { /* (the pipe is full: that thread is behind already) */
+/* A period for the Python thread to sample from outside, as a byte that says how the main thread was
+ * ('S' asleep, 'R' on a CPU): read here, on a thread that never takes the GIL (a /proc read of a
+ * running thread costs ~0.2 ms on a VM: on the Python thread it held the GIL that long, each period). */
+static void outside(int asleep) {
+    if (wake_fd >= 0 && write(wake_fd, asleep ? "S" : "R", 1) < 0) { /* (the pipe is full: that thread is behind already) */
     }
 }
 
@@ -199,7 +202,7 @@ static void *sampler_thread(void *unused) {
         }
         pthread_mutex_unlock(&lock);
         if (out)
-            outside();
+            outside(main_asleep());
         if (!ask)
             continue;
         if (Py_AddPendingCall(sample_now, NULL) < 0) { /* (the interpreter's queue is full) */
@@ -209,7 +212,7 @@ static void *sampler_thread(void *unused) {
             continue;
         }
         wake_main();
-        int missed = 0;
+        int missed = 0, asleep = 0;
         for (int waits = 0; waits < PREEMPTED_MAX; waits++) {
             int64_t before = main_cpu_ns();
             struct timespec late = {0, LATE_NS};
@@ -217,7 +220,8 @@ static void *sampler_thread(void *unused) {
             int64_t ran = before >= 0 ? main_cpu_ns() - before : LATE_NS;
             /* it ran (on a CPU) and did not take the call, or it sleeps: it is inside a native call;
              * runnable with little CPU meanwhile, it waits for a core: the call runs once it has one */
-            int native_call = ran >= LATE_NS / 2 || main_asleep();
+            asleep = main_asleep();
+            int native_call = ran >= LATE_NS / 2 || asleep;
             pthread_mutex_lock(&lock);
             int still = pending && !stale;
             if (still && native_call)
@@ -227,7 +231,7 @@ static void *sampler_thread(void *unused) {
                 break;
         }
         if (missed)
-            outside();
+            outside(asleep);
     }
     return NULL;
 }

@@ -13,8 +13,9 @@ of a callback of a few microseconds on the loop. When the call has not run a mil
 main thread is inside a native call and would run it only at its next check between bytecodes,
 lines later; so that period is sampled from outside instead, by this module's thread, which reads
 the main thread's stack with sys._current_frames(): the GIL is free while the call runs, so the
-sample is at the line of the call, native or waiting by the thread's state in /proc, and the loop
-pays nothing for it. (Scalene tells Python from native time by a similar delay, of a signal's.)
+sample is at the line of the call, native or waiting by the thread's state in /proc (read by the
+native thread, which says it in the byte it sends: a /proc read held the GIL ~0.2 ms here), and the
+loop pays nothing for it beyond the GIL this thread holds for a sample (~0.1 ms). (Scalene tells Python from native time by a similar delay, of a signal's.)
 
 Otherwise (the loop on another thread, or no C extension) this module's thread samples every period
 from outside; it needs the GIL, so while the loop runs Python it waits for the interpreter's switch
@@ -168,7 +169,7 @@ class LoopSampler:
             self._read_requests(pipe, stop)
 
     def _read_requests(self, pipe, stop: threading.Event) -> None:
-        pid, main = os.getpid(), threading.main_thread()
+        main = threading.main_thread()
         while not stop.is_set():
             try:
                 asked = pipe.read(64)  # (blocks without the GIL; b"" once sample_stop closed the other end)
@@ -182,13 +183,15 @@ class LoopSampler:
             if not self._cut:
                 self._cut_at_first_step()
             try:
-                state = procinfo.thread_state(pid, main.native_id)
-                how = L.HOW_WAITING if state in ("S", "D") else L.HOW_NATIVE
                 nid = self.lines.id_of(frame)
             except Exception:  # noqa: BLE001 - a frame caught mid-change: this sample is skipped; the
                 continue  # thread goes on reading (the native side writes a byte a period to it)
+            asleep, phase = asked.count(b"S"), self.probe.anatomy.top  # (a byte a period: 'S' asleep, 'R' on a CPU)
             with self._lock:
-                self._add(self.probe.anatomy.top, nid, how, len(asked))
+                if asleep:
+                    self._add(phase, nid, L.HOW_WAITING, asleep)
+                if len(asked) > asleep:
+                    self._add(phase, nid, L.HOW_NATIVE, len(asked) - asleep)
 
     def _add(self, phase: int, nid: int, how: int, n: int, counts: dict | None = None) -> None:
         counts = self._counts if counts is None else counts
