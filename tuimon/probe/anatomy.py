@@ -14,6 +14,7 @@ raises into the loop or imports torch."""
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 
@@ -85,9 +86,12 @@ class Anatomy(Phases):
         self._skip = (*self._skip, directory)
 
 
+@functools.lru_cache(maxsize=4096)
 def short_path(path: str) -> str:
     """A call site's file, short: an installed package's from the package (also in a virtual
-    environment under the working directory), else relative to the working directory."""
+    environment under the working directory), else relative to the working directory at its first
+    naming (the control thread names the loop's line 5 times a second: relpath's getcwd and joins
+    were half of that)."""
     for marker in ("site-packages/", "dist-packages/"):
         if marker in path:
             return path.split(marker, 1)[1]
