@@ -174,8 +174,19 @@ static void outside(int asleep) {
     }
 }
 
+/* How the main thread spent the time since `*cpu_then` (its CPU clock then, updated): asleep only
+ * when it used less than half of `span_ns` on a CPU and /proc says it sleeps (the file is read only
+ * then: each read of a running thread's stat costs ~0.1-0.2 ms on a VM). */
+static int asleep_since(int64_t *cpu_then, int64_t span_ns) {
+    int64_t cpu = main_cpu_ns();
+    int ran = *cpu_then >= 0 && cpu >= 0 ? cpu - *cpu_then >= span_ns / 2 : 0;
+    *cpu_then = cpu;
+    return !ran && main_asleep();
+}
+
 static void *sampler_thread(void *unused) {
     struct timespec due;
+    int64_t cpu_at_period = -1; /* the main thread's CPU clock at the last period sampled from outside */
     clock_gettime(CLOCK_MONOTONIC, &due);
     while (active) {
         int64_t next = (int64_t)due.tv_sec * 1000000000LL + due.tv_nsec + period_ns;
@@ -202,7 +213,7 @@ static void *sampler_thread(void *unused) {
         }
         pthread_mutex_unlock(&lock);
         if (out)
-            outside(main_asleep());
+            outside(asleep_since(&cpu_at_period, period_ns));
         if (!ask)
             continue;
         if (Py_AddPendingCall(sample_now, NULL) < 0) { /* (the interpreter's queue is full) */
@@ -214,14 +225,14 @@ static void *sampler_thread(void *unused) {
         wake_main();
         int missed = 0, asleep = 0;
         for (int waits = 0; waits < PREEMPTED_MAX; waits++) {
-            int64_t before = main_cpu_ns();
+            int64_t before = cpu_at_period = main_cpu_ns();
             struct timespec late = {0, LATE_NS};
             nanosleep(&late, NULL);
-            int64_t ran = before >= 0 ? main_cpu_ns() - before : LATE_NS;
+            asleep = asleep_since(&cpu_at_period, LATE_NS); /* (cpu_at_period: its CPU clock now) */
+            int ran = before < 0 || cpu_at_period < 0 || cpu_at_period - before >= LATE_NS / 2;
             /* it ran (on a CPU) and did not take the call, or it sleeps: it is inside a native call;
              * runnable with little CPU meanwhile, it waits for a core: the call runs once it has one */
-            asleep = main_asleep();
-            int native_call = ran >= LATE_NS / 2 || asleep;
+            int native_call = ran || asleep;
             pthread_mutex_lock(&lock);
             int still = pending && !stale;
             if (still && native_call)
