@@ -7,7 +7,8 @@
  * sleeps, it is inside a native call (a torch op, a copy, a sleep, a wait) and would run the call
  * only at its next check, wherever that is: so the request goes
  * stale, and a byte on a pipe (saying whether the main thread sleeps) wakes probe/sampler.py's
- * thread, which reads the main thread's stack from outside (the GIL is free while the call runs: no hand-off on the loop) at the line of the call.
+ * thread, which reads the main thread's stack from outside (the GIL is free while the call runs: no
+ * hand-off on the loop) at the line of the call.
  * Until the stale call has run, each period goes to that thread. probe/sampler.py says more.
  *
  * The callback holds the GIL, never raises (an error is cleared: a raised one would surface in the

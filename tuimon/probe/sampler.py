@@ -14,8 +14,9 @@ main thread is inside a native call and would run it only at its next check betw
 lines later; so that period is sampled from outside instead, by this module's thread, which reads
 the main thread's stack with sys._current_frames(): the GIL is free while the call runs, so the
 sample is at the line of the call, native or waiting by the thread's state in /proc (read by the
-native thread, which says it in the byte it sends: a /proc read held the GIL ~0.2 ms here), and the
-loop pays nothing for it beyond the GIL this thread holds for a sample (~0.1 ms). (Scalene tells Python from native time by a similar delay, of a signal's.)
+native thread, which says it in the byte it sends: read here, it held the GIL ~0.2 ms a sample), and
+the loop pays nothing for it beyond the GIL this thread holds for a sample (~0.15 ms of CPU on a
+2-core VM). (Scalene tells Python from native time by a similar delay, of a signal's.)
 
 Otherwise (the loop on another thread, or no C extension) this module's thread samples every period
 from outside; it needs the GIL, so while the loop runs Python it waits for the interpreter's switch
