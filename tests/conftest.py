@@ -1,4 +1,5 @@
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -8,6 +9,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HELPERS = Path(__file__).resolve().parent / "helpers"
+
+# A suite started in the background of a script (`cmd &` in a non-interactive shell) inherits SIGINT
+# ignored, and so would every process it starts: the tests that press Ctrl-C would wait for an end
+# that never comes. A handler here is not inherited through exec: the processes get the default again.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
