@@ -284,13 +284,15 @@ from tuimon.channel import _fastring
 from tuimon.probe import api, state
 tuimon.instrument()
 time.sleep(0.3)
+said, say = os.pipe()
 child = os.fork()
 if child == 0:
-    print("child", _fastring.sample_take(), flush=True)  # (nothing: its copy of the samples was dropped)
+    os.write(say, f"child {_fastring.sample_take()}".encode())  # (nothing: its copy of the samples was dropped)
     time.sleep(30)  # (longer than the exit waits for the reader)
     os._exit(0)
+print(os.read(said, 200).decode())  # (the child has spoken before the parent exits)
 api._at_exit(state.probe)  # (the reader's join would time out, the child holding the pipe open)
-print("parent", [t.name for t in threading.enumerate() if t.name.startswith("tuimon-")], flush=True)
+print("parent", [t.name for t in threading.enumerate() if t.name.startswith("tuimon-")])
 os.kill(child, 9)
 os.waitpid(child, 0)
 """)
