@@ -192,6 +192,19 @@ def test_an_oom_death_shows_the_last_gauges_and_the_fix_its_numbers_point_to():
                                            "allocated": int(73.5 * GIB), "unallocated": int(3.96 * GIB)}
 
 
+def test_a_worker_dying_mid_batch_is_read_as_a_dead_worker_only_inside_the_dataloader():
+    """A bare EOFError (seen on CI when a worker was killed) or a reset socket, raised inside torch's DataLoader,
+    is a worker that died handing over a batch; the same error raised by the job's own code is not."""
+    loader = ["at train.py:40 in main", "at torch/utils/data/dataloader.py:1327 in _next_data",
+              "at multiprocessing/connection.py:430 in _recv_bytes"]
+    for ex in ("EOFError", "ConnectionResetError: [Errno 104] Connection reset by peer"):
+        _, _, step = exited_words(JobEnd(how="exception", headline="", exit_code=1, exception=ex, frames=loader), None)
+        assert step.startswith("a DataLoader worker died"), (ex, step)
+    _, _, step = exited_words(JobEnd(how="exception", headline="", exit_code=1, exception="EOFError",
+                                     frames=["at train.py:12 in read_config"]), None)
+    assert step.startswith("the exception above ended it"), step
+
+
 # -- the memory window's request --------------------------------------------------------------------
 
 

@@ -230,11 +230,13 @@ def test_a_killed_dataloader_worker(tmp_path):
         job.proc.wait(timeout=60)
         doc = job.once(0.2)
         assert doc["verdict"]["code"] == "exited", doc["verdict"]
-        ended = doc["job_end"]["exception"]  # torch says it one of three ways: its watchdog or the fetch sees it
-        # first, or (beside two CPU burners) the worker died handing over a batch, whose socket raised
+        ended = doc["job_end"]["exception"]  # torch says it one of several ways: its watchdog or the fetch sees it
+        # first, or the worker died handing over a batch, and the socket or pipe that carried it raised (seen here:
+        # ConnectionResetError beside two CPU burners; EOFError, bare, on CI)
         assert f"DataLoader worker (pid(s) {worker.pid}) exited unexpectedly" in ended or \
             f"DataLoader worker (pid {worker.pid}) is killed by signal" in ended or \
-            ended.startswith("ConnectionResetError"), ended
+            ended.split(":")[0] in ("ConnectionResetError", "EOFError", "BrokenPipeError", "ConnectionRefusedError"), \
+            ended
         # what the job itself died of: its traceback's last line, or (once, beside two burners) only CPython's dump
         # of the exception ("object type name: ConnectionResetError ... lost sys.stderr")
         assert ended.split(":")[0] in job.output(), job.output()[-2000:]
