@@ -169,3 +169,41 @@ def test_a_process_that_execs_is_named_for_what_it_runs_now():
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_threads_state_is_read_from_its_own_stat():
+    """procinfo.thread_state: a thread blocked on a lock sleeps ('S'), the thread asking runs ('R'), a thread
+    that ended has no state (None); a command name with parens and spaces does not shift the fields."""
+    import threading
+
+    from tuimon.channel import procinfo
+
+    lock = threading.Lock()
+    lock.acquire()
+    ready = threading.Event()
+
+    def blocked():
+        ready.set()
+        lock.acquire()
+
+    t = threading.Thread(target=blocked, name="blocked")
+    t.start()
+    ready.wait()
+    try:
+        assert wait_for(lambda: procinfo.thread_state(os.getpid(), t.native_id) == "S", what="the thread asleep")
+        asking = procinfo.thread_state(os.getpid(), threading.get_native_id())
+        assert asking == "R", asking
+    finally:
+        lock.release()
+        t.join()
+    # (join() returns once the thread's Python code ended; the kernel's task may run its exit a moment longer)
+    wait_for(lambda: procinfo.thread_state(os.getpid(), t.native_id) is None, what="the thread's task gone")
+    rename = "open('/proc/self/comm', 'w').write('a) (b c'); print(flush=True); import time; time.sleep(30)"
+    odd = subprocess.Popen([sys.executable, "-c", rename], stdout=subprocess.PIPE)  # (as prctl PR_SET_NAME does)
+    try:
+        odd.stdout.readline()
+        name, fields = procinfo.read_stat(odd.pid, odd.pid)
+        assert name == b"a) (b c" and fields[0] in (b"S", b"R") and int(fields[1]) == os.getpid(), (name, fields[:2])
+    finally:
+        odd.kill()
+        odd.wait()

@@ -9,15 +9,16 @@ import os
 import signal
 
 
-def read_stat(pid: int) -> tuple[bytes, list[bytes]]:
-    """/proc/PID/stat (proc(5)) as (the command name, the fields after it: [0] is field 3, the
-    state); the name may hold spaces and parens. Raises OSError where the process is gone or its
-    file is not readable or cut short."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
+def read_stat(pid: int, tid: int | None = None) -> tuple[bytes, list[bytes]]:
+    """/proc/PID/stat (proc(5)), or one thread's /proc/PID/task/TID/stat, as (the command name, the
+    fields after it: [0] is field 3, the state); the name may hold spaces and parens. Raises OSError
+    where the process (thread) is gone or its file is not readable or cut short."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    with open(path, "rb") as f:
         data = f.read()
     end = data.rfind(b")")
     if end < 0:
-        raise FileNotFoundError(f"/proc/{pid}/stat: cut short")
+        raise FileNotFoundError(f"{path}: cut short")
     return data[data.find(b"(") + 1 : end], data[end + 2 :].split()
 
 
@@ -69,11 +70,9 @@ def thread_run_delay_ns(pid: int, tid: int) -> int | None:
 def thread_state(pid: int, tid: int) -> str | None:
     """One thread's state letter (R running, S sleeping, D waiting in I/O, T stopped, ...)."""
     try:
-        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-            data = f.read()
+        fields = read_stat(pid, tid)[1]
     except OSError:
         return None
-    fields = data[data.rfind(b")") + 2 :].split()
     return fields[0].decode("ascii", "replace") if fields else None
 
 
