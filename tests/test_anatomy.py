@@ -76,6 +76,69 @@ def test_phases_match_the_loops_own_timers(kind, shm_dir, tmp_path):
         assert v["code"] == "input-bound" and v["next_step"].startswith("num_workers=0")
 
 
+WHOLE_STEP = """
+import json, os, sys, time
+import torch
+from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+def spin(ms):
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+register_optimizer_step_post_hook(lambda opt, args, kwargs: spin(3))  # the job's own hook: after tuimon's
+
+class Outer(torch.optim.SGD):
+    def step(self, closure=None):
+        spin(2)
+        return super().step(closure)  # (SGD's step is hooked too: an SGD below made torch hook it)
+
+torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
+net = nn.Linear(8, 8)
+opt, x = Outer(net.parameters(), lr=0.01), torch.randn(4, 8)
+print("training", flush=True)
+steps, opt_s, step_s, last = 0, 0.0, 0.0, time.perf_counter()
+while True:
+    net(x).sum().backward()
+    a = time.perf_counter()
+    opt.step()
+    b = time.perf_counter()
+    spin(3)
+    now = time.perf_counter()
+    steps, opt_s, step_s, last = steps + 1, opt_s + (b - a), step_s + (now - last), now
+    if steps % 20 == 0:
+        with open(sys.argv[1] + ".new", "w") as f:
+            json.dump({"steps": steps, "optimizer": opt_s / step_s, "step_ms": 1e3 * step_s / steps}, f)
+        os.replace(sys.argv[1] + ".new", sys.argv[1])  # (read whole or not at all)
+"""
+
+
+def test_the_optimizer_phase_is_the_whole_step_call_and_a_nested_step_is_one_step(tmp_path):
+    """optimizer.step() as the loop times it: torch's wrapper and the job's own post hooks included (a
+    post hook of the job's runs after tuimon's: 3 of the ~5 ms the call takes here); a subclass whose step
+    calls its parent's, both hooked by torch, is one step, not two."""
+    truth_path = tmp_path / "truth.json"
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, "-c", WHOLE_STEP, truth_path),
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "training"
+        wait_for(lambda: truth_path.exists() and json.loads(truth_path.read_text())["steps"] >= 200, timeout=60,
+                 what="200 steps")
+        p = subprocess.run(tuimon_cmd("attach", job.pid, "--once", "--json"), capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0, p.stderr
+        truth = json.loads(truth_path.read_text())
+    finally:
+        job.kill()
+        job.wait()
+    snap = json.loads(p.stdout)
+    shares = {ph["name"]: ph["share"] for ph in snap["phases"]}
+    mean = snap["step_time_ms"]["mean"]
+    assert abs(mean - truth["step_ms"]) <= 0.25 * truth["step_ms"], (mean, truth)  # (two steps a call: half)
+    assert abs(shares["optimizer"] - truth["optimizer"]) <= 0.05, (shares, truth)
+
+
 def test_input_bound_with_idle_workers_names_them(shm_dir, tmp_path):
     snap, truth = run_planted("input", tmp_path)
     assert abs(snap["data_wait_share"] - truth_over_the_same_steps(snap, truth)["data"]) <= 0.05

@@ -200,7 +200,11 @@ def test_a_loop_slowing_by_30_percent_mid_run_is_caught_and_a_steady_copy_is_not
         assert not false_alarms(watching["steady"], logs["steady"], refs["steady"])
         said = {w: sum(w in line for line in lines) for w in ("as baseline", "faster", "REGRESSION", "collecting")}
         print(f"the steady copy over {len(lines)} lines: {said}")
-        assert said["as baseline"] + said["faster"] >= 52, [line[-150:] for line in lines if "as baseline" not in line]
+        # Decided on (almost) every line: as baseline, faster, or a regression its own timer confirms (false_alarms
+        # above: every REGRESSION line is one). Beside two CPU burners the steady copy is at times really slower:
+        # 12 of 61 lines, each confirmed, in a run where the copy never slowed on a quiet machine.
+        decided = said["as baseline"] + said["faster"] + said["REGRESSION"]
+        assert decided >= 52, [line[-150:] for line in lines if "as baseline" not in line]
     finally:
         stop(procs)
 

@@ -1,6 +1,7 @@
 """A compiled model's training loop that prints torch._dynamo's own counters at its end: graph
 breaks, compiled graphs, captured calls. BACKEND (eager | inductor) and HOW (wrap: torch.compile(model);
-inplace: model.compile()) choose the compile; DEVICE (cpu | cuda)."""
+inplace: model.compile()) choose the compile; OPTIMIZER=compiled: the optimizer's step compiled too (torch's
+own step has a graph break of its own: torch/optim/optimizer.py); DEVICE (cpu | cuda)."""
 
 import os
 import time
@@ -31,12 +32,15 @@ def main():
         model.compile(backend=backend)
         run = model
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    step = opt.step
+    if os.environ.get("OPTIMIZER") == "compiled":
+        step = torch.compile(lambda: opt.step(), backend=backend)
     t0 = time.time()
     for _ in range(30):
         x, y = torch.randn(16, 32, device=device), torch.randn(16, 1, device=device)
         loss = nn.functional.mse_loss(run(x), y)
         loss.backward()
-        opt.step()
+        step()
         opt.zero_grad()
         loss.item()
         time.sleep(0.01)

@@ -5,8 +5,10 @@
   module call of the model, so it only runs for the first DISCOVER_STEPS steps, to find those
   outermost modules; then only they keep hooks (one call each per step);
 - backward: torch.autograd.backward (which Tensor.backward calls) / torch.autograd.grad;
-- optimizer: torch's global optimizer step pre/post hooks (the lead optimizer's post hook also
-  ends the step);
+- optimizer: the whole optimizer.step() call, torch's wrapper included (its record_function and the
+  post hooks after tuimon's: a third of a small optimizer's step), from a wrapper around each
+  optimizer class's step as torch hooks it; torch's global step pre/post hooks where that wrapper
+  is not in the call (a class hooked before tuimon started). The lead optimizer's step ends the step;
 - sync: the loop blocked in a device-to-host copy or wait on a CUDA tensor or device: .item(),
   .tolist(), .cpu(), .to() to the CPU, bool()/int()/float() of a tensor,
   torch.cuda.synchronize(), Event.synchronize(), Stream.synchronize(). Implicit syncs inside
@@ -31,17 +33,23 @@ DISCOVER_STEPS = 3
 _compiling = None  # torch.compiler.is_compiling, bound by patch()
 _swaps: list[tuple[object, str, object, object]] = []  # (owner, name, original, wrapper)
 _optimizer_hooks: list = []  # (register, hook, handle)
+_enabled = True  # set_enabled: wrappers put into classes as torch makes them stay; off, they only call through
+_stepping = 0  # optimizer.step() calls open on the loop thread, timed by _timed_step (the hooks step aside)
 
 
 def _swap(owner, name: str, wrapper) -> None:
-    """Put wrapper in place of owner.name, remembering the original (set_enabled can put it back)."""
-    _swaps.append((owner, name, getattr(owner, name), wrapper))
+    """Put wrapper in place of owner.name, remembering the original (set_enabled can put it back; a
+    class's own staticmethod is kept as one)."""
+    own = vars(owner).get(name) if isinstance(owner, type) else None
+    _swaps.append((owner, name, own if isinstance(own, staticmethod) else getattr(owner, name), wrapper))
     setattr(owner, name, wrapper)
 
 
 def set_enabled(on: bool) -> None:
     """Every wrapper and hook in place (True) or the originals back (False): what a process
     without tuimon runs. For benchmarks that alternate the probe on and off in one process."""
+    global _enabled
+    _enabled = on
     for owner, name, orig, wrapper in _swaps:
         setattr(owner, name, wrapper if on else orig)
     for k, (register, hook, handle) in enumerate(_optimizer_hooks):
@@ -132,17 +140,21 @@ def _patch_dataloader(torch) -> None:
 
 
 def _patch_optimizer(torch) -> None:
-    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+    from torch.optim.optimizer import (
+        Optimizer,
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
 
     def before(optimizer, args, kwargs):
-        if _compiling():  # (first: under torch.compile a hook traces to nothing, no graph break)
+        if _compiling() or _stepping:  # (first: under torch.compile a hook traces to nothing, no graph break)
             return
         p = state.probe
         if p is not None:
             p.anatomy.enter(OPTIMIZER)
 
     def after(optimizer, args, kwargs):
-        if _compiling():
+        if _compiling() or _stepping:
             return
         p = state.probe
         if p is not None:
@@ -151,6 +163,45 @@ def _patch_optimizer(torch) -> None:
 
     for register, hook in ((register_optimizer_step_pre_hook, before), (register_optimizer_step_post_hook, after)):
         _optimizer_hooks.append((register, hook, register(hook)))
+    orig_profile = Optimizer.profile_hook_step  # (torch wraps each optimizer class's step with it, once)
+    if getattr(orig_profile, "_tuimon", False):
+        return
+
+    def profile_hook_step(func):
+        return _timed_step(orig_profile(func))
+
+    profile_hook_step._tuimon = True
+    _swap(Optimizer, "profile_hook_step", staticmethod(profile_hook_step))
+
+
+def _timed_step(hooked):
+    """An optimizer class's step as torch hooked it (its record_function, pre hooks, step, post hooks),
+    timed whole on the loop thread: the optimizer phase is the call the loop makes. An exception
+    leaves the phase and ends no step (as the post hook, which it skips, did)."""
+
+    @functools.wraps(hooked)  # (torch marks what it gets back `hooked`: a class is wrapped once)
+    def step(*args, **kwargs):
+        global _stepping
+        p = state.probe
+        if not _enabled or p is None or _stepping or _compiling() or not p.anatomy.on_loop():
+            return hooked(*args, **kwargs)
+        a = p.anatomy
+        a.enter(OPTIMIZER)
+        _stepping = 1
+        try:
+            out = hooked(*args, **kwargs)
+        except BaseException:
+            _stepping = 0
+            a.exit(OPTIMIZER)
+            raise
+        _stepping = 0
+        a.exit(OPTIMIZER)
+        if args:
+            p.step(explicit=False, optimizer=args[0])
+        return out
+
+    step._tuimon = True
+    return step
 
 
 # -- backward -------------------------------------------------------------------------------------
