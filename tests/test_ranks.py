@@ -79,8 +79,10 @@ def test_a_ddp_job_with_a_straggler(tmp_path):
         print("straggler:", s, "the loops' own ratio:", own_ratio, "own ms:", [truth[r]["own_ms"] for r in (0, 1)])
         assert snap["verdict"]["code"] == "straggler" and s["rank"] == 1, snap["verdict"]
         # Rank 1 runs rank 0's step plus the planted 60 ms: its own work exceeds the others' by that much,
-        # on a quiet machine or a loaded one (61-67 ms beside two CPU burners).
-        assert s["own_ms"] - s["others_ms"] == pytest.approx(60, abs=15), s
+        # on a quiet machine or a loaded one: beside two CPU burners 61-68 ms in 6 runs of this test alone, and
+        # 77.6 once in a full run of the suite (rank 1's compute, after its sleep, waited longer for a core there:
+        # its own 120.2 ms against rank 0's 42.7). A sleep read as communication would read ~0; as both, ~-60.
+        assert s["own_ms"] - s["others_ms"] == pytest.approx(60, abs=20), s
         # The loops' own ratio divides by rank 0's no_sync steps, timed before the job under other
         # contention: 29.9..43.2 ms in three runs beside two burners (tuimon's 34.4..38.8 over the job's
         # window), so the ratios part by up to 1.27x there; the issue's 15% is checked on the GPU pair
