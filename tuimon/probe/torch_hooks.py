@@ -190,12 +190,9 @@ def _timed_step(hooked):
         _stepping = 1
         try:
             out = hooked(*args, **kwargs)
-        except BaseException:
+        finally:
             _stepping = 0
             a.exit(OPTIMIZER)
-            raise
-        _stepping = 0
-        a.exit(OPTIMIZER)
         if args:
             p.step(explicit=False, optimizer=args[0])
         return out
