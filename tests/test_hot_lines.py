@@ -93,16 +93,28 @@ assert fd >= 0, fd
 end = time.perf_counter() + 0.3
 while time.perf_counter() < end:  # Python running: the thread's requests are taken
     pass
-assert len(tasks() - before) == 1, "the sampler's thread"
+new = tasks() - before
+assert len(new) == 1, "the sampler's thread"
 native.sample_stop()
-print(len(tasks() - before))
+
+def running_user_code(tid):
+    # pthread_join returns once the kernel has begun the thread's exit (the futex wake comes from
+    # inside do_exit), so its task may still be listed for a moment: it must then carry PF_EXITING.
+    try:
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            flags = int(f.read().rsplit(")", 1)[1].split()[6])
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return not flags & 0x4
+
+print(sum(running_user_code(t) for t in new))
 """
 
 
 def test_stopping_the_sampler_waits_for_its_thread():
     """At exit the probe stops the sampler: no request may reach an interpreter being torn down
     (a job that raised once died of SIGABRT at exit beside a request in flight), so stop returns
-    once the native thread has ended."""
+    once the native thread has ended (left its code: gone from /proc, or exiting)."""
     native = pytest.importorskip("tuimon.channel._fastring")
     if not hasattr(native, "sample_start"):
         pytest.skip("the C sampler is not built")
