@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from tests.compiled_output import counters, others
 from tests.conftest import ROOT, tuimon_cmd
 
 COMPILED = str(ROOT / "tests" / "workloads" / "compiled.py")
@@ -30,17 +31,6 @@ def run(env, under_tuimon):
         return f.read(), r.stdout
 
 
-def counters(output):
-    line = next(x for x in output.splitlines() if x.startswith("graph_breaks"))
-    return line.rsplit(" ", 1)[0]  # (without its time)
-
-
-def others(output):
-    """The output's other lines, torch's log lines without their time and PID ("W1125 13:08:12.375000 30826 ")."""
-    return [re.sub(r"^([WIEF])\d{4} [\d:.]+ \d+ ", r"\1 ", x) for x in output.splitlines()
-            if not x.startswith("graph_breaks")]
-
-
 @pytest.mark.parametrize("backend, how, optimizer", [("eager", "wrap", ""), ("eager", "inplace", ""),
                                                      ("inductor", "wrap", ""), ("eager", "wrap", "compiled")])
 def test_a_compiled_model_runs_the_same_graphs_under_the_probe(shm_dir, backend, how, optimizer):
@@ -49,6 +39,7 @@ def test_a_compiled_model_runs_the_same_graphs_under_the_probe(shm_dir, backend,
         pytest.skip("inductor needs a C++ compiler on the CPU")
     env = {**os.environ, "BACKEND": backend, "HOW": how, "OPTIMIZER": optimizer}
     (plain, _), (probed, lines) = run(env, False), run(env, True)
+    assert counters(plain).startswith("graph_breaks "), plain  # (the job printed its counters)
     assert counters(probed) == counters(plain), (counters(plain), counters(probed))
     if not optimizer:  # (torch's optimizer step breaks its graph on purpose: its count is the same with tuimon)
         assert counters(plain).startswith("graph_breaks 0 ")

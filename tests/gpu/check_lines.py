@@ -16,6 +16,9 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from tests.compiled_output import counters, others  # noqa: E402
+
 PLANTED = os.path.join(ROOT, "tests", "workloads", "planted.py")
 COMPILED = os.path.join(ROOT, "tests", "workloads", "compiled.py")
 PY = sys.executable
@@ -68,8 +71,8 @@ def compiled(out: str) -> list[str]:
     """A compiled model with and without tuimon: its dynamo counters and its own output (under
     `tuimon run` the job's output goes to a log of its own, named on tuimon's stderr)."""
     rows = []
-    for backend in ("eager", "inductor"):
-        env = {**os.environ, "BACKEND": backend, "HOW": "wrap", "DEVICE": "cuda"}
+    for backend, optimizer in (("eager", "eager"), ("inductor", "eager"), ("inductor", "compiled")):
+        env = {**os.environ, "BACKEND": backend, "HOW": "wrap", "DEVICE": "cuda", "OPTIMIZER": optimizer}
         # each run compiles afresh (a cache of its own): a cache hit skips inductor's warnings
         plain = subprocess.run([PY, COMPILED], capture_output=True, text=True, timeout=300, cwd=ROOT,
                                env={**env, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp()})
@@ -78,17 +81,12 @@ def compiled(out: str) -> list[str]:
         log = re.search(r"its output goes to (\S+)\n", probed.stderr)
         job_out = open(log.group(1)).read() if log else "(no job log named)"
 
-        def counters(text):
-            return next((x.rsplit(" ", 1)[0] for x in text.splitlines() if x.startswith("graph_breaks")), "?")
-
-        def job_lines(text):
-            return [x for x in text.splitlines() if not x.startswith("graph_breaks") and x.strip()]
         plain_out = plain.stdout + plain.stderr
         last = [x for x in probed.stdout.splitlines() if x.startswith("pid ") and "phases" in x]
-        same = "same" if job_lines(job_out) == job_lines(plain_out) else "DIFFERENT"
-        rows.append(f"| {backend} | {counters(plain_out)} | {counters(job_out)} | {same}: {len(job_lines(plain_out))} vs "
-                    f"{len(job_lines(job_out))} lines | {(last[-1].split('phases', 1)[1][:60] if last else 'n/a')} |")
-        with open(os.path.join(out, f"compiled-{backend}.txt"), "w") as f:
+        same = "same" if others(job_out) == others(plain_out) else "DIFFERENT"
+        rows.append(f"| {backend}, optimizer {optimizer} | {counters(plain_out)} | {counters(job_out)} | {same}: {len(others(plain_out))} vs "
+                    f"{len(others(job_out))} lines | {(last[-1].split('phases', 1)[1][:60] if last else 'n/a')} |")
+        with open(os.path.join(out, f"compiled-{backend}-{optimizer}.txt"), "w") as f:
             f.write(plain_out + "\n===== under tuimon, the job's log\n" + job_out + "\n===== tuimon\n" + probed.stdout + probed.stderr)
     return rows
 
