@@ -86,7 +86,7 @@ def training(a):
     batches = iter(DataLoader(Ready(), batch_size=None, num_workers=0))
 
     def steps(n):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         for _ in range(n):
             x, y = next(batches)
             with tuimon.range("h2d"):
@@ -103,6 +103,7 @@ def training(a):
                 with tuimon.range("sync"):
                     torch.cuda.synchronize()
             tuimon.count("samples", batch)
+        steps.cpu_ms = (time.thread_time() - c0) / n * 1e3  # the loop thread's own CPU a step (not its waits)
         return (time.perf_counter() - t0) / n * 1e3
 
     return probe, probe_on, steps, net, batch, device, cuda
@@ -119,11 +120,12 @@ def main():
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         steps(a.warmup)
-        on, off = [], []
+        on, off, cpu_on, cpu_off = [], [], [], []
         for _ in range(a.pairs):
             for state in (True, False, False, True):
                 probe_on(state and not a.null)
                 (on if state else off).append(steps(a.block_steps))
+                (cpu_on if state else cpu_off).append(steps.cpu_ms)
         probe_on(True)
         alive = monitor.poll() is None
     finally:
@@ -146,6 +148,9 @@ def main():
     print(f"{'per-pair ratio p25..p75':<28}{q[0]:>10.4f} .. {q[2]:.4f}")
     mean, half = mean_ci(ratios)
     print(f"{'per-pair ratio mean, 95% CI':<28}{mean:>10.4f} .. ±{half:.4f}  (total on / total off {sum(on) / sum(off):.4f})")
+    c_on, c_off = statistics.median(cpu_on), statistics.median(cpu_off)
+    print(f"{'loop thread CPU a step':<28}{c_off:>10.3f} off, {c_on:.3f} on: +{(c_on - c_off) * 1e3:.0f} us of the "
+          f"step's +{(m_on - m_off) * 1e3:.0f} us (the rest: waits, for the GIL among them)")
     print(f"records written {probe.writer.records_written}, probe enabled {probe.writer.enabled}, "
           f"forward roots {len(probe.roots.roots) if probe.roots else 0}, GPU timing "
           f"{'every ' + str(probe.gpu.every) + ' step(s)' if probe.gpu else 'off'}")
