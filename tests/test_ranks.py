@@ -65,7 +65,7 @@ def test_a_ddp_job_with_a_straggler(tmp_path):
     """Rank 1 sleeps 60 ms a step (a wait, as slow storage would): both ranks shown with their own
     numbers, rank 1 named with its ratio, rank 0's wait shown as comm; the same from rank 1's PID;
     the detail switches rank."""
-    job = ddp_job(tmp_path, "--slow-rank", "1", "--slow-ms", "60", "--slow-how", "sleep")
+    job = ddp_job(tmp_path, "--slow-rank", "1", "--slow-ms", "60", "--slow-how", "sleep", "--own-every", 10)
     try:
         truths(tmp_path, 110)
         snap = attach_json(job.pid)
@@ -83,11 +83,10 @@ def test_a_ddp_job_with_a_straggler(tmp_path):
         # 77.6 once in a full run of the suite (rank 1's compute, after its sleep, waited longer for a core there:
         # its own 120.2 ms against rank 0's 42.7). A sleep read as communication would read ~0; as both, ~-60.
         assert s["own_ms"] - s["others_ms"] == pytest.approx(60, abs=20), s
-        # The loops' own ratio divides by rank 0's no_sync steps, timed before the job under other
-        # contention: 29.9..43.2 ms in three runs beside two burners (tuimon's 34.4..38.8 over the job's
-        # window), so the ratios part by up to 1.27x there; the issue's 15% is checked on the GPU pair
-        # (tests/gpu/check_ranks.sh).
-        assert s["ratio"] == pytest.approx(own_ratio, rel=0.35), (s, own_ratio)
+        # The loops' own work is timed in the job's own no_sync steps (one in 10) of the same last 100 steps as
+        # tuimon's window: timed before the job, under other contention, rank 0's read 24.7 ms once against its
+        # 42.5 in the window beside two burners.
+        assert s["ratio"] == pytest.approx(own_ratio, rel=0.25), (s, own_ratio)
         assert next(iter(s["slower_ms"])) == "other" and s["slower_ms"]["other"] == pytest.approx(60, abs=10)
         assert rows[0]["comm_share"] > rows[1]["comm_share"] + 0.2  # rank 0 waits for rank 1
         assert rows[0]["comm_ms"] == pytest.approx(truth[0]["comm_ms"], abs=0.25 * truth[0]["step_ms"])

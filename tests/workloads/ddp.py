@@ -21,6 +21,7 @@ of 1024 x 4096 takes ~20 ms to draw on the CPU).
 Its truth, per rank, in DIR/rank<R>.json (every 0.5 s):
 - own_ms: the rank's own work per step, measured first for --calibrate steps under no_sync() (the
   same step without gradient reduction; on CUDA synchronized at each step's end, so it is GPU time);
+  with --own-every K, from the job's own no_sync steps (every Kth) among its last 100 steps;
   own_ms_end: the same measured again after the job (in the last truth written);
 - step_ms: the median step time of the last 100 steps of the job proper (one loss.item() a step);
 - comm_ms = step_ms - own_ms: what the step spends communicating and waiting for the others;
@@ -120,6 +121,9 @@ def main() -> None:
                     help="DDP(gradient_as_bucket_view=True): gradients are views of DDP's buckets, not copied in and out")
     ap.add_argument("--ddp-stats", action="store_true", help="record DDP's own timings in the truth")
     ap.add_argument("--calibrate", type=int, default=30)
+    ap.add_argument("--own-every", type=int, default=0,
+                    help="every Kth step of the job under no_sync() too, timed: own_ms from the last 100 steps' "
+                         "(the own work as the job runs, on a machine whose load changes)")
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--min-steps", type=int, default=10, help="at least this many steps, however slow they are")
     ap.add_argument("--truth")
@@ -157,16 +161,16 @@ def main() -> None:
             delay(a.slow_ms, a.slow_how)
         return loss
 
-    def no_sync_ms() -> float:  # the rank's own work: the same step, no reduction
-        own = []
-        for i in range(a.calibrate + 5):
-            t0 = time.perf_counter()
-            with model.no_sync():
-                step()
-            if cuda:
-                torch.cuda.synchronize()
-            if i >= 5:
-                own.append(time.perf_counter() - t0)
+    def own_step() -> float:  # the rank's own work: the same step, no reduction (s)
+        t0 = time.perf_counter()
+        with model.no_sync():
+            step()
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    def no_sync_ms() -> float:
+        own = [own_step() for _ in range(a.calibrate + 5)][5:]
         return 1e3 * statistics.median(own)
 
     own_ms = no_sync_ms()
@@ -177,16 +181,22 @@ def main() -> None:
         print("training", flush=True)
 
     steps: deque = deque(maxlen=100)
+    owns: deque = deque(maxlen=max(1, 100 // a.own_every) if a.own_every else 1)
     last_write, n, out = 0.0, 0, None
     t_prev = time.perf_counter()
     while n < total:
-        step().item()  # the loss, as a loop logs it: the host keeps pace with the GPU
+        if a.own_every and n % a.own_every == a.own_every - 1:  # (every rank at the same steps)
+            owns.append(own_step())
+        else:
+            step().item()  # the loss, as a loop logs it: the host keeps pace with the GPU
         t = time.perf_counter()
         steps.append(t - t_prev)
         t_prev, n = t, n + 1
         if a.truth and time.monotonic() - last_write >= 0.5 and len(steps) >= 10:
             last_write = time.monotonic()
             step_ms = 1e3 * statistics.median(steps)
+            if len(owns) >= 3:
+                own_ms = 1e3 * statistics.median(owns)
             out = {"rank": rank, "pid": os.getpid(), "device": a.device, "steps": n, "own_ms": own_ms,
                    "step_ms": step_ms, "comm_ms": step_ms - own_ms, "comm_share": max(0.0, 1 - own_ms / step_ms),
                    "grad_mb": grad_mb, "slow": rank == a.slow_rank}
