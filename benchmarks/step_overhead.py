@@ -32,6 +32,7 @@ def args():
     ap.add_argument("--warmup", type=int, default=40)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--model", default="demo", choices=("demo", "resnet50"))
+    ap.add_argument("--variants", default="", help="probe_ablation.py: only these variants, comma-separated")
     ap.add_argument("--null", action="store_true",
                     help="the probe off in both arms: what the measurement itself reads as a cost (an A/A test)")
     return ap.parse_args()
