@@ -23,7 +23,8 @@ Its truth, per rank, in DIR/rank<R>.json (every 0.5 s):
   same step without gradient reduction; on CUDA synchronized at each step's end, so it is GPU time);
   with --own-every K, from the job's own no_sync steps (every Kth) among its last 100 steps;
   own_ms_end: the same measured again after the job (in the last truth written);
-- step_ms: the median step time of the last 100 steps of the job proper (one loss.item() a step);
+- step_ms: the median step time of the last 100 steps of the job proper (one loss.item() a step; with
+  --own-every, its own steps among them);
 - comm_ms = step_ms - own_ms: what the step spends communicating and waiting for the others;
 - grad_mb: the gradient bytes all-reduced per step;
 - ddp (with --ddp-stats): DDP's own timings (ms, its CUDA-event timer on every 10th step):
@@ -181,7 +182,7 @@ def main() -> None:
         print("training", flush=True)
 
     steps: deque = deque(maxlen=100)
-    owns: deque = deque(maxlen=max(1, 100 // a.own_every) if a.own_every else 1)
+    owns: deque = deque(maxlen=max(1, 100 // max(1, a.own_every)))  # (the own steps among the last 100)
     last_write, n, out = 0.0, 0, None
     t_prev = time.perf_counter()
     while n < total:
