@@ -97,6 +97,9 @@ class Outer(torch.optim.SGD):
 torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
 net = nn.Linear(8, 8)
 opt, x = Outer(net.parameters(), lr=0.01), torch.randn(4, 8)
+if sys.argv[2:] == ["late"]:  # the probe starts now, after torch hooked both optimizer classes
+    import tuimon
+    assert tuimon.instrument().enabled
 print("training", flush=True)
 steps, opt_s, step_s, last = 0, 0.0, 0.0, time.perf_counter()
 while True:
@@ -114,12 +117,16 @@ while True:
 """
 
 
-def test_the_optimizer_phase_is_the_whole_step_call_and_a_nested_step_is_one_step(tmp_path):
+@pytest.mark.parametrize("start", ["run", "late"])
+def test_the_optimizer_phase_is_the_whole_step_call_and_a_nested_step_is_one_step(start, tmp_path):
     """optimizer.step() as the loop times it: torch's wrapper and the job's own post hooks included (a
     post hook of the job's runs after tuimon's: 3 of the ~5 ms the call takes here); a subclass whose step
-    calls its parent's, both hooked by torch, is one step, not two."""
+    calls its parent's, both hooked by torch, is one step, not two. late: the job calls
+    tuimon.instrument() after making its optimizers (torch hooked their classes before the probe
+    started): the same."""
     truth_path = tmp_path / "truth.json"
-    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, "-c", WHOLE_STEP, truth_path),
+    job_cmd = [sys.executable, "-c", WHOLE_STEP, str(truth_path)]
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", *job_cmd) if start == "run" else [*job_cmd, "late"],
                            stdout=subprocess.PIPE, text=True)
     try:
         assert job.stdout.readline().strip() == "training"

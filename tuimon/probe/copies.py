@@ -15,32 +15,22 @@ from ..channel import layout as L
 
 def nbytes(t) -> int:
     try:
-        return t.numel() * t.element_size()
+        return t.nbytes
     except Exception:  # noqa: BLE001 - not a tensor
         return 0
 
 
-def pinned(t) -> bool:
-    try:
-        return bool(t.is_pinned())
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def to_cuda(args, kwargs) -> bool:
-    """Does this Tensor.to(...) call go to a CUDA device? (device, string, index or tensor; a
-    dtype alone stays where it is)."""
-    d = kwargs.get("device", args[0] if args else None)
-    if d is None:
-        return False
+def to_cuda(d) -> bool:
+    """Does Tensor.to(d, ...) go to a CUDA device? (d: a device, string, index or tensor; a dtype
+    stays where it is). A torch.device, the common case, is asked first."""
+    kind = getattr(d, "type", None)  # torch.device (a dtype, a str or an int has no .type)
+    if kind.__class__ is str:
+        return kind == "cuda"
     if isinstance(d, str):
         return d.startswith("cuda")
     if isinstance(d, int) and not isinstance(d, bool):
         return True  # (a device index: CUDA's)
-    kind = getattr(d, "type", None)  # torch.device
-    if isinstance(kind, str):
-        return kind == "cuda"
-    return bool(getattr(d, "is_cuda", False))  # .to(other_tensor); (a dtype has none of these)
+    return bool(getattr(d, "is_cuda", False))  # .to(other_tensor)
 
 
 class Copies:
@@ -54,11 +44,15 @@ class Copies:
         self._ids = [intern(n) for n in self.NAMES]
         self.h2d = self.pageable = self.blocking = self.calls = self.d2h = 0
 
-    def host_to_device(self, src, non_blocking: bool) -> None:
-        n = nbytes(src)
+    def host_to_device(self, src, non_blocking) -> None:
+        try:
+            n = src.nbytes
+            pinned = src.is_pinned()
+        except Exception:  # noqa: BLE001 - not a tensor
+            return
         self.h2d += n
         self.calls += 1
-        if not pinned(src):
+        if not pinned:
             self.pageable += n
         if not non_blocking:
             self.blocking += n

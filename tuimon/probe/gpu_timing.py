@@ -139,7 +139,12 @@ class GpuTiming:
 
     def _finish(self, step: int, start: int, end: int, syncs: list) -> None:
         host, lag = self._bounds[step]
-        spans = [(h, h + lag_) for h, lag_ in self._points if start <= h <= host and lag_ > 0] + syncs
+        spans = syncs
+        for h, lag_ in reversed(self._points):  # (newest first: the step's own points are the last few)
+            if h < start:
+                break
+            if h <= host and lag_ > 0:
+                spans.append((h, h + lag_))
         tid, emit = self._tid(), self._emit
         emit(L.STEP_VALUE, 0, self._name("gpu.lag_ns"), tid, step, 0, end, float(lag))
         emit(L.STEP_VALUE, 0, self._name("gpu.busy_ns"), tid, step, 0, end, float(_covered(spans, start, end)))

@@ -6,9 +6,9 @@
   outermost modules; then only they keep hooks (one call each per step);
 - backward: torch.autograd.backward (which Tensor.backward calls) / torch.autograd.grad;
 - optimizer: the whole optimizer.step() call, torch's wrapper included (its record_function and the
-  post hooks after tuimon's: a third of a small optimizer's step), from a wrapper around each
-  optimizer class's step as torch hooks it; torch's global step pre/post hooks where that wrapper
-  is not in the call (a class hooked before tuimon started). The lead optimizer's step ends the step;
+  job's step hooks: a third of a small optimizer's step), from a wrapper around each optimizer
+  class's step as torch hooks it (classes hooked before tuimon started get it when it starts). The
+  lead optimizer's step ends the step;
 - sync: the loop blocked in a device-to-host copy or wait on a CUDA tensor or device: .item(),
   .tolist(), .cpu(), .to() to the CPU, bool()/int()/float() of a tensor,
   torch.cuda.synchronize(), Event.synchronize(), Stream.synchronize(). Implicit syncs inside
@@ -32,9 +32,8 @@ from .core import BACKWARD_CALL, FORWARD_CALL
 DISCOVER_STEPS = 3
 _compiling = None  # torch.compiler.is_compiling, bound by patch()
 _swaps: list[tuple[object, str, object, object]] = []  # (owner, name, original, wrapper)
-_optimizer_hooks: list = []  # (register, hook, handle)
 _enabled = True  # set_enabled: wrappers put into classes as torch makes them stay; off, they only call through
-_stepping = 0  # optimizer.step() calls open on the loop thread, timed by _timed_step (the hooks step aside)
+_stepping = 0  # optimizer.step() calls open on the loop thread, timed by _timed_step (a nested one steps aside)
 
 
 def _swap(owner, name: str, wrapper) -> None:
@@ -52,12 +51,6 @@ def set_enabled(on: bool) -> None:
     _enabled = on
     for owner, name, orig, wrapper in _swaps:
         setattr(owner, name, wrapper if on else orig)
-    for k, (register, hook, handle) in enumerate(_optimizer_hooks):
-        if on and handle is None:
-            _optimizer_hooks[k] = (register, hook, register(hook))
-        elif not on and handle is not None:
-            handle.remove()
-            _optimizer_hooks[k] = (register, hook, None)
     p = state.probe
     if p is not None and getattr(p, "roots", None) is not None:
         p.roots.set_enabled(on)
@@ -140,29 +133,8 @@ def _patch_dataloader(torch) -> None:
 
 
 def _patch_optimizer(torch) -> None:
-    from torch.optim.optimizer import (
-        Optimizer,
-        register_optimizer_step_post_hook,
-        register_optimizer_step_pre_hook,
-    )
+    from torch.optim.optimizer import Optimizer
 
-    def before(optimizer, args, kwargs):
-        if _compiling() or _stepping:  # (first: under torch.compile a hook traces to nothing, no graph break)
-            return
-        p = state.probe
-        if p is not None:
-            p.anatomy.enter(OPTIMIZER)
-
-    def after(optimizer, args, kwargs):
-        if _compiling() or _stepping:
-            return
-        p = state.probe
-        if p is not None:
-            p.anatomy.exit(OPTIMIZER)
-            p.step(explicit=False, optimizer=optimizer)
-
-    for register, hook in ((register_optimizer_step_pre_hook, before), (register_optimizer_step_post_hook, after)):
-        _optimizer_hooks.append((register, hook, register(hook)))
     orig_profile = Optimizer.profile_hook_step  # (torch wraps each optimizer class's step with it, once)
     if getattr(orig_profile, "_tuimon", False):
         return
@@ -172,6 +144,15 @@ def _patch_optimizer(torch) -> None:
 
     profile_hook_step._tuimon = True
     _swap(Optimizer, "profile_hook_step", staticmethod(profile_hook_step))
+    # classes hooked before tuimon started (a job that calls tuimon.instrument() after making its
+    # optimizer): the same wrapper, put around the step torch hooked
+    classes = [Optimizer]
+    while classes:
+        cls = classes.pop()
+        classes += cls.__subclasses__()
+        hooked = vars(cls).get("step")
+        if getattr(hooked, "hooked", False) and not getattr(hooked, "_tuimon", False):
+            _swap(cls, "step", _timed_step(hooked))
 
 
 def _timed_step(hooked):
@@ -269,37 +250,63 @@ def _copying(p, fn, src, *args, **kwargs):
         return fn(*args, **kwargs)
     finally:
         a.exit(COPY)
-        p.copies.host_to_device(src, bool(kwargs.get("non_blocking", False)))
+        p.copies.host_to_device(src, kwargs.get("non_blocking", False))
 
 
-def _tensor_sync(orig, to_cpu_only: bool = False):
-    """A Tensor method that waits for the GPU when the tensor is on it (to_cpu_only: only when
-    the result is on the CPU, as for .to(), known once it returns; .cpu() and .to() count the bytes
-    they bring back). A CPU tensor's .to() a CUDA device is a host-to-device copy."""
-    counts_bytes = to_cpu_only or orig.__name__ == "cpu"
+def _tensor_sync(orig):
+    """A Tensor method that waits for the GPU when the tensor is on it (.cpu() counts the bytes it
+    brings back)."""
+    counts_bytes = orig.__name__ == "cpu"
 
     @functools.wraps(orig)
     def wrapper(self, *args, **kwargs):
         if _compiling():
             return orig(self, *args, **kwargs)
         p = state.probe
-        if p is None or not p.anatomy.on_loop():
+        if p is None or not self.is_cuda or not p.anatomy.on_loop():
             return orig(self, *args, **kwargs)
-        if not self.is_cuda:
-            if to_cpu_only and p.copies is not None and copies.to_cuda(args, kwargs):
-                return _copying(p, orig, self, self, *args, **kwargs)
-            return orig(self, *args, **kwargs)
-        if not to_cpu_only:
-            result = _waiting(p, orig, self, *args, **kwargs)
-        else:
-            t0 = _now()
-            result = orig(self, *args, **kwargs)
-            if getattr(result, "is_cuda", True):
-                return result
-            p.synced(t0, _now())
+        result = _waiting(p, orig, self, *args, **kwargs)
         if counts_bytes and p.copies is not None:
             p.copies.device_to_host(self)
         return result
+
+    wrapper._tuimon = True
+    return wrapper
+
+
+def _tensor_to(orig):
+    """Tensor.to(): from the host to a CUDA device, a host-to-device copy; from the GPU, a sync when
+    the result is on the CPU (known once it returns), with the bytes it brings back. The hottest
+    wrapper (every .to() of the job, a batch's copies among them): one frame, no helper calls on
+    the way to a copy."""
+
+    @functools.wraps(orig)
+    def wrapper(self, *args, **kwargs):
+        if _compiling():
+            return orig(self, *args, **kwargs)
+        p = state.probe
+        if p is None:
+            return orig(self, *args, **kwargs)
+        a = p.anatomy
+        if not a.on_loop():
+            return orig(self, *args, **kwargs)
+        c = p.copies
+        if self.is_cuda:
+            t0 = _now()
+            result = orig(self, *args, **kwargs)
+            if not getattr(result, "is_cuda", True):
+                p.synced(t0, _now())
+                if c is not None:
+                    c.device_to_host(self)
+            return result
+        if c is None or not copies.to_cuda(kwargs.get("device", args[0] if args else None)):
+            return orig(self, *args, **kwargs)
+        a.enter(COPY)
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            a.exit(COPY)
+            c.host_to_device(self, kwargs.get("non_blocking", False))
 
     wrapper._tuimon = True
     return wrapper
@@ -365,11 +372,11 @@ def _patch_syncs(torch) -> None:
     import torch.cuda
 
     T = torch.Tensor
-    for name in ("item", "tolist", "cpu", "__bool__", "__int__", "__float__", "to"):
+    for name in ("item", "tolist", "cpu", "__bool__", "__int__", "__float__"):
         orig = getattr(T, name)
         if not getattr(orig, "_tuimon", False):
-            _swap(T, name, _tensor_sync(orig, to_cpu_only=name == "to"))
-    for name, wrap in (("cuda", _tensor_cuda), ("copy_", _tensor_copy_)):
+            _swap(T, name, _tensor_sync(orig))
+    for name, wrap in (("to", _tensor_to), ("cuda", _tensor_cuda), ("copy_", _tensor_copy_)):
         orig = getattr(T, name)
         if not getattr(orig, "_tuimon", False):
             _swap(T, name, wrap(orig))
