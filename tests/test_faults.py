@@ -132,7 +132,9 @@ async def test_the_job_killed_inside_a_capture_window(shm_dir, tmp_path, monkeyp
             job.wait()
             await until(pilot, app, lambda: "failed: the process exited while the capture was capturing"
                         in shown(app, "#capture"), "the window to be marked failed")
-            assert "PROCESS EXITED" in shown(app, "#header") and "step " in shown(app, "#header")
+            # (one poll reads the capture's state after the process sample: the header may say it a poll later)
+            await until(pilot, app, lambda: "PROCESS EXITED" in shown(app, "#header"), "the header to say it")
+            assert "step " in shown(app, "#header")
             cycles = app.state.cycles
             await until(pilot, app, lambda: app.state.cycles > cycles + 3, "sampling to go on")
     finally:
