@@ -139,7 +139,7 @@ class GpuTiming:
 
     def _finish(self, step: int, start: int, end: int, syncs: list) -> None:
         host, lag = self._bounds[step]
-        spans = syncs
+        spans = syncs  # (the step's own copy, made in boundary())
         for h, lag_ in reversed(self._points):  # (newest first: the step's own points are the last few)
             if h < start:
                 break

@@ -277,8 +277,8 @@ def _tensor_sync(orig):
 def _tensor_to(orig):
     """Tensor.to(): from the host to a CUDA device, a host-to-device copy; from the GPU, a sync when
     the result is on the CPU (known once it returns), with the bytes it brings back. The hottest
-    wrapper (every .to() of the job, a batch's copies among them): one frame, no helper calls on
-    the way to a copy."""
+    wrapper (every .to() of the job, a batch's copies among them): the copy is timed in this frame,
+    not through _copying."""
 
     @functools.wraps(orig)
     def wrapper(self, *args, **kwargs):
