@@ -33,3 +33,37 @@ def test_a_host_to_device_copy_counts_its_bytes_and_how_it_was_made():
     emitted.clear()
     c.close(step=8, t1=200, tid=1)  # nothing since: no records
     assert emitted == []
+
+
+class HostBuffer:
+    """A host tensor as the copy accounting sees it, pinned or not (pinned memory needs CUDA, absent
+    here: the GPU side is tests/gpu/check_probe_cost's pinned batches), counting the driver's asks."""
+
+    nbytes = 100
+
+    def __init__(self, ptr: int, pinned: bool):
+        self.ptr, self.pinned, self.asked = ptr, pinned, 0
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+    def is_pinned(self) -> bool:
+        self.asked += 1
+        return self.pinned
+
+
+def test_an_address_found_pinned_is_not_asked_again_for_a_while():
+    c = copies.Copies(lambda *rec: None, intern=lambda name: 1)
+    pinned, pageable = HostBuffer(0x1000, True), HostBuffer(0x2000, False)
+    for _ in range(3):
+        c.host_to_device(pinned, non_blocking=True)
+        c.host_to_device(pageable, non_blocking=True)
+    assert (pinned.asked, pageable.asked) == (1, 3)  # a pageable answer is never taken as known
+    assert (c.pageable, c.h2d) == (300, 600)
+    c.close(step=1, t1=copies.PINNED_FOR_NS + 1, tid=1)  # the remembered addresses expire
+    c.host_to_device(pinned, non_blocking=True)
+    assert pinned.asked == 2
+    pinned.pinned = False  # (the address now pageable memory: known once the memory is forgotten)
+    c.close(step=2, t1=3 * copies.PINNED_FOR_NS, tid=1)
+    c.host_to_device(pinned, non_blocking=True)
+    assert c.pageable == 100

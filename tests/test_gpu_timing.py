@@ -40,7 +40,7 @@ class FakeEvent:
     def __init__(self, sim):
         self.sim, self.done_at = sim, None
 
-    def record(self):
+    def record(self, stream=None):
         self.done_at = max(self.sim.now, self.sim.free_at)  # completes when the work before it is done
 
     def query(self):
@@ -65,7 +65,7 @@ def every_step(monkeypatch):
 
 def timing(sim):
     cuda = SimpleNamespace(is_initialized=lambda: True, Event=lambda enable_timing: FakeEvent(sim),
-                           current_device=lambda: 0)
+                           current_stream=lambda: None, current_device=lambda: 0)
     records = []
     names = {}
     t = gpu_timing.GpuTiming(SimpleNamespace(cuda=cuda), lambda *r: records.append(r),
@@ -136,20 +136,20 @@ def test_a_host_running_ahead_of_a_busy_gpu(sim, every_step):
 
 def test_short_steps_are_sampled_and_pending_events_never_wait(sim):
     t, values = timing(sim)
-    steps(sim, t, 40, lambda k: sim.enqueue(0.2, host_ms=1) and None)  # 1 ms steps
-    assert t.every == 80  # events on every 80th step (gpu_timing.MIN_STEP_NS)
+    steps(sim, t, 40, lambda k: sim.enqueue(0.2, host_ms=2) and None)  # 2 ms steps
+    assert t.every == 80  # events on every 80th step (gpu_timing.MIN_STEP_NS: 160 ms)
     v = values()
     assert 1 <= len(v) <= 4 and all(s % 20 == 0 for s in v if s > 1)  # (step 1 ran before the sampling)
 
 
 def test_comm_event_pairs_are_sampled_on_short_steps(sim):
     """CommTiming (probe/comm.py) on the same simulated stream: a 1 ms collective in every ~4 ms
-    step gets its event pair on the steps GpuTiming measures (every n-th: about one per 80 ms), each
+    step gets its event pair on the steps GpuTiming measures (every n-th: about one per 160 ms), each
     read as 1 ms of GPU time; without a GpuTiming, none."""
     from tuimon.probe import comm
 
     cuda = SimpleNamespace(is_initialized=lambda: True, Event=lambda enable_timing: FakeEvent(sim),
-                           current_device=lambda: 0)
+                           current_stream=lambda: None, current_device=lambda: 0)
     torch = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: True, **vars(cuda)))
     records, names = [], {}
     c = comm.CommTiming(torch, lambda *r: records.append(r), lambda n: names.setdefault(n, len(names) + 1), lambda: 1)

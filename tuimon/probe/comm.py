@@ -19,7 +19,7 @@ synchronization.
 
 Per step (STEP_VALUE): comm.gpu_ns (event pairs, emitted once resolved, a step or two late),
 comm.bytes (tensors handed to collectives) and comm.calls. Events are never waited for. Event pairs
-go on the steps gpu_timing.py measures (about one per 80 ms: events cost more than their host
+go on the steps gpu_timing.py measures (about one per 160 ms: events cost more than their host
 time in a DDP job, gpu_timing.py says how much); the monitor averages the steps that have one."""
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class CommTiming:
                 or len(self._pairs) >= MAX_PENDING:
             return None
         ev = self._free.pop() if self._free else self.cuda.Event(enable_timing=True)
-        ev.record()
+        gpu.record_on(ev)
         return ev
 
     def add_pair(self, step: int, start, end) -> None:

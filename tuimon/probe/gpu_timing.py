@@ -20,9 +20,12 @@ Per step (emitted once its end event has completed):
 
 Cost: ~6-7 us a cudaEventRecord from Python and ~1 us a query in a quiet process, but measured in a
 2-GPU DDP job the events cost ~1% of its 4.6 ms step when every 4th step was measured (~45 us per
-step: benchmarks/ddp_step_overhead.py's probe vs probe-nogpu arms, two H200s). So steps are
-measured about once per MIN_STEP_NS (80 ms): every step from 80 ms up, every n-th below, which
-keeps the events at ~0.25% of step time by that measurement."""
+step: benchmarks/ddp_step_overhead.py's probe vs probe-nogpu arms, two H200s: ~180 us a measured
+step). So steps are measured about once per MIN_STEP_NS (160 ms): every step from 160 ms up, every
+n-th below, which keeps the events near 0.1% of step time by that measurement (at 80 ms they took
+~0.25% of the probe's 1% budget; at 160 ms a 10 ms step is still measured 6 times a second, more
+than a monitor's 1 Hz frame needs). Each record asks for the current stream in one C call
+(current_stream below)."""
 
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from time import monotonic_ns as _now
 
 from ..channel import layout as L
 
-MIN_STEP_NS = 80_000_000  # events on every step from 80 ms steps up; shorter steps are sampled (the docstring)
+MIN_STEP_NS = 160_000_000  # events on every step from 160 ms steps up; shorter steps are sampled (the docstring)
 MARKS = 2  # mid-step events a measured step may add (end of forward, end of backward)
 POOL = 64
 
@@ -59,6 +62,10 @@ class GpuTiming:
         self._marks = 0
         self.device: int | None = None
         self._ready = False  # CUDA initialized
+        self._stream = current_stream(torch)
+        base = getattr(getattr(torch, "_C", None), "_CudaEventBase", None)  # (Event.record, less its frame)
+        self._record_on = base.record if base is not None and isinstance(torch.cuda.Event, type) \
+            and issubclass(torch.cuda.Event, base) else _record
 
     def _record(self):
         if self._free:
@@ -67,8 +74,12 @@ class GpuTiming:
             ev = self.cuda.Event(enable_timing=True)
         else:
             return None  # the GPU is far behind: skip rather than pile up events
-        ev.record()
+        self._record_on(ev, self._stream())
         return ev
+
+    def record_on(self, ev) -> None:
+        """Record ev on the current stream (comm.py's event pairs): Event.record() made cheaper."""
+        self._record_on(ev, self._stream())
 
     def boundary(self, step: int, t0: int, t1: int, syncs: list) -> None:
         """Step `step` ran t0..t1 on the host, with these syncs; called at its end, on the loop thread."""
@@ -158,6 +169,33 @@ class GpuTiming:
         if nid is None:
             nid = self._names[name] = self._intern(name)
         return nid
+
+
+def _record(ev, stream) -> None:
+    ev.record(stream)
+
+
+def current_stream(torch):
+    """torch.cuda.current_stream() for the events, made cheaper: torch builds a new Stream object in
+    five Python calls each time (half of a record's ~12 us on the H100); here it is asked for the
+    current stream's numbers in one C call and the Stream made once per stream."""
+    raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentStream", None)
+    if raw is None:
+        return torch.cuda.current_stream
+    made: dict[tuple, object] = {}
+    device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)  # (used once CUDA is initialized)
+    stream = torch.cuda.Stream
+
+    def current():
+        key = raw(device())
+        s = made.get(key)
+        if s is None:
+            if len(made) > 256:  # (a job that makes streams without end)
+                made.clear()
+            s = made[key] = stream(stream_id=key[0], device_index=key[1], device_type=key[2])
+        return s
+
+    return current
 
 
 def _covered(spans: list[tuple[int, int]], start: int, end: int) -> int:
