@@ -274,11 +274,11 @@ def _tensor_sync(orig):
     return wrapper
 
 
-def _tensor_to(orig):
+def _tensor_to(orig, device_class):
     """Tensor.to(): from the host to a CUDA device, a host-to-device copy; from the GPU, a sync when
     the result is on the CPU (known once it returns), with the bytes it brings back. The hottest
     wrapper (every .to() of the job, a batch's copies among them): the copy is timed in this frame,
-    not through _copying."""
+    not through _copying, and a torch.device target (device_class) is read here, not by to_cuda."""
 
     @functools.wraps(orig)
     def wrapper(self, *args, **kwargs):
@@ -299,7 +299,10 @@ def _tensor_to(orig):
                 if c is not None:
                     c.device_to_host(self)
             return result
-        if c is None or not copies.to_cuda(kwargs.get("device", args[0] if args else None)):
+        if c is None:
+            return orig(self, *args, **kwargs)
+        d = kwargs.get("device", args[0] if args else None)
+        if not (d.type == "cuda" if d.__class__ is device_class else copies.to_cuda(d)):
             return orig(self, *args, **kwargs)
         a.enter(COPY)
         try:
@@ -376,7 +379,8 @@ def _patch_syncs(torch) -> None:
         orig = getattr(T, name)
         if not getattr(orig, "_tuimon", False):
             _swap(T, name, _tensor_sync(orig))
-    for name, wrap in (("to", _tensor_to), ("cuda", _tensor_cuda), ("copy_", _tensor_copy_)):
+    for name, wrap in (("to", functools.partial(_tensor_to, device_class=torch.device)), ("cuda", _tensor_cuda),
+                       ("copy_", _tensor_copy_)):
         orig = getattr(T, name)
         if not getattr(orig, "_tuimon", False):
             _swap(T, name, wrap(orig))
