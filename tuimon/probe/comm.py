@@ -47,7 +47,7 @@ class CommTiming:
         self.bytes = 0  # this step's
         self.calls = 0
         self._pairs: deque = deque()  # (step, start event, end event), oldest first
-        self._gpu: dict[int, list] = {}  # step -> [ns so far, pairs pending]
+        self.pending: dict[int, list] = {}  # step -> [ns so far, pairs pending]: event pairs not yet resolved
         self._free: list = []
         self.reducing = 0  # bytes a DDP forward of this step will all-reduce in backward (0: none)
         self._final: tuple[int, object] | None = None  # (host ns, event) when backward's gradients were all queued
@@ -75,7 +75,7 @@ class CommTiming:
         if start is None or end is None:
             return
         self._pairs.append((step, start, end))
-        self._gpu.setdefault(step, [0, 0])[1] += 1
+        self.pending.setdefault(step, [0, 0])[1] += 1
 
     def count(self, nbytes: int) -> None:
         self.bytes += nbytes
@@ -141,7 +141,7 @@ class CommTiming:
 
     def backward_done(self, probe, t_end: int) -> None:
         """A backward returned at t_end: what followed the gradients being queued was DDP's wait
-        for its reduction."""
+        for its reduction. (Called only while `reducing`: nothing is armed or queued otherwise.)"""
         final, self._final, self._armed = self._final, None, False
         if final is None or not self.reducing:
             return
@@ -157,13 +157,14 @@ class CommTiming:
     # -- the step boundary (the loop thread) ------------------------------------------------------------
 
     def close(self, step: int, t1: int, tid: int) -> None:
-        """The step ended; a DDP forward whose backward never came (evaluation with grad on) reduces nothing."""
+        """The step ended; a DDP forward whose backward never came (evaluation with grad on) reduces nothing.
+        (Called only while reducing, calls or pending is set: otherwise there is nothing to close.)"""
         self.reducing, self._armed, self._final = 0, False, None
         if self.calls:
             self._emit(L.STEP_VALUE, 0, self._bytes_id, tid, step, 0, t1, float(self.bytes))
             self._emit(L.STEP_VALUE, 0, self._calls_id, tid, step, 0, t1, float(self.calls))
             self.bytes = self.calls = 0
-        if self._gpu:  # event pairs pending
+        if self.pending:  # event pairs pending
             self._resolve(step, t1, tid)
 
     def _resolve(self, now_step: int, t1: int, tid: int) -> None:
@@ -172,16 +173,16 @@ class CommTiming:
             if not b.query():
                 break
             self._pairs.popleft()
-            acc = self._gpu[step]
+            acc = self.pending[step]
             acc[0] += max(0.0, a.elapsed_time(b)) * 1e6
             acc[1] -= 1
             self._free += (a, b)
-        for step in sorted(self._gpu):
-            acc = self._gpu[step]
+        for step in sorted(self.pending):
+            acc = self.pending[step]
             if step > now_step or acc[1] > 0:
                 break
             self._emit(L.STEP_VALUE, 0, self._name("comm.gpu_ns"), tid, step, 0, t1, float(acc[0]))
-            del self._gpu[step]
+            del self.pending[step]
 
     def _name(self, name: str) -> int:
         nid = self._names.get(name)

@@ -206,8 +206,9 @@ class Probe:
             a.reset(threading.get_ident())
         tid = ring.thread_id()
         syncs = a.close_step(step, t0, t1, tid)  # (and publishes the completed steps)
-        if self.comm is not None:
-            self.comm.close(step, t1, tid)
+        comm = self.comm
+        if comm is not None and (comm.reducing or comm.calls or comm.pending):  # (else nothing to close: no call)
+            comm.close(step, t1, tid)
         if self.copies is not None:
             self.copies.close(step, t1, tid)
         self.step_no += 1

@@ -202,8 +202,8 @@ def _phase(orig, phase: int):
         finally:
             t = _now()
             if anatomy.on_loop():
-                if p.comm is not None:
-                    p.comm.backward_done(p, t)  # DDP's wait for its reduction, if it reduced
+                if p.comm is not None and p.comm.reducing:
+                    p.comm.backward_done(p, t)  # DDP's wait for its reduction
                 anatomy.exit(phase, t)
                 if p.gpu is not None and p.gpu.measuring:
                     p.gpu.mark()  # the backward ended: its kernels are queued
