@@ -15,7 +15,7 @@
   other ops (nonzero, boolean masks) are not caught.
 
 Every wrapper calls the original and keeps its behaviour (results, exceptions). Under
-torch.compile's tracing the hooks step aside (torch.compiler.is_compiling()), so compiled code
+torch.compile's tracing the hooks step aside (_compile_check), so compiled code
 never sees them."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .anatomy import BACKWARD, COPY, DATA, FORWARD, OPTIMIZER, SYNC
 from .core import BACKWARD_CALL, FORWARD_CALL
 
 DISCOVER_STEPS = 3
-_compiling = None  # torch.compiler.is_compiling, bound by patch()
+_compiling = None  # torch.compiler.is_dynamo_compiling, bound by patch() (why: _compile_check)
 _swaps: list[tuple[object, str, object, object]] = []  # (owner, name, original, wrapper)
 _enabled = True  # set_enabled: wrappers put into classes as torch makes them stay; off, they only call through
 _stepping = 0  # optimizer.step() calls open on the loop thread, timed by _timed_step (a nested one steps aside)
@@ -60,16 +60,27 @@ def set_enabled(on: bool) -> None:
 
 def patch(torch) -> None:
     global _compiling
-    _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+    _compiling = _compile_check(torch)
     _patch_dataloader(torch)
     _patch_optimizer(torch)
     _patch_backward(torch)
     _patch_syncs(torch)
     _patch_compile(torch)
-    comm.patch(torch, _swap, lambda: _compiling())
+    comm.patch(torch, _swap, _compiling)
     p = state.probe
     if p is not None:
         attach(p, torch)
+
+
+def _compile_check(torch):
+    """What every wrapper asks first: is torch.compile tracing this call (then it calls through)?
+    torch.compiler.is_dynamo_compiling: one frame that returns False, which torch._dynamo folds to
+    True as it does is_compiling (two frames and three lookups: ~7 wrapper calls a step, the
+    probe's most frequent call). Under a non-strict torch.export, which runs the job's Python on fake
+    tensors, the wrappers time what they see and call through as always."""
+    compiler = getattr(torch, "compiler", None)
+    return getattr(compiler, "is_dynamo_compiling", None) or getattr(compiler, "is_compiling", None) \
+        or (lambda: False)
 
 
 def attach(p, torch) -> None:
@@ -398,7 +409,7 @@ def _patch_compile(torch) -> None:
     """A job that compiles must run the same compiled graphs with tuimon as without it: torch.compile
     warns of global module hooks and traces them (a graph break at every untraceable call), so from
     the job's first torch.compile on there are none (ModuleRoots.compiled), and a compiled module is
-    timed at its own boundary, outside the compiled code. Every hook left checks is_compiling() first,
+    timed at its own boundary, outside the compiled code. Every hook left checks _compiling() first,
     so that where torch.compile traces one it traces to nothing."""
     orig = torch.compile
     if getattr(orig, "_tuimon", False):
