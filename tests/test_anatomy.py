@@ -167,6 +167,31 @@ def test_the_loop_threads_cpu_is_read(shm_dir, tmp_path):
     assert "loop thread at" in snap["verdict"]["evidence"]
 
 
+def test_ops_are_counted_again_and_again_with_no_capture(shm_dir, tmp_path):
+    """The op counter (probe/ops.py) counts one step in N, from its first at step 20 on, each time it
+    is due: a later count than the first comes, with the phases and the loop's lines that issued them."""
+    from tuimon.probe.ops import FIRST
+
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, PLANTED, "phases", "--seconds", 90,
+                                      "--device", "cpu"), stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "training"
+
+        def counted_again():
+            p = subprocess.run(tuimon_cmd("attach", job.pid, "--once", "--json"), capture_output=True, text=True,
+                               timeout=60)
+            ops = json.loads(p.stdout).get("ops") if p.returncode == 0 else None
+            return ops if ops and ops["step"] > FIRST else None
+
+        ops = wait_for(counted_again, timeout=80, what="a count after the first")
+    finally:
+        job.kill()
+        job.wait()
+    assert ops["total"] >= 10 and {"forward", "backward", "optimizer"} <= set(ops["by_phase"]), ops
+    assert sum(ops["by_phase"].values()) == ops["total"]
+    assert any(line.startswith("tests/workloads/planted.py:") for line in ops["lines"]), ops["lines"]
+
+
 def test_a_job_without_phases_still_shows_its_steps(shm_dir):
     """An explicit tuimon.step() loop with no torch: steps and the 'other' phase only."""
     code = "import time, tuimon; tuimon.instrument(); print('training', flush=True)\n" \

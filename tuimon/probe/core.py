@@ -213,12 +213,13 @@ class Probe:
             self.copies.close(step, t1, tid)
         self.step_no += 1
         self.step_t0 = t1
-        if self.gpu is not None:
-            self.gpu.boundary(step, t0, t1, syncs)
+        gpu, ops = self.gpu, self.ops
+        if gpu is not None and step >= gpu.due:  # (the sampled parts: called on the steps they need)
+            gpu.boundary(step, t0, t1, syncs)
         if self.roots is not None and self.roots.discovering:
             self.roots.on_step(step)
-        if self.ops is not None:
-            self.ops.boundary(step, t0, t1)
+        if ops is not None and (step >= ops.due or ops.mode is not None):
+            ops.boundary(step, t0, t1)
         c = self.capturer
         if c is not None and (c.pending is not None or c.window is not None):  # (a capture asked for or open)
             c.on_step(step)

@@ -62,6 +62,8 @@ class GpuTiming:
         self._marks = 0
         self.device: int | None = None
         self._ready = False  # CUDA initialized
+        self.due = 0  # the next step whose end needs boundary() (0: every step, until CUDA is initialized)
+        self._called: tuple[int, int] | None = None  # (step, host ns) at the last boundary()
         self._stream = current_stream(torch)
         base = getattr(getattr(torch, "_C", None), "_CudaEventBase", None)  # (Event.record, less its frame)
         self._record_on = base.record if base is not None and isinstance(torch.cuda.Event, type) \
@@ -82,7 +84,9 @@ class GpuTiming:
         self._record_on(ev, self._stream())
 
     def boundary(self, step: int, t0: int, t1: int, syncs: list) -> None:
-        """Step `step` ran t0..t1 on the host, with these syncs; called at its end, on the loop thread."""
+        """Step `step` ran t0..t1 on the host, with these syncs; called at its end, on the loop thread,
+        from step `due` on: the step before a measured one and the measured one (the steps between
+        need nothing: the stride's step time is their mean since the last call)."""
         if not self._ready:
             if not self.cuda.is_initialized():
                 return
@@ -95,14 +99,18 @@ class GpuTiming:
                 self._pending.append((ev, _now(), step, False))
                 if step % self.every == 0:
                     self._open[step] = (t0, t1, list(syncs))
-        # the stride follows a smoothed step time: loops whose steps alternate short and long (two
-        # DataLoader workers deliver batches in pairs) would otherwise measure a biased subset
-        self._step_ns = (t1 - t0) if self._step_ns is None else 0.9 * self._step_ns + 0.1 * (t1 - t0)
+        # the stride follows a smoothed step time, the mean since the last call: loops whose steps
+        # alternate short and long (two DataLoader workers deliver batches in pairs) would otherwise
+        # measure a biased subset
+        last = self._called
+        per = (t1 - last[1]) / (step - last[0]) if last is not None and step > last[0] else t1 - t0
+        self._called = (step, t1)
+        self._step_ns = per if self._step_ns is None else 0.9 * self._step_ns + 0.1 * per
         self.every = stride(self._step_ns)
         self.measuring = (step + 1) % self.every == 0  # marks and anchors only in a measured step
         self.anchored, self._marks = not self.measuring, 0
-        if self.device is None or step % 64 == 0:
-            self.device = self.cuda.current_device()
+        self.due = step + 1 if self.measuring else (step // self.every + 1) * self.every - 1
+        self.device = self.cuda.current_device()
 
     def mark(self) -> None:
         """A point inside a measured step where queued work is likely (the end of forward, of

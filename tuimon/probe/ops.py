@@ -40,7 +40,9 @@ class OpCounter:
                 return func(*args, **(kwargs or {}))
 
         self.probe, self._line_of, self._mode_cls = probe, line_of, Count
-        self.left, self.every = FIRST, FIRST
+        self.every = FIRST
+        self.due = FIRST  # the next step to count: the probe calls boundary() from this step's end on
+        self._called: tuple[int, int] | None = None  # (step, host ns) at the last call
         self.mode = None
         self.usual_ns = 0.0  # the usual step (a running mean of uncounted ones)
         self.off: str | None = None  # why counting stopped for good
@@ -63,16 +65,24 @@ class OpCounter:
             self.by_line[line] = self.by_line.get(line, 0) + 1
 
     def boundary(self, step: int, t0: int, t1: int) -> None:
-        """After the probe closed step `step` (t0..t1): end a counted step, or start the next one."""
+        """After the probe closed step `step` (t0..t1): end a counted step, or start the next one.
+        The probe calls it while a step is counted and from step `due` on (not on the steps between,
+        whose mean since the last call is the usual step)."""
         if self.mode is not None:
             self._close(step, t1 - t0)
+            self._called = (step, t1)
             return
         if self.off is not None:
+            self.due = 1 << 62
             return
-        d = t1 - t0
+        last = self._called
+        d = (t1 - last[1]) / (step - last[0]) if last is not None and step > last[0] else t1 - t0
+        self._called = (step, t1)
         self.usual_ns = d if not self.usual_ns else 0.9 * self.usual_ns + 0.1 * d
-        self.left -= 1
-        if self.left > 0 or "torch._dynamo" not in sys.modules:
+        if step < self.due:
+            return
+        if "torch._dynamo" not in sys.modules:
+            self.due = step + EVERY_MIN  # (asked again then)
             return
         if getattr(self.probe.roots, "compiled_seen", False):
             self.off = "the job compiles (torch.compile guards on dispatch modes)"
@@ -102,7 +112,7 @@ class OpCounter:
         cost = max(0.0, d_ns - self.usual_ns)
         budget = COST_SHARE * max(self.usual_ns, 1.0)
         self.every = int(min(EVERY_MAX, max(EVERY_MIN, cost / budget)))
-        self.left = self.every
+        self.due = step + self.every
 
     def abandon(self) -> None:
         """Leave a counted step without counting it (the probe switched off, a forked child)."""
@@ -111,4 +121,4 @@ class OpCounter:
             mode.__exit__(None, None, None)
         except Exception:  # noqa: BLE001
             self.off = "its dispatch mode could not be left"
-        self.left = self.every
+        self.due = (self._called[0] if self._called else 0) + self.every
