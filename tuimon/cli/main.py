@@ -14,9 +14,23 @@ def _command(module: str, name: str):
     """The command's function, imported when it runs: a command loads only its own modules (the
     monitor's first frame does not wait for the imports of record, trace, export or doctor)."""
     def run(args):
+        import gc
         import importlib
 
-        return getattr(importlib.import_module(f"tuimon.cli.{module}"), name)(args)
+        # Imports allocate much and free almost nothing (modules, classes, functions: they live as long
+        # as the process): the cyclic GC's passes over them are CPU the monitor's first frame waits for,
+        # and each full pass later walks them again. So no GC while importing, and what the imports
+        # made is frozen (never walked again; the little cyclic garbage among it stays). cli.tui keeps
+        # the GC off until the first paint.
+        was_on = gc.isenabled()
+        gc.disable()
+        try:
+            command = getattr(importlib.import_module(f"tuimon.cli.{module}"), name)
+        finally:
+            gc.freeze()
+            if was_on:
+                gc.enable()
+        return command(args)
 
     return run
 
