@@ -71,3 +71,33 @@ def test_frozen_keyword_only_and_a_dataclass_for_its_tools():
     assert replace(r, b="z") == Rec(a=1, b="z") and dataclasses.is_dataclass(r)
     assert dataclasses.asdict(Rec(a=3, c=[1])) == {"a": 3, "b": "x", "c": [1], "d": 0.0}
     assert {Rec(a=1), Rec(a=1, c=[5])} == {Rec(a=1)}  # hashable, one element
+
+
+def test_frozen_checks_as_the_dataclass_makes_them_and_its_helper_put_back():
+    @record
+    class Base:
+        a: int
+
+    @dataclass(frozen=True, kw_only=True)
+    class BaseRef:
+        a: int
+
+    class Sub(Base):  # (not a dataclass: may set attributes of its own, as under dataclass's own check)
+        pass
+
+    class SubRef(BaseRef):
+        pass
+
+    for cls in (Sub, SubRef):
+        s = cls(a=1)
+        s.extra = 2  # type: ignore[attr-defined]
+        del s.extra  # type: ignore[attr-defined]
+        with pytest.raises(FrozenInstanceError, match="cannot assign to field 'a'"):
+            s.a = 3  # type: ignore[misc]
+        with pytest.raises(FrozenInstanceError, match="cannot delete field 'a'"):
+            del s.a  # type: ignore[misc]
+    with pytest.raises(FrozenInstanceError, match="cannot assign to field 'other'"):
+        Base(a=1).other = 1  # type: ignore[attr-defined]
+    import tuimon.model.record as rec_module  # (dataclasses' own helper is in place after a record is made)
+    assert getattr(dataclasses, "_frozen_get_del_attr", None) is rec_module._FROZEN_MADE_BY or \
+        rec_module._FROZEN_MADE_BY is None
