@@ -1,4 +1,4 @@
-"""The psutil sampler against real processes: a parent with busy and idle children."""
+"""The process sampler against real processes: a parent with busy and idle children."""
 
 import os
 import subprocess
@@ -207,3 +207,30 @@ def test_a_threads_state_is_read_from_its_own_stat():
     finally:
         odd.kill()
         odd.wait()
+
+
+def test_host_names_and_pss_read_from_proc_say_what_psutil_says(tmp_path):
+    """The host's memory, a process's PSS, and a GPU process's name, user and command, read from
+    /proc, against psutil reading the same process (a program whose name the kernel cuts at 15 bytes)."""
+    import psutil
+
+    from tuimon.sources import process as sp
+
+    h = sp.host_sample()
+    vm = psutil.virtual_memory()
+    assert h.mem_total == vm.total and abs(h.mem_used - (vm.total - vm.available)) < 64 * 2**20
+    assert h.cpus == psutil.cpu_count() and 0.0 <= h.cpu_percent <= 100.0
+    long = tmp_path / "a_program_named_long"
+    long.symlink_to("/bin/sleep")
+    p = subprocess.Popen([str(long), "30"])
+    try:
+        wait_for(lambda: psutil.Process(p.pid).name() == "a_program_named_long", timeout=10)
+        ps = psutil.Process(p.pid)
+        assert sp.ProcessNames().describe(p.pid) == (ps.name(), ps.username(), " ".join(ps.cmdline()))
+        assert sp._name(p.pid, "a_program_named") == "a_program_named_long"
+        pss = sp._read_pss(p.pid)
+        assert pss is not None and abs(pss - ps.memory_full_info().pss) < 2**20
+    finally:
+        p.kill()
+        p.wait()
+    assert sp.ProcessNames().describe(p.pid) == (None, None, None) and sp._read_pss(p.pid) is None

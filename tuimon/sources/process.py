@@ -1,14 +1,15 @@
-"""psutil sampler for the target process and its descendants (DataLoader workers, torchrun ranks)."""
+"""The target process and its descendants (DataLoader workers, torchrun ranks), the host's CPU and memory,
+and the names of a GPU's processes: read from /proc (Linux). psutil read the same files; its import was
+~12 ms of the monitor's start (dev machine), so it is not imported."""
 
 from __future__ import annotations
 
 import os
+import pwd
 import subprocess
 import time
 from dataclasses import replace
 from typing import NamedTuple
-
-import psutil
 
 from ..channel import procinfo
 from ..model import NA, HostSample, ProcessSample, ProcRow
@@ -21,8 +22,8 @@ class ProcessSampler:
     """One sample per cycle: the target and each live descendant, with CPU % since the previous
     cycle. `popen`: the subprocess.Popen when tuimon launched the target (gives the exit code).
     A row is one read of /proc/PID/stat and one of /proc/PID/io (psutil read four files for it, and
-    stat twice more to check the PID: ~0.13 ms a process, a cycle); psutil names a process once,
-    and reads its PSS."""
+    stat twice more to check the PID: ~0.13 ms a process, a cycle); a process is named once, and its
+    PSS read now and then (PSS_EVERY_S)."""
 
     def __init__(self, pid: int, popen=None):
         self.pid = pid
@@ -187,13 +188,13 @@ def _read_io(pid: int) -> tuple[int | NA, int | NA]:
 
 
 def _name(pid: int, comm: str) -> str:
-    """The process's name: stat's, which the kernel cuts at 15 bytes; then psutil's, from the command."""
+    """The process's name: stat's, which the kernel cuts at 15 bytes; a cut one is the command's
+    program where that starts with it (psutil's rule)."""
     if len(comm.encode()) < 15:  # (the kernel's limit is 15 bytes, not characters)
         return comm
-    try:
-        return psutil.Process(pid).name()
-    except psutil.Error:
-        return comm
+    argv = procinfo.cmdline(pid)
+    program = os.path.basename(argv[0]) if argv else ""
+    return program if program.startswith(comm) else comm
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -220,48 +221,82 @@ def _moved(read: tuple[float, int | None, int], rss) -> int | None:
 
 
 def _read_pss(pid: int) -> int | None:
-    """PSS (shared pages split among their sharers); None where not readable."""
+    """PSS (shared pages split among their sharers) from smaps_rollup (Linux 4.14+); None where not readable."""
     try:
-        return psutil.Process(pid).memory_full_info().pss
-    except (psutil.Error, AttributeError, NotImplementedError):
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cpu_times() -> tuple[int, int] | None:
+    """(busy, total) clock ticks of all cores since boot, as psutil counts them: guest time is in
+    user time already; idle and iowait are not busy."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
         return None
+    total = sum(ticks[:8])  # user nice system idle iowait irq softirq steal (not guest, guest_nice)
+    return total - sum(ticks[3:5]), total
+
+
+_last_cpu = _cpu_times()  # (the first sample's CPU % is since this import, as psutil's was since its own)
+
+
+def _memory() -> tuple[int, int]:
+    """(used, total) bytes: total less what is available (MemAvailable, or free + buffers + cache)."""
+    got: dict[bytes, int] = {}
+    with open("/proc/meminfo", "rb") as f:
+        for line in f:
+            key, _, rest = line.partition(b":")
+            if key in (b"MemTotal", b"MemAvailable", b"MemFree", b"Buffers", b"Cached"):
+                got[key] = int(rest.split()[0]) * 1024
+    total = got[b"MemTotal"]
+    available = got.get(b"MemAvailable", got.get(b"MemFree", 0) + got.get(b"Buffers", 0) + got.get(b"Cached", 0))
+    return total - available, total
 
 
 def host_sample() -> HostSample:
     """The machine's CPU (all cores, since the last call) and memory."""
-    vm = psutil.virtual_memory()
-    return HostSample(cpu_percent=psutil.cpu_percent(None), cpus=psutil.cpu_count() or 1,
-                      mem_used=vm.total - vm.available, mem_total=vm.total)
+    global _last_cpu
+    now, last = _cpu_times(), _last_cpu
+    _last_cpu = now
+    cpu = 0.0
+    if now is not None and last is not None and now[1] > last[1]:
+        cpu = round(min(100.0, max(0.0, 100.0 * (now[0] - last[0]) / (now[1] - last[1]))), 1)
+    used, total = _memory()
+    return HostSample(cpu_percent=cpu, cpus=os.cpu_count() or 1, mem_used=used, mem_total=total)
 
 
 class ProcessNames:
     """Name, user and command of any PID (a GPU's processes), cached per process."""
 
     def __init__(self):
-        self._known: dict[int, tuple[float, tuple]] = {}
+        self._known: dict[int, tuple[int, tuple]] = {}  # pid -> (start ticks, what describe says)
 
     def describe(self, pid: int) -> tuple[str | None, str | None, str | None]:
-        try:
-            p = psutil.Process(pid)
-            created = p.create_time()
-        except psutil.Error:
+        created = procinfo.start_ticks(pid)
+        if created is None:
             return None, None, None
         hit = self._known.get(pid)
         if hit is not None and hit[0] == created:
             return hit[1]
         try:
-            with p.oneshot():
-                name = p.name()
-                try:
-                    user = p.username()
-                except (psutil.Error, KeyError):
-                    user = None
-                try:
-                    command = " ".join(p.cmdline()) or None
-                except psutil.Error:
-                    command = None
-        except psutil.Error:
+            comm, _ = procinfo.read_stat(pid)
+            with open(f"/proc/{pid}/status", "rb") as f:
+                uid = next(int(line.split()[1]) for line in f if line.startswith(b"Uid:"))
+        except (OSError, StopIteration, ValueError, IndexError):
             return None, None, None
+        name = _name(pid, comm.decode("utf-8", "replace"))
+        try:
+            user = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            user = str(uid)  # (psutil's answer for a uid without a name)
+        command = " ".join(procinfo.cmdline(pid) or []) or None
         if len(self._known) > 1024:
             self._known.clear()
         self._known[pid] = (created, (name, user, command))
