@@ -173,3 +173,36 @@ def test_the_header_and_the_verdict_fit_any_width():
         assert out.plain.endswith("(low confidence; e: why)"), out.plain
     assert "…" in verdict_line(v, 78).plain and "…" not in verdict_line(v, 300).plain
     assert verdict_line(v).plain.endswith(step + "  (low confidence; e: why)")  # no width: whole
+
+
+def test_clamp_cuts_where_a_search_on_whole_texts_cuts():
+    """clamp searches on the plain text; the cut (text and styles) is the one a search that built
+    and wrapped each tried Text found, at every width."""
+    from rich.text import Text
+
+    from tuimon.ui.panels.verdict import clamp, wrapped_lines
+
+    def by_texts(head: Text, tail: Text, width: int, lines: int) -> Text:
+        if wrapped_lines(head + tail, width) <= lines:
+            return head + tail
+
+        def cut(n: int) -> Text:
+            short = head[:n]
+            short.rstrip()
+            return short + Text("…") + tail
+        lo, hi = 0, len(head.plain)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if wrapped_lines(cut(mid), width) <= lines else (lo, mid - 1)
+        space = head.plain.rfind(" ", 0, lo + 1)
+        return cut(space if space > lo - 20 and space > 0 else lo)
+
+    head = Text()
+    head.append(" INPUT-BOUND (MODERATE) ", "bold reverse")
+    head.append("  data wait 9% of the step · forward+backward 87% · loop thread at 97% CPU · "
+                "a_very_long_unbroken_word_" * 3 + " and\nits second line", "dim")
+    tail = Text("  (low confidence; e: why)", "dim")
+    for width in range(8, 140, 3):
+        for lines in (1, 2, 3, 4):
+            got, want = clamp(head, tail, width, lines), by_texts(head, tail, width, lines)
+            assert got.plain == want.plain and got.spans == want.spans, (width, lines)
