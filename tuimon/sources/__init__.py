@@ -1,1 +1,1 @@
-"""Samplers the monitor reads: the channel, NVML, psutil. No textual imports here."""
+"""Samplers the monitor reads: the channel, NVML, /proc. No textual imports here."""
