@@ -176,3 +176,25 @@ def test_comm_event_pairs_are_sampled_on_short_steps(sim):
     assert abs(pairs - 320 / c.gpu.every) <= 2 and len(gpu) == pairs  # every n-th step of 320, each resolved
     assert all(abs(v - 1.0 * MS) < 0.01 * MS for v in gpu)
     assert sum(1 for r in records if r[2] == names["comm.calls"]) == 320  # (the host side: every step)
+
+
+def test_the_step_time_called_on_fewer_steps_is_the_mean_called_on_every_step():
+    """smoothed(): GPU timing and the op counter are called on the steps they need only; their step
+    time must follow the steps as a running mean over every step would (a first step of 5 s forgotten
+    as fast), so the stride and the count's cost are judged as before."""
+    from tuimon.probe.ops import smoothed
+
+    times = [5000 * MS] + [10 * MS] * 99  # a first step with the job's setup in it, then 10 ms steps
+    every = None
+    t = 0
+    for k, d in enumerate(times, start=1):
+        t0, t = t, t + d
+        every = smoothed(every, (k - 1, t0) if k > 1 else None, k, t0, t)
+    few, last = None, None
+    t = 0
+    for k, d in enumerate(times, start=1):
+        t0, t = t, t + d
+        if k in (1, 20, 40, 60, 80, 100):  # called on 6 steps of 100
+            few, last = smoothed(few, last, k, t0, t), (k, t)
+    assert every == pytest.approx(few, rel=0.02) and few == pytest.approx(10 * MS, rel=0.02)
+    assert smoothed(None, None, 1, 0, 7) == 7.0

@@ -18,8 +18,8 @@ Per step (emitted once its end event has completed):
   the GPU is busy by definition). Idle gaps between events count as idle, so tiny kernels the GPU
   keeps up with are not seen here; GPM's SM activity, sampled by the monitor, covers those.
 
-Cost: ~6-7 us a cudaEventRecord from Python and ~1 us a query in a quiet process, but measured in a
-2-GPU DDP job the events cost ~1% of its 4.6 ms step when every 4th step was measured (~45 us per
+Cost: ~4 us a record the way _record makes it (Event.record() ~11 us, H200) and ~1-2 us a query, but
+measured in a 2-GPU DDP job the events cost ~1% of its 4.6 ms step when every 4th step was measured (~45 us per
 step: benchmarks/ddp_step_overhead.py's probe vs probe-nogpu arms, two H200s: ~180 us a measured
 step). So steps are measured about once per MIN_STEP_NS (160 ms): every step from 160 ms up, every
 n-th below, which keeps the events near 0.1% of step time by that measurement (at 80 ms they took
@@ -33,6 +33,7 @@ from collections import deque
 from time import monotonic_ns as _now
 
 from ..channel import layout as L
+from .ops import smoothed
 
 MIN_STEP_NS = 160_000_000  # events on every step from 160 ms steps up; shorter steps are sampled (the docstring)
 MARKS = 2  # mid-step events a measured step may add (end of forward, end of backward)
@@ -102,10 +103,8 @@ class GpuTiming:
         # the stride follows a smoothed step time, the mean since the last call: loops whose steps
         # alternate short and long (two DataLoader workers deliver batches in pairs) would otherwise
         # measure a biased subset
-        last = self._called
-        per = (t1 - last[1]) / (step - last[0]) if last is not None and step > last[0] else t1 - t0
+        self._step_ns = smoothed(self._step_ns, self._called, step, t0, t1)
         self._called = (step, t1)
-        self._step_ns = per if self._step_ns is None else 0.9 * self._step_ns + 0.1 * per
         self.every = stride(self._step_ns)
         self.measuring = (step + 1) % self.every == 0  # marks and anchors only in a measured step
         self.anchored, self._marks = not self.measuring, 0
@@ -185,8 +184,8 @@ def _record(ev, stream) -> None:
 
 def current_stream(torch):
     """torch.cuda.current_stream() for the events, made cheaper: torch builds a new Stream object in
-    five Python calls each time (half of a record's ~12 us on the H100); here it is asked for the
-    current stream's numbers in one C call and the Stream made once per stream."""
+    five Python calls each time (8.6 us on an H200, of Event.record()'s 11.0); here the current
+    stream's numbers come from one C call and its Stream is made once (0.7 us; a record 3.9)."""
     raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentStream", None)
     if raw is None:
         return torch.cuda.current_stream

@@ -27,6 +27,17 @@ EVERY_MIN, EVERY_MAX = 20, 100_000
 LINES = 8  # lines named per count
 
 
+def smoothed(mean: float | None, last: tuple[int, int] | None, step: int, t0: int, t1: int) -> float:
+    """A step time's running mean, folding in the steps since the last call (last: its step and end
+    time) as a mean that decays 0.9 a step: what calling on every step would give, called on fewer
+    (gpu_timing.py uses it too)."""
+    if last is None or step <= last[0]:
+        n, x = 1, t1 - t0
+    else:
+        n, x = step - last[0], (t1 - last[1]) / (step - last[0])
+    return float(x) if not mean else mean + (1 - 0.9 ** n) * (x - mean)
+
+
 class OpCounter:
     def __init__(self, probe, line_of):
         """line_of(frame) -> the name of the innermost line of the job's own code (sampler.LineNames)."""
@@ -75,10 +86,8 @@ class OpCounter:
         if self.off is not None:
             self.due = 1 << 62
             return
-        last = self._called
-        d = (t1 - last[1]) / (step - last[0]) if last is not None and step > last[0] else t1 - t0
+        self.usual_ns = smoothed(self.usual_ns, self._called, step, t0, t1)
         self._called = (step, t1)
-        self.usual_ns = d if not self.usual_ns else 0.9 * self.usual_ns + 0.1 * d
         if step < self.due:
             return
         if "torch._dynamo" not in sys.modules:
