@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import threading
 import time
 
 from tests.conftest import wait_for
@@ -234,3 +235,40 @@ def test_host_names_and_pss_read_from_proc_say_what_psutil_says(tmp_path):
         p.kill()
         p.wait()
     assert sp.ProcessNames().describe(p.pid) == (None, None, None) and sp._read_pss(p.pid) is None
+
+
+def test_proc_files_are_read_whole_however_many_reads_they_take(monkeypatch, tmp_path):
+    """procinfo.read_file (os.read, not a file object) returns what open().read() returns, where a
+    file takes several reads: a process's children (a line per child), a sleeping process's status,
+    a regular file; read with a 64-byte chunk here so that each takes several."""
+    import psutil
+
+    from tuimon.channel import procinfo
+
+    kids = [subprocess.Popen(["sleep", "30"]) for _ in range(40)]
+    try:
+        big = tmp_path / "big"
+        big.write_bytes(bytes(range(256)) * 40)
+        paths = [f"/proc/{kids[0].pid}/status", f"/proc/{os.getpid()}/task/{threading.get_native_id()}/children",
+                 str(big)]
+        whole = [procinfo.read_file(p) for p in paths]
+        monkeypatch.setattr(procinfo, "_CHUNK", 64)
+        monkeypatch.setattr(procinfo, "_WHOLE", 32)
+        for path, want in zip(paths, whole, strict=True):
+            with open(path, "rb") as f:
+                assert procinfo.read_file(path) == f.read() == want, path
+        assert len(whole[1].split()) >= len(kids) and len(whole[1]) > 64
+        assert procinfo.children(os.getpid()) == sorted(c.pid for c in psutil.Process().children())
+        assert procinfo.read_file("/proc/stat", head=True).startswith(b"cpu ")
+        assert len(procinfo.read_file("/proc/stat", head=True)) <= 64
+        assert procinfo.process_state(kids[0].pid, procinfo.start_ticks(kids[0].pid)) == "alive"
+        assert procinfo.process_state(kids[0].pid, procinfo.start_ticks(kids[0].pid) + 1) == "reused"
+        zombie = kids[1]
+        zombie.kill()  # (not waited for yet: a zombie, which has exited)
+        wait_for(lambda: procinfo.is_zombie(zombie.pid), what="the zombie")
+        assert procinfo.process_state(zombie.pid, procinfo.start_ticks(zombie.pid)) == "exited"
+    finally:
+        for k in kids:
+            k.kill()
+            k.wait()
+    assert procinfo.process_state(kids[0].pid, 0) == "exited"

@@ -8,14 +8,34 @@ from __future__ import annotations
 import os
 import signal
 
+_CHUNK = 4096
+_WHOLE = _CHUNK - 256  # a read shorter than this left room for another of the file's lines: it had them all
+
+
+def read_file(path: str, head: bool = False) -> bytes:
+    """A whole small /proc file (head: its first 4 KiB only). os.open/os.read, not open(): the
+    monitor reads a few dozen of these a second, and a Python file object (FileIO + BufferedReader)
+    costs more than the read itself. Raises OSError as open() would."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, _CHUNK)
+        if head or len(data) < _WHOLE:  # (the kernel's seq_file fills a read until the next line does not fit)
+            return data
+        parts = [data]
+        while data:
+            data = os.read(fd, _CHUNK)
+            parts.append(data)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
+
 
 def read_stat(pid: int, tid: int | None = None) -> tuple[bytes, list[bytes]]:
     """/proc/PID/stat (proc(5)), or one thread's /proc/PID/task/TID/stat, as (the command name, the
     fields after it: [0] is field 3, the state); the name may hold spaces and parens. Raises OSError
     where the process (thread) is gone or its file is not readable or cut short."""
     path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
-    with open(path, "rb") as f:
-        data = f.read()
+    data = read_file(path)
     end = data.rfind(b")")
     if end < 0:
         raise FileNotFoundError(f"{path}: cut short")
@@ -48,8 +68,7 @@ def parent(pid: int) -> int | None:
 def thread_cpu_ticks(pid: int, tid: int) -> int | None:
     """User + system CPU time of one thread of pid, in clock ticks (os.sysconf('SC_CLK_TCK'))."""
     try:
-        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-            data = f.read()
+        data = read_file(f"/proc/{pid}/task/{tid}/stat")
     except OSError:
         return None
     fields = data[data.rfind(b")") + 2 :].split()
@@ -60,8 +79,7 @@ def thread_run_delay_ns(pid: int, tid: int) -> int | None:
     """Time one thread of pid has spent runnable but waiting for a CPU, in ns: the second field of
     /proc/PID/task/TID/schedstat (the kernel's sched-stats docs); None where the kernel lacks it."""
     try:
-        with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
-            fields = f.read().split()
+        fields = read_file(f"/proc/{pid}/task/{tid}/schedstat").split()
     except OSError:
         return None
     return int(fields[1]) if len(fields) > 1 else None
@@ -121,8 +139,7 @@ def children(pid: int) -> list[int] | None:
     out: list[int] = []
     for tid in tasks:
         try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                out += [int(x) for x in f.read().split()]
+            out += [int(x) for x in read_file(f"/proc/{pid}/task/{tid}/children").split()]
         except FileNotFoundError:
             if not os.path.exists(f"/proc/{pid}/task/{tid}"):
                 continue  # the thread ended meanwhile
@@ -160,13 +177,15 @@ def _descendants_by_scan(pid: int) -> list[int]:
 
 
 def process_state(pid: int, expected_start: int) -> str:
-    """'alive', 'exited' (no such process or a zombie) or 'reused' (another process has the PID)."""
-    ticks = start_ticks(pid)
-    if ticks is None or is_zombie(pid):
+    """'alive', 'exited' (no such process or a zombie) or 'reused' (another process has the PID).
+    One read of stat (this runs every cycle for each channel and capture client)."""
+    try:
+        fields = read_stat(pid)[1]
+    except OSError:
         return "exited"
-    if ticks != expected_start:
-        return "reused"
-    return "alive"
+    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
+        return "exited"
+    return "alive" if int(fields[19]) == expected_start else "reused"
 
 
 def cmdline(pid: int) -> list[str] | None:

@@ -179,8 +179,7 @@ def _read_stat(pid: int) -> _Stat:
 def _read_io(pid: int) -> tuple[int | NA, int | NA]:
     """(read_bytes, write_bytes) of /proc/PID/io: readable by its owner (ptrace's rule) only."""
     try:
-        with open(f"/proc/{pid}/io", "rb") as f:
-            got = dict(line.split(b": ") for line in f.read().splitlines() if b": " in line)
+        got = dict(line.split(b": ") for line in procinfo.read_file(f"/proc/{pid}/io").splitlines() if b": " in line)
         return int(got[b"read_bytes"]), int(got[b"write_bytes"])
     except (OSError, KeyError, ValueError) as e:
         why = NA(f"I/O counters not readable: {'AccessDenied' if isinstance(e, PermissionError) else type(e).__name__}")
@@ -236,8 +235,7 @@ def _cpu_times() -> tuple[int, int] | None:
     """(busy, total) clock ticks of all cores since boot, as psutil counts them: guest time is in
     user time already; idle and iowait are not busy."""
     try:
-        with open("/proc/stat", "rb") as f:
-            ticks = [int(x) for x in f.readline().split()[1:]]
+        ticks = [int(x) for x in procinfo.read_file("/proc/stat", head=True).split(b"\n", 1)[0].split()[1:]]
     except (OSError, ValueError):
         return None
     total = sum(ticks[:8])  # user nice system idle iowait irq softirq steal (not guest, guest_nice)
@@ -250,11 +248,10 @@ _last_cpu = _cpu_times()  # (the first sample's CPU % is since this import, as p
 def _memory() -> tuple[int, int]:
     """(used, total) bytes: total less what is available (MemAvailable, or free + buffers + cache)."""
     got: dict[bytes, int] = {}
-    with open("/proc/meminfo", "rb") as f:
-        for line in f:
-            key, _, rest = line.partition(b":")
-            if key in (b"MemTotal", b"MemAvailable", b"MemFree", b"Buffers", b"Cached"):
-                got[key] = int(rest.split()[0]) * 1024
+    for line in procinfo.read_file("/proc/meminfo").splitlines():
+        key, _, rest = line.partition(b":")
+        if key in (b"MemTotal", b"MemAvailable", b"MemFree", b"Buffers", b"Cached"):
+            got[key] = int(rest.split()[0]) * 1024
     total = got[b"MemTotal"]
     available = got.get(b"MemAvailable", got.get(b"MemFree", 0) + got.get(b"Buffers", 0) + got.get(b"Cached", 0))
     return total - available, total
