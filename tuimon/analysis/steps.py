@@ -33,6 +33,9 @@ class StepRecord:
     phases: dict[int, float] = field(default_factory=dict)  # phase name id -> exclusive ns on the loop thread
     values: dict[int, float] = field(default_factory=dict)  # name id -> a number about the step (GPU, syncs)
     sites: dict[int, float] = field(default_factory=dict)  # sync call site name id -> estimated calls
+    # bumped by StepAccumulator.add each time it folds records into the step: what was worked out of
+    # it before (analysis/rolling.py) is stale when this moved
+    rev: int = field(default=0, compare=False, repr=False)
 
     @property
     def duration_ns(self) -> int:
@@ -79,6 +82,7 @@ class StepAccumulator:
             if r[F_STEP] != last_index or s is None:
                 last_index = r[F_STEP]
                 s = self._step(last_index)
+                s.rev += 1
             if kind == PHASE:
                 nid = r[F_NAME]
                 s.phases[nid] = s.phases.get(nid, 0.0) + r[F_VALUE]

@@ -8,6 +8,7 @@ import time
 from ..analysis import anatomy, summary
 from ..analysis import memory as gpu_memory
 from ..analysis import thresholds as T
+from ..analysis.rolling import RollingWindow
 from ..analysis.steps import F_KIND, F_STEP, F_T0, F_T1, STEP, StepAccumulator
 from ..capture.cost import StepLog
 from ..channel import layout as L
@@ -37,6 +38,7 @@ class TrainingView:
     def __init__(self, source: ChannelSource, history_steps: int = 256):  # >= the windows below
         self.source = source
         self.steps = StepAccumulator(history_steps)
+        self.rolling = RollingWindow()  # the window's step times, breakdown and ranges, kept as it moves
         self.step_log = StepLog()  # every step's times, further back: what a capture window cost (capture/cost.py)
         self.longest_ns = 0  # the longest step so far, the job's warm-up left out
         # the start of the job's first step, once seen (0: attached later, no cut): hot lines count from it
@@ -127,9 +129,11 @@ class TrainingView:
         name = r.name
         step_source, first = self._step_source(name)
         steps = self.steps.window(window_steps, first)
-        window = anatomy.Window(steps, name)
+        self.rolling.update(steps)
+        said = self.rolling.said  # (what depends on the window's steps alone: worked out when they changed)
+        window = said("anatomy", lambda: _anatomy(steps, name))
         meta = info.meta
-        share = summary.data_wait_share(steps)
+        share = self.rolling.data_wait_share()
         state = r.process_state()
         end_ns = _end_ns(r, state)
         last = self.steps.completed[-1] if self.steps.completed else None
@@ -160,20 +164,20 @@ class TrainingView:
             uptime_s=round((end_ns - info.created_ns) / 1e9, 3),
             steps=r.steps,
             window_steps=len(steps),
-            step_time_ms=summary.step_time_ms(steps),
-            steps_per_s=summary.steps_per_second(steps),
+            step_time_ms=self.rolling.step_time_ms(),
+            steps_per_s=said("steps_per_s", lambda: summary.steps_per_second(steps)),
             data_wait_share=None if share is None else round(share, 4),
-            breakdown=summary.breakdown(steps, name),
-            ranges=summary.range_table(steps, name),
-            throughput_per_s=summary.throughput(steps, name),
+            breakdown=self.rolling.breakdown(name),
+            ranges=self.rolling.range_table(name),
+            throughput_per_s=said("throughput", lambda: summary.throughput(steps, name)),
             recent_step_ms=[round(x.duration_ns / 1e6, 3) for x in list(self.steps.completed)[-120:]],
             records=self.source.records_read,
             dropped=r.total_lost,
             corrupt=r.total_corrupt,
-            phases=window.phases(),
-            gpu=window.gpu_times(),
-            syncs=window.syncs(),
-            comm=window.comm(),
+            phases=list(window["phases"]),
+            gpu=window["gpu"],
+            syncs=window["syncs"],
+            comm=window["comm"],
             memory=gpu_memory.memory(self.steps.gauges, self.steps.gauge_history, name,
                                      steps[0].index if steps else 0, steps[-1].index if steps else 0),
             dataloader_workers=anatomy.dataloader_workers(self.steps.gauges, name),
@@ -190,9 +194,14 @@ class TrainingView:
             hot_lines=hot,
             samples=samples,
             optimizer=anatomy.optimizer(self.steps.gauges, name),
-            copies=window.copies(),
+            copies=window["copies"],
             ops=anatomy.op_counts(self.steps.gauges, self.steps.gauge_steps, name),
         )
+
+
+def _anatomy(steps, name) -> dict:
+    w = anatomy.Window(steps, name)
+    return {"phases": w.phases(), "gpu": w.gpu_times(), "syncs": w.syncs(), "comm": w.comm(), "copies": w.copies()}
 
 
 def _chunks(records: list) -> list[list]:
