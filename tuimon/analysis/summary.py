@@ -42,27 +42,29 @@ def range_table(steps: list[StepRecord], name_of: Callable[[int], str]) -> list[
     """One row per range name over the window, largest share first. share: the range's total
     time over the window's total step time (nested ranges overlap their parents). count, mean and
     share are exact; p95 comes from the first RANGE_SAMPLES durations of each step."""
-    total = sum(s.duration_ns for s in steps)
-    durations: dict[int, list[int]] = {}  # samples, for the p95
-    n: dict[int, int] = {}
-    ns: dict[int, int] = {}
-    depth: dict[int, int] = {}
+    total = sum(s.t1 - s.t0 for s in steps)
+    by: dict[int, list] = {}  # name id -> [samples (for the p95), ranges, their ns, shallowest depth]; one lookup a step
     for s in steps:
+        range_n, range_ns, depths = s.range_n, s.range_ns, s.depth
         for nid, ds in s.ranges.items():
-            durations.setdefault(nid, []).extend(ds)
-            n[nid] = n.get(nid, 0) + s.range_n[nid]
-            ns[nid] = ns.get(nid, 0) + s.range_ns[nid]
-            depth[nid] = min(depth.get(nid, 1 << 30), s.depth.get(nid, 0))
-    rows = []
-    for nid, ds in durations.items():
-        rows.append(RangeRow(
-            name=name_of(nid),
-            count=n[nid],
-            mean_ms=round(ns[nid] / n[nid] / 1e6, 3),
-            p95_ms=round(percentile(sorted(ds), 95) / 1e6, 3),
-            share=round(ns[nid] / total, 4) if total > 0 else None,
-            depth=depth[nid],
-        ))
+            depth = depths.get(nid, 0)
+            got = by.get(nid)
+            if got is None:
+                by[nid] = [list(ds), range_n[nid], range_ns[nid], min(1 << 30, depth)]
+            else:
+                got[0] += ds
+                got[1] += range_n[nid]
+                got[2] += range_ns[nid]
+                if depth < got[3]:
+                    got[3] = depth
+    rows = [RangeRow(
+        name=name_of(nid),
+        count=n,
+        mean_ms=round(ns / n / 1e6, 3),
+        p95_ms=round(percentile(sorted(ds), 95) / 1e6, 3),
+        share=round(ns / total, 4) if total > 0 else None,
+        depth=depth,
+    ) for nid, (ds, n, ns, depth) in by.items()]
     rows.sort(key=lambda r: -(r.share or 0))
     return rows
 
