@@ -83,3 +83,18 @@ def test_ranges_per_step_are_bounded_but_counts_and_shares_stay_exact():
     for _ in range(10):
         acc.add([rec(RANGE, 1, 0, 1, name=1)] * 10_000)
     assert len(acc.open[1].ranges[1]) == RANGE_SAMPLES and acc.open[1].range_n[1] == 100_000
+
+
+def test_hot_lines_leave_out_samples_a_damaged_channel_says_and_keep_the_rest():
+    """anatomy.hot_lines over (t, phase, line id, how, samples): a how outside python/native/waiting
+    or a count that is not positive (bytes of a damaged segment) is left out; it neither divides by
+    zero nor moves the shares of the good samples."""
+    from tuimon.analysis.anatomy import hot_lines
+
+    good = [(0, 0, 1, 0, 30), (0, 0, 1, 1, 10), (0, 1, 2, 2, 60)]
+    damaged = [(0, 0, 3, 7, 50), (0, 2, 4, 9, 5), (0, 0, 1, 0, 0), (0, 1, 5, 1, -4)]
+    rows, total = hot_lines(good + damaged, lambda nid: f"train.py:{nid}", ("other", "data", "forward"))
+    assert (rows, total) == hot_lines(good, lambda nid: f"train.py:{nid}", ("other", "data", "forward"))
+    assert total == 100 and [(r.phase, r.line, r.share) for r in rows] == [("data", "train.py:2", 0.6),
+                                                                            ("other", "train.py:1", 0.4)]
+    assert rows[1].python == 0.75 and rows[1].native == 0.25

@@ -144,9 +144,8 @@ def hot_lines(records, name_of: Callable[[int], str], phase_names: tuple[str, ..
     the thread was there (hows: layout.HOWS order, python, native, waiting); and their samples."""
     by: dict[tuple[int, int], list[float]] = {}  # (phase, line id) -> samples by how
     for _, phase, nid, how, n in records:
-        counts = by.setdefault((phase, nid), [0.0, 0.0, 0.0])
-        if 0 <= how < 3:
-            counts[how] += n
+        if 0 <= how < 3 and n > 0:  # (a record of a damaged channel is left out, not divided by)
+            by.setdefault((phase, nid), [0.0, 0.0, 0.0])[how] += n
     total = sum(sum(c) for c in by.values())
     if not total:
         return [], 0
