@@ -107,6 +107,7 @@ def training(a):
         steps.cpu_ms = (time.thread_time() - c0) / n * 1e3  # the loop thread's own CPU a step (not its waits)
         return (time.perf_counter() - t0) / n * 1e3
 
+    steps.opt, steps.batches = opt, batches  # (step_segments.py times the same step by its parts)
     return probe, probe_on, steps, net, batch, device, cuda
 
 
