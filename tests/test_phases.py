@@ -2,6 +2,7 @@
 and a step's phases add up to its duration whatever the loop does."""
 
 import mmap
+import sys
 import threading
 
 import pytest
@@ -183,3 +184,28 @@ def test_c_and_python_write_the_same_records(ops):
                 step, start = step + 1, t
         images.append((bytes(m), p.open, p.acc, p.syncs, p.period, p.t, p.since))
     assert all(i == images[0] for i in images)
+
+
+def test_sync_call_sites_are_walked_once_per_gap_at_most_and_every_sync_is_counted():
+    """A sync chosen for a walk within SITE_WALK_GAP_NS of the last walk is not walked: the next
+    walk counts it (a walk costs ~10 us where the step leaves the caches cold)."""
+    from tuimon.channel import ring
+    from tuimon.probe import anatomy
+
+    m = mmap.mmap(-1, RING_AT + RECORDS * L.RECORD_SIZE)
+    w = ring.RingWriter(m, RING_AT, RECORDS, HEAD_AT, STEPS_AT, BEAT_AT)
+    names: dict[str, int] = {}
+    a = anatomy.Anatomy(w, lambda n: names.setdefault(n, len(names) + 1))
+    t, gap = 10**9, anatomy.SITE_WALK_GAP_NS
+    d = gap // 20
+    a.restart(t)
+    for k in range(30):  # a sync every gap/20: walked at 0 and at the gap (standing for 20)
+        a.sync(t + k * d, t + k * d + 1000, sys._getframe())
+    first = sys._getframe().f_lineno - 1
+    a.close_step(1, t, t + 40 * d, 1)
+    a.sync(t + 60 * d, t + 60 * d + 1000, sys._getframe())  # stands for itself and the 9 after the gap
+    second = sys._getframe().f_lineno - 1
+    a.close_step(2, t + 40 * d, t + 80 * d, 1)
+    sites = [(r[5], r[3], r[8]) for r in records(m) if r[0] == L.SITE]
+    here = anatomy.short_path(__file__)
+    assert sites == [(1, names[f"{here}:{first}"], 21.0), (2, names[f"{here}:{second}"], 10.0)]

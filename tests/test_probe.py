@@ -251,6 +251,31 @@ def test_bad_counts_are_dropped_not_raised(shm_dir):
     assert [(x["name"], x["value"]) for x in of(recs, "count")] == [("tokens", 5.0)]
 
 
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["c", "python"])
+def test_counts_of_every_kind_are_written_as_probe_count_would(shm_dir, monkeypatch, pure):
+    """tuimon.count is channel.ring's (C where built): a str name and an int or float n written there,
+    anything else through Probe.count (str() of the name, float() of n, a bad one dropped and said
+    once); the record stamped with the step in progress and the thread's range depth."""
+    monkeypatch.setenv("TUIMON_PURE_PYTHON", pure)
+    recs, _, p = run_scenario(shm_dir, """
+        import fractions
+        with tuimon.range("outer"):
+            tuimon.count("a")
+            tuimon.count("a", 2.5)
+        tuimon.count(7, 3)
+        tuimon.count("a", True)
+        tuimon.count("a", fractions.Fraction(1, 4))
+        tuimon.count("big", 10 ** 400)
+        tuimon.step()
+        tuimon.count("a", 4)
+        tuimon.count("b", -2)
+    """)
+    got = [(x["name"], x["value"], x["depth"], x["step"]) for x in of(recs, "count")]
+    assert got == [("a", 1.0, 1, 1), ("a", 2.5, 1, 1), ("7", 3.0, 0, 1), ("a", 1.0, 0, 1), ("a", 0.25, 0, 1),
+                   ("a", 4.0, 0, 2), ("b", -2.0, 0, 2)]
+    assert p.stderr.count("count() ignored") == 1 and "OverflowError" in p.stderr
+
+
 def test_at_exit_no_thread_of_tuimon_is_left_in_the_job(shm_dir):
     """The probe's exit hook stops its control and sampler threads (the native one, and the Python
     one that reads its requests) and waits for them: a daemon thread inside a torch call when the

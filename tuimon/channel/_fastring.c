@@ -165,10 +165,11 @@ static PyObject *bound_names;   /* dict name -> id (the writer's, read without a
 static PyObject *bound_intern;  /* intern(name) -> id, for names not yet in the table */
 static PyObject *bound_push;    /* nvtx_push(name) or NULL: forwarding to NVTX */
 static PyObject *bound_pop;     /* nvtx_pop() or NULL */
+static PyObject *bound_count;   /* count(name, n) in Python, for what count() here does not take, or NULL */
 
 static PyObject *fr_bind(PyObject *m, PyObject *args) {
-    PyObject *ring, *names = Py_None, *intern = Py_None, *push = Py_None, *pop = Py_None;
-    if (!PyArg_ParseTuple(args, "O|OOOO", &ring, &names, &intern, &push, &pop))
+    PyObject *ring, *names = Py_None, *intern = Py_None, *push = Py_None, *pop = Py_None, *count = Py_None;
+    if (!PyArg_ParseTuple(args, "O|OOOOO", &ring, &names, &intern, &push, &pop, &count))
         return NULL;
     if (ring != Py_None && (!PyObject_TypeCheck(ring, &RingWriterType) || !PyDict_Check(names) ||
                             !PyCallable_Check(intern))) {
@@ -181,6 +182,7 @@ static PyObject *fr_bind(PyObject *m, PyObject *args) {
         Py_CLEAR(bound_intern);
         Py_CLEAR(bound_push);
         Py_CLEAR(bound_pop);
+        Py_CLEAR(bound_count);
         Py_RETURN_NONE;
     }
     Py_XSETREF(bound_ring, (RingWriter *)Py_NewRef(ring));
@@ -188,6 +190,77 @@ static PyObject *fr_bind(PyObject *m, PyObject *args) {
     Py_XSETREF(bound_intern, Py_NewRef(intern));
     Py_XSETREF(bound_push, push == Py_None ? NULL : Py_NewRef(push));
     Py_XSETREF(bound_pop, pop == Py_None ? NULL : Py_NewRef(pop));
+    Py_XSETREF(bound_count, count == Py_None ? NULL : Py_NewRef(count));
+    Py_RETURN_NONE;
+}
+
+/* The name's id in the bound table (interned on first use); 0 when that fails. Owns what it uses:
+ * intern runs Python code, during which another thread may re-bind and drop the bound objects. */
+static uint32_t bound_name_id(PyObject *name) {
+    PyObject *names = Py_XNewRef(bound_names), *intern = Py_XNewRef(bound_intern);
+    uint32_t nid = 0;
+    PyObject *id = names ? PyDict_GetItemWithError(names, name) : NULL; /* borrowed */
+    if (id) {
+        nid = (uint32_t)PyLong_AsUnsignedLongMask(id);
+    } else if (!PyErr_Occurred() && intern) {
+        PyObject *r = PyObject_CallOneArg(intern, name);
+        if (r) {
+            nid = (uint32_t)PyLong_AsUnsignedLongMask(r);
+            Py_DECREF(r);
+        }
+    }
+    PyErr_Clear();
+    Py_XDECREF(names);
+    Py_XDECREF(intern);
+    return nid;
+}
+
+/* ---- count(name, n=1): tuimon.count -------------------------------------------------------
+ * Called once or more a step, often right after the step's sync, where the GPU waits for the host:
+ * in C, one call (the Python api.count -> Probe.count path cost ~8-10 us there on an H200's host,
+ * cold, against ~1.5 warm: .gpu cold.py of the session). A str name and an int or float n are
+ * written here; anything else (a tensor, a numpy number) goes to the bound Python count, which
+ * converts it as float() and str() do and says a bad one once. */
+static PyObject *fr_count(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "count(name, n=1)");
+        return NULL;
+    }
+    RingWriter *w = bound_ring;
+    if (!w)
+        Py_RETURN_NONE;
+    PyObject *name = args[0], *n = nargs > 1 ? args[1] : NULL;
+    double value = 1.0;
+    if (!PyUnicode_CheckExact(name) || (n && !PyFloat_CheckExact(n) && !PyLong_CheckExact(n)))
+        goto slow;
+    if (n && PyFloat_CheckExact(n)) {
+        value = PyFloat_AS_DOUBLE(n);
+    } else if (n) {
+        value = PyLong_AsDouble(n);
+        if (value == -1.0 && PyErr_Occurred()) { /* too large for a float: as float() says it */
+            PyErr_Clear();
+            goto slow;
+        }
+    }
+    if (!w->enabled)
+        Py_RETURN_NONE;
+    Py_INCREF(w); /* (intern may run Python code that re-binds) */
+    int64_t t = now_ns();
+    uint32_t nid = bound_name_id(name);
+    if (w->enabled)
+        ring_append(w, KIND_COUNT, t_depth, nid, thread_id(), current_step(w), t, t, value);
+    Py_DECREF(w);
+    Py_RETURN_NONE;
+slow:
+    if (!bound_count)
+        Py_RETURN_NONE;
+    PyObject *f = Py_NewRef(bound_count), *one = n ? NULL : PyLong_FromLong(1);
+    PyObject *r = (n || one) ? PyObject_CallFunctionObjArgs(f, name, n ? n : one, NULL) : NULL;
+    Py_DECREF(f);
+    Py_XDECREF(one);
+    if (!r)
+        return NULL; /* (the Python count never raises; a failing allocation does) */
+    Py_DECREF(r);
     Py_RETURN_NONE;
 }
 
@@ -265,7 +338,7 @@ static PyObject *Range_exit(Range *self, PyObject *const *args, Py_ssize_t nargs
     if (w == bound_ring) { /* still the same probe (not re-bound or forked meanwhile) */
         /* Own what we use: the NVTX pop and intern calls run Python code, during which another
          * thread may re-bind and drop the bound objects. */
-        PyObject *names = Py_XNewRef(bound_names), *intern = Py_XNewRef(bound_intern), *pop = Py_XNewRef(bound_pop);
+        PyObject *pop = Py_XNewRef(bound_pop);
         if (pop) {
             PyObject *r = PyObject_CallNoArgs(pop);
             if (r)
@@ -273,21 +346,8 @@ static PyObject *Range_exit(Range *self, PyObject *const *args, Py_ssize_t nargs
             else
                 PyErr_Clear();
         }
-        uint32_t nid = 0;
-        PyObject *id = names ? PyDict_GetItemWithError(names, self->name) : NULL; /* borrowed */
-        if (id) {
-            nid = (uint32_t)PyLong_AsUnsignedLongMask(id);
-        } else if (!PyErr_Occurred() && intern) {
-            PyObject *r = PyObject_CallOneArg(intern, self->name);
-            if (r) {
-                nid = (uint32_t)PyLong_AsUnsignedLongMask(r);
-                Py_DECREF(r);
-            }
-        }
-        PyErr_Clear();
-        Py_XDECREF(names);
-        Py_XDECREF(intern);
         Py_XDECREF(pop);
+        uint32_t nid = bound_name_id(self->name);
         if (w->enabled)
             ring_append(w, KIND_RANGE, self->depth, nid, thread_id(), current_step(w), self->t0, t1, 0.0);
     }
@@ -395,7 +455,10 @@ static PyMethodDef module_methods[] = {
     {"unpack_records", fr_unpack_records, METH_VARARGS,
      "unpack_records(data, first_seq) -> (records, corrupt): checked layout.RECORD tuples"},
     {"bind", fr_bind, METH_VARARGS,
-     "bind(ring, names, intern, nvtx_push=None, nvtx_pop=None): where Range records go; bind(None) stops"},
+     "bind(ring, names, intern, nvtx_push=None, nvtx_pop=None, count=None): where Range and count records go; "
+     "bind(None) stops"},
+    {"count", (PyCFunction)(void (*)(void))fr_count, METH_FASTCALL,
+     "count(name, n=1): a COUNT record of n under name in the bound ring (nothing when none is bound)"},
     {"thread_id", fr_thread_id, METH_NOARGS, "this thread's OS thread id (as records carry it)"},
     {"depth_enter", fr_depth_enter, METH_NOARGS, "this thread's depth, then one deeper"},
     {"depth", fr_depth, METH_NOARGS, "this thread's current depth"},

@@ -30,9 +30,10 @@ _Static_assert(sizeof(Record) == 48, "layout.RECORD is 48 bytes");
 #error "the segment layout is little-endian"
 #endif
 
-/* layout.RANGE, STEP, PHASE, STEP_VALUE (a test checks they agree) */
+/* layout.RANGE, STEP, COUNT, PHASE, STEP_VALUE (a test checks they agree) */
 #define KIND_RANGE 1
 #define KIND_STEP 2
+#define KIND_COUNT 4
 #define KIND_PHASE 5
 #define KIND_STEP_VALUE 6
 #define KIND_MAX 9 /* layout.KINDS are 1..KIND_MAX (a test checks they agree) */

@@ -8,7 +8,9 @@ The tests run both; IMPLEMENTATION says which one this process uses.
   .emit(kind, depth, name_id, tid, step, t0, t1, value=0.0) appends one record and never raises (a
   bad value disables the writer with a reason); .publish_steps(steps, now_ns) sets the header's
   completed steps and heartbeat; .disable(reason), .head, .enabled, .error.
-- bind(ring, names, intern, nvtx_push=None, nvtx_pop=None): where Range records go; bind(None) stops.
+- bind(ring, names, intern, nvtx_push=None, nvtx_pop=None, count=None): where Range and count
+  records go (count: the Python count for what count() does not take itself); bind(None) stops.
+- count(name, n=1): tuimon.count: a COUNT record stamped as a Range's (nothing when none is bound).
 - Range(name): context manager; on exit writes a RANGE record stamped with the header's current
   step (completed steps + 1), this thread's depth and OS thread id.
 - depth_enter(), depth(), set_depth(d): the per-thread nesting depth every kind of range shares;
@@ -33,6 +35,7 @@ if os.environ.get("TUIMON_PURE_PYTHON") != "1":
             Range,
             RingWriter,
             bind,
+            count,
             depth,
             depth_enter,
             set_depth,
@@ -46,4 +49,14 @@ if os.environ.get("TUIMON_PURE_PYTHON") != "1":
 
 if IMPLEMENTATION == "python":
     from .phases_py import Phases  # noqa: F401
-    from .ring_py import Range, RingWriter, bind, depth, depth_enter, set_depth, thread_id, unpack_records  # noqa: F401
+    from .ring_py import (  # noqa: F401
+        Range,
+        RingWriter,
+        bind,
+        count,
+        depth,
+        depth_enter,
+        set_depth,
+        thread_id,
+        unpack_records,
+    )

@@ -99,18 +99,44 @@ class RingWriter:
 
 
 class _Binding:
-    __slots__ = ("ring", "names", "intern", "push", "pop")
+    __slots__ = ("ring", "names", "intern", "push", "pop", "count")
 
-    def __init__(self, ring, names, intern, push, pop):
+    def __init__(self, ring, names, intern, push, pop, count):
         self.ring, self.names, self.intern, self.push, self.pop = ring, names, intern, push, pop
+        self.count = count
 
 
 _bound: _Binding | None = None
 
 
-def bind(ring, names=None, intern=None, nvtx_push=None, nvtx_pop=None) -> None:
+def bind(ring, names=None, intern=None, nvtx_push=None, nvtx_pop=None, count=None) -> None:
     global _bound
-    _bound = None if ring is None else _Binding(ring, names, intern, nvtx_push, nvtx_pop)
+    _bound = None if ring is None else _Binding(ring, names, intern, nvtx_push, nvtx_pop, count)
+
+
+def count(name, n=1) -> None:
+    """A COUNT record of n under name in the bound ring (nothing when none is bound): a str name and
+    an int or float n here; anything else goes to the bound Python count (as in _fastring.c)."""
+    b = _bound
+    if b is None:
+        return
+    if type(name) is not str or type(n) not in (int, float):
+        if b.count is not None:
+            b.count(name, n)
+        return
+    try:
+        value = float(n)
+    except OverflowError:
+        if b.count is not None:
+            b.count(name, n)
+        return
+    if not b.ring.enabled:
+        return
+    t = _now()
+    nid = b.names.get(name)
+    if nid is None:
+        nid = b.intern(name)
+    b.ring.emit(L.COUNT, _thread().depth, nid, thread_id(), b.ring.current_step(), t, t, value)
 
 
 class Range:

@@ -9,8 +9,10 @@ thread counts: the thread that steps (the main thread until a step says otherwis
 
 Hot path: enter/exit run per phase (a few per step), close once per step, both in C where it is
 built (channel/_phases.c says why); sync runs per device-to-host sync (which itself costs ~10 us or
-more); call sites are sampled so walking the stack costs at most SITE_WALKS per step. Nothing here
-raises into the loop or imports torch."""
+more); call sites are sampled so walking the stack costs at most SITE_WALKS per step, and at most one
+walk per SITE_WALK_GAP_NS (a walk costs ~10 us where the step leaves the caches cold, measured right
+after a real step: benchmarks/step_segments.py says why that matters). Nothing here raises into the
+loop or imports torch."""
 
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ from ..channel.ring import Phases
 
 PHASES = L.PHASES
 OTHER, DATA, FORWARD, BACKWARD, OPTIMIZER, SYNC, COMM, COPY = range(len(PHASES))
-SITE_WALKS = 16  # stack walks per step at most (each ~1-2 us)
+SITE_WALKS = 16  # stack walks per step at most (each ~1-2 us warm, ~10 cold)
+SITE_WALK_GAP_NS = 100_000_000  # and one per 100 ms at most: <= 10 a second (~0.1 ms of the loop's second),
+#   ~100 in the monitor's 10 s window: a site's share known within ~5 points (binomial, n = 100)
 MAX_SITES = 256  # distinct call sites named; later ones count as "(other sites)"
 _TUIMON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _HERE = (os.path.join(_TUIMON, "probe"), os.path.join(_TUIMON, "channel"))  # the probe's own frames
@@ -39,7 +43,9 @@ class Anatomy(Phases):
                          threading.main_thread().ident)
         self._emit, self._intern = ring.emit, intern
         self.sync_spans: list[tuple[int, int]] = []  # this step's syncs (host ns), for the GPU timing
-        self.sites: dict[int, int] = {}  # name id -> sampled syncs there, this step
+        self.sites: dict[int, int] = {}  # name id -> sampled syncs there, this step (a walk counts those it stands for)
+        self._walked_at = 0  # when the last walk was
+        self._owed = 0  # syncs chosen for a walk and not walked (too soon after the last): the next walk counts them
         self._site_names: dict[tuple, int] = {}
         self._skip = _HERE  # frames inside these are not the call site (torch's dir added by hooks)
 
@@ -53,8 +59,13 @@ class Anatomy(Phases):
         the sync phase was entered and left around it (its time is given already)."""
         self.sync_spans.append((t0, t1))
         if self.count_sync(t1, t1) if timed else self.count_sync(t0, t1):
+            if t1 - self._walked_at < SITE_WALK_GAP_NS:
+                self._owed += 1
+                return
+            self._walked_at = t1
             nid = self._site(frame)
-            self.sites[nid] = self.sites.get(nid, 0) + 1
+            self.sites[nid] = self.sites.get(nid, 0) + 1 + self._owed
+            self._owed = 0
 
     def close_step(self, step: int, t0: int, t1: int, tid: int) -> list[tuple[int, int]]:
         """The step ran t0..t1: its STEP record, a PHASE record per phase it spent time in, its sync

@@ -103,7 +103,7 @@ def instrument(ring_records: int | None = None, nvtx_forward: bool | None = None
     state.probe = p = Probe(writer, _nvtx_domain(nvtx_forward))
     forward = p._nvtx is not None
     ring.bind(writer.ring, writer.names, writer.intern, p.nvtx_push if forward else None,
-              p.nvtx_pop if forward else None)
+              p.nvtx_pop if forward else None, p.count)
     _start_capture_control(p)
     atexit.register(_at_exit, p)
     if not _fork_hook_registered:
@@ -153,7 +153,7 @@ def switch(p: Probe, on: bool) -> None:
     if on:
         state.probe = p
         hooks.install(p)
-        ring.bind(p.writer.ring, p.writer.names, p.writer.intern)
+        ring.bind(p.writer.ring, p.writer.names, p.writer.intern, None, None, p.count)
         torch_hooks.set_enabled(True)
     else:
         torch_hooks.set_enabled(False)
@@ -210,11 +210,10 @@ def step() -> None:
         p.step(explicit=True)
 
 
-def count(name: str, n: float = 1) -> None:
-    """Add n to a counter (samples, tokens) so the monitor can show throughput."""
-    p = state.probe
-    if p is not None:
-        p.count(name, n)
+# tuimon.count(name, n=1): add n to a counter (samples, tokens) so the monitor can show throughput.
+# channel.ring's (C where built: one call where a loop calls it, often right after its sync), bound
+# with the probe's Probe.count for what it does not take itself (a tensor, a name that is not a str).
+count = ring.count
 
 
 class range(ring.Range):  # noqa: A001 - mirrors nvtx.annotate / torch.cuda.nvtx.range

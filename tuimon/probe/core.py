@@ -249,7 +249,7 @@ class Probe:
 
     def synced(self, t0: int, t1: int, timed: bool = False) -> None:
         """The loop thread was blocked t0..t1 waiting for the GPU (a device-to-host sync); timed:
-        inside the sync phase, entered and left around it."""
+        inside the sync phase, entered and left around it. (torch_hooks._waiting does this inline.)"""
         self.anatomy.sync(t0, t1, sys._getframe(1), timed)
         if self.gpu is not None and not self.gpu.anchored:
             self.gpu.after_sync()
