@@ -139,5 +139,5 @@ def test_analysis_kinds_match_the_layout():
     # the C reader knows the same kinds (it keeps 1..KIND_MAX), and the C phase clock writes the same ones
     c_source = (ROOT / "tuimon" / "channel" / "_fastring.h").read_text()
     assert f"#define KIND_MAX {max(layout.KINDS)} " in c_source and layout.KINDS == tuple(range(1, max(layout.KINDS) + 1))
-    for name in ("RANGE", "STEP", "COUNT", "PHASE", "STEP_VALUE"):
+    for name in ("RANGE", "STEP", "DATA_WAIT", "COUNT", "PHASE", "STEP_VALUE"):
         assert f"#define KIND_{name} {getattr(layout, name)}\n" in c_source, name

@@ -150,7 +150,7 @@ def test_a_disabled_ring_gets_nothing(impl):
     assert records(m) == [] and L.U64.unpack_from(m, STEPS_AT)[0] == 0
 
 
-OPS = st.lists(st.tuples(st.sampled_from(["enter", "exit", "move", "sync", "close"]),
+OPS = st.lists(st.tuples(st.sampled_from(["enter", "exit", "move", "sync", "data", "close"]),
                          st.integers(0, 6), st.integers(0, 6), st.integers(0, 50), st.integers(0, 50)),
                max_size=60)
 
@@ -177,6 +177,9 @@ def test_c_and_python_write_the_same_records(ops):
             elif op == "sync":
                 p.count_sync(t + d0, t + d0 + d1)
                 t += d0 + d1
+            elif op == "data":
+                t += d0
+                p.data_wait(a, t - d0, t)
             else:
                 t += d0
                 p.close(step, start, t, 3)

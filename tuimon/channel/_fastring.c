@@ -194,10 +194,9 @@ static PyObject *fr_bind(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* The name's id in the bound table (interned on first use); 0 when that fails. Owns what it uses:
- * intern runs Python code, during which another thread may re-bind and drop the bound objects. */
-static uint32_t bound_name_id(PyObject *name) {
-    PyObject *names = Py_XNewRef(bound_names), *intern = Py_XNewRef(bound_intern);
+/* The name's id in names (interned on first use); 0 when that fails. The caller owns names and
+ * intern: intern (and NVTX's pop before it) run Python code, which may re-bind and drop the bound ones. */
+static uint32_t name_id(PyObject *names, PyObject *intern, PyObject *name) {
     uint32_t nid = 0;
     PyObject *id = names ? PyDict_GetItemWithError(names, name) : NULL; /* borrowed */
     if (id) {
@@ -210,8 +209,6 @@ static uint32_t bound_name_id(PyObject *name) {
         }
     }
     PyErr_Clear();
-    Py_XDECREF(names);
-    Py_XDECREF(intern);
     return nid;
 }
 
@@ -246,7 +243,10 @@ static PyObject *fr_count(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
         Py_RETURN_NONE;
     Py_INCREF(w); /* (intern may run Python code that re-binds) */
     int64_t t = now_ns();
-    uint32_t nid = bound_name_id(name);
+    PyObject *names = Py_XNewRef(bound_names), *intern = Py_XNewRef(bound_intern);
+    uint32_t nid = name_id(names, intern, name);
+    Py_XDECREF(names);
+    Py_XDECREF(intern);
     if (w->enabled)
         ring_append(w, KIND_COUNT, t_depth, nid, thread_id(), current_step(w), t, t, value);
     Py_DECREF(w);
@@ -338,7 +338,7 @@ static PyObject *Range_exit(Range *self, PyObject *const *args, Py_ssize_t nargs
     if (w == bound_ring) { /* still the same probe (not re-bound or forked meanwhile) */
         /* Own what we use: the NVTX pop and intern calls run Python code, during which another
          * thread may re-bind and drop the bound objects. */
-        PyObject *pop = Py_XNewRef(bound_pop);
+        PyObject *names = Py_XNewRef(bound_names), *intern = Py_XNewRef(bound_intern), *pop = Py_XNewRef(bound_pop);
         if (pop) {
             PyObject *r = PyObject_CallNoArgs(pop);
             if (r)
@@ -346,8 +346,10 @@ static PyObject *Range_exit(Range *self, PyObject *const *args, Py_ssize_t nargs
             else
                 PyErr_Clear();
         }
+        uint32_t nid = name_id(names, intern, self->name);
+        Py_XDECREF(names);
+        Py_XDECREF(intern);
         Py_XDECREF(pop);
-        uint32_t nid = bound_name_id(self->name);
         if (w->enabled)
             ring_append(w, KIND_RANGE, self->depth, nid, thread_id(), current_step(w), self->t0, t1, 0.0);
     }
@@ -379,6 +381,8 @@ static PyTypeObject RangeType = {
 };
 
 /* ---- per-thread depth, for ranges that are not Range objects (push/pop APIs) ------------- */
+
+int ranges_depth(void) { return t_depth; }
 
 static PyObject *fr_thread_id(PyObject *m, PyObject *unused) { return PyLong_FromUnsignedLong(thread_id()); }
 static PyObject *fr_depth_enter(PyObject *m, PyObject *unused) { return PyLong_FromLong(t_depth++); }

@@ -30,9 +30,10 @@ _Static_assert(sizeof(Record) == 48, "layout.RECORD is 48 bytes");
 #error "the segment layout is little-endian"
 #endif
 
-/* layout.RANGE, STEP, COUNT, PHASE, STEP_VALUE (a test checks they agree) */
+/* layout.RANGE, STEP, DATA_WAIT, COUNT, PHASE, STEP_VALUE (a test checks they agree) */
 #define KIND_RANGE 1
 #define KIND_STEP 2
+#define KIND_DATA_WAIT 3
 #define KIND_COUNT 4
 #define KIND_PHASE 5
 #define KIND_STEP_VALUE 6
@@ -93,6 +94,7 @@ static inline uint32_t current_step(RingWriter *w) {
 }
 
 extern PyTypeObject RingWriterType;
+int ranges_depth(void);                  /* _fastring.c: this thread's range depth */
 int phases_add_type(PyObject *m);        /* _phases.c */
 int phases_top(PyObject *o);             /* _phases.c: the innermost open phase, -1 if o is not a Phases */
 int sampler_add_functions(PyObject *m);  /* _sampler.c */

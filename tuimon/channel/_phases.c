@@ -204,6 +204,27 @@ static PyObject *Phases_move(Phases *p, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* data_wait(phase, t0, t1): the calling thread waited t0..t1 in next() on a DataLoader: on the loop
+ * thread, it leaves `phase` (entered at t0) at t1; on any thread, a DATA_WAIT record (the probe's
+ * data_wait in one call: it runs where the GPU may be waiting for the next batch's copy). */
+static PyObject *Phases_data_wait(Phases *p, PyObject *const *args, Py_ssize_t nargs) {
+    long long t0, t1;
+    if (nargs != 3 || !p->ring)
+        Py_RETURN_NONE;
+    t0 = PyLong_AsLongLong(args[1]);
+    t1 = PyLong_AsLongLong(args[2]);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *exit_args[2] = {args[0], args[2]};
+    Py_XDECREF(Phases_exit(p, exit_args, 2)); /* (a bad phase is ignored there; the record is written) */
+    RingWriter *w = p->ring;
+    if (w->enabled)
+        ring_append(w, KIND_DATA_WAIT, ranges_depth(), 0, thread_id(), current_step(w), t0, t1, 0.0);
+    Py_RETURN_NONE;
+}
+
 /* count_sync(t0, t1) -> bool: the loop thread was blocked t0..t1 in a device-to-host sync; True
  * when this sync's call site is to be walked (every period-th sync). */
 static PyObject *Phases_count_sync(Phases *p, PyObject *const *args, Py_ssize_t nargs) {
@@ -329,6 +350,8 @@ static PyMethodDef Phases_methods[] = {
     {"enter", (PyCFunction)(void (*)(void))Phases_enter, METH_FASTCALL, "enter(phase, t=None)"},
     {"exit", (PyCFunction)(void (*)(void))Phases_exit, METH_FASTCALL, "exit(phase, t=None)"},
     {"move", (PyCFunction)(void (*)(void))Phases_move, METH_FASTCALL, "move(inner, phase, t0, t1)"},
+    {"data_wait", (PyCFunction)(void (*)(void))Phases_data_wait, METH_FASTCALL,
+     "data_wait(phase, t0, t1): left phase at t1 (the loop thread); a DATA_WAIT record t0..t1 (any thread)"},
     {"count_sync", (PyCFunction)(void (*)(void))Phases_count_sync, METH_FASTCALL,
      "count_sync(t0, t1) -> walk this sync's call site?"},
     {"close", (PyCFunction)(void (*)(void))Phases_close, METH_FASTCALL,

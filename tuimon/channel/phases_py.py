@@ -7,6 +7,7 @@ import threading
 from time import monotonic_ns as _now
 
 from . import layout as L
+from . import ring_py
 
 MAX_NEST = 64  # open phases tracked (as in _phases.c); deeper ones are counted
 
@@ -81,6 +82,12 @@ class Phases:
         self._acc[inner] += t0 - self.t
         self._acc[phase] += t1 - t0
         self.t = t1
+
+    def data_wait(self, phase: int, t0: int, t1: int) -> None:
+        self.exit(phase, t1)
+        if self._ring.enabled:
+            self._ring.emit(L.DATA_WAIT, ring_py.depth(), 0, ring_py.thread_id(), self._ring.current_step(), t0, t1,
+                            0.0)
 
     def count_sync(self, t0: int, t1: int) -> bool:
         self._acc[self._stack[-1]] += t0 - self.t

@@ -243,9 +243,8 @@ class Probe:
                       float(workers))
 
     def data_wait(self, t0: int, t1: int) -> None:
-        """...and got it at t1."""
-        self.anatomy.exit(DATA, t1)
-        self.emit(L.DATA_WAIT, ring.depth(), 0, ring.thread_id(), self.step_no, t0, t1, 0.0)
+        """...and got it at t1 (the DATA phase left, a DATA_WAIT record: one C call where built)."""
+        self.anatomy.data_wait(DATA, t0, t1)
 
     def synced(self, t0: int, t1: int, timed: bool = False) -> None:
         """The loop thread was blocked t0..t1 waiting for the GPU (a device-to-host sync); timed:

@@ -135,7 +135,7 @@ def _patch_dataloader(torch) -> None:
         try:
             return orig_next(self)
         finally:
-            p.data_wait(t0, _now())
+            p.anatomy.data_wait(DATA, t0, _now())  # (Probe.data_wait without its frame)
 
     __next__._tuimon = True
     _swap(it, "__next__", __next__)
