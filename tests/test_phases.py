@@ -26,11 +26,11 @@ IMPLS = [pytest.param((ring_py, phases_py), id="python"),
 BOTH = [(ring_py, phases_py)] + ([(_fastring, _fastring)] if _fastring else [])
 
 
-def clock(impl, walks=16):
+def clock(impl, walks=16, walk_gap=0):
     ring_mod, phases_mod = impl
     m = mmap.mmap(-1, RING_AT + RECORDS * L.RECORD_SIZE)
     w = ring_mod.RingWriter(m, RING_AT, RECORDS, HEAD_AT, STEPS_AT, BEAT_AT)
-    p = phases_mod.Phases(w, IDS, SYNC_COUNT, SYNC, walks, threading.get_ident())
+    p = phases_mod.Phases(w, IDS, SYNC_COUNT, SYNC, walks, threading.get_ident(), walk_gap)
     p.restart(1000)
     return m, w, p
 
@@ -150,7 +150,7 @@ def test_a_disabled_ring_gets_nothing(impl):
     assert records(m) == [] and L.U64.unpack_from(m, STEPS_AT)[0] == 0
 
 
-OPS = st.lists(st.tuples(st.sampled_from(["enter", "exit", "move", "sync", "data", "close"]),
+OPS = st.lists(st.tuples(st.sampled_from(["enter", "exit", "move", "sync", "synced", "data", "close"]),
                          st.integers(0, 6), st.integers(0, 6), st.integers(0, 50), st.integers(0, 50)),
                max_size=60)
 
@@ -162,8 +162,8 @@ def test_c_and_python_write_the_same_records(ops):
     every closed step's phases add up to its duration."""
     images = []
     for impl in BOTH:
-        m, w, p = clock(impl)
-        t, step, start = 1000, 1, 1000
+        m, w, p = clock(impl, walks=2, walk_gap=30)
+        t, step, start, weights = 1000, 1, 1000, []
         for op, a, b, d0, d1 in ops:
             if op == "enter":
                 t += d0
@@ -177,6 +177,9 @@ def test_c_and_python_write_the_same_records(ops):
             elif op == "sync":
                 p.count_sync(t + d0, t + d0 + d1)
                 t += d0 + d1
+            elif op == "synced":  # (b: timed or not; walks are 30 ns apart at least)
+                weights.append(p.synced(t, t + d0 + d1, bool(b % 2)))
+                t += d0 + d1
             elif op == "data":
                 t += d0
                 p.data_wait(a, t - d0, t)
@@ -185,7 +188,7 @@ def test_c_and_python_write_the_same_records(ops):
                 p.close(step, start, t, 3)
                 assert sum(phases_of(records(m), step).values()) == t - start
                 step, start = step + 1, t
-        images.append((bytes(m), p.open, p.acc, p.syncs, p.period, p.t, p.since))
+        images.append((bytes(m), p.open, p.acc, p.syncs, p.period, p.t, p.since, p.sync_spans, weights))
     assert all(i == images[0] for i in images)
 
 

@@ -35,6 +35,10 @@ typedef struct {
     long syncs;
     long period;         /* walk the call site of every period-th sync */
     long countdown;
+    int64_t walk_gap;    /* and none within walk_gap ns of the last walk */
+    int64_t walked_at;   /* when synced() last said to walk */
+    long owed;           /* syncs chosen for a walk since, not walked (too soon): the next walk counts them */
+    PyObject *spans;     /* sync_spans: this step's syncs' (t0, t1), appended by synced() (a list, or None) */
 } Phases;
 
 /* (p->ring is NULL until __init__ ran: every call is then ignored) */
@@ -81,13 +85,14 @@ static inline int phase_call(Phases *p, PyObject *const *args, Py_ssize_t nargs,
 }
 
 static int Phases_init(Phases *p, PyObject *args, PyObject *kw) {
-    static char *names[] = {"ring", "ids", "sync_count_id", "sync_phase", "walks", "loop", NULL};
+    static char *names[] = {"ring", "ids", "sync_count_id", "sync_phase", "walks", "loop", "walk_gap", NULL};
     PyObject *ring, *ids;
     unsigned long sync_count_id, loop;
     int sync_phase;
     long walks;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOkilk", names, &ring, &ids, &sync_count_id, &sync_phase, &walks,
-                                     &loop))
+    long long walk_gap = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOkilk|L", names, &ring, &ids, &sync_count_id, &sync_phase, &walks,
+                                     &loop, &walk_gap))
         return -1;
     if (!PyObject_TypeCheck(ring, &RingWriterType)) {
         PyErr_SetString(PyExc_TypeError, "ring: a RingWriter");
@@ -124,25 +129,32 @@ static int Phases_init(Phases *p, PyObject *args, PyObject *kw) {
     memset(p->acc, 0, sizeof p->acc);
     p->syncs = 0;
     p->period = p->countdown = 1;
-    return 0;
+    p->walk_gap = walk_gap;
+    p->walked_at = INT64_MIN / 2;
+    p->owed = 0;
+    Py_XSETREF(p->spans, PyList_New(0));
+    return p->spans ? 0 : -1;
 }
 
 static void Phases_dealloc(Phases *p) {
     PyObject_GC_UnTrack(p);
     Py_CLEAR(p->dict);
     Py_CLEAR(p->ring);
+    Py_CLEAR(p->spans);
     Py_TYPE(p)->tp_free((PyObject *)p);
 }
 
 static int Phases_traverse(Phases *p, visitproc visit, void *arg) {
     Py_VISIT(p->dict);
     Py_VISIT(p->ring);
+    Py_VISIT(p->spans);
     Py_VISIT(Py_TYPE(p));
     return 0;
 }
 
 static int Phases_clear(Phases *p) {
     Py_CLEAR(p->dict);
+    Py_CLEAR(p->spans);
     return 0;
 }
 
@@ -162,10 +174,17 @@ static PyObject *Phases_enter(Phases *p, PyObject *const *args, Py_ssize_t nargs
 
 /* exit(phase, t=None): ...and leaves it. Unbalanced (an exception skipped an exit): the innermost
  * entry of that phase goes. */
+static void leave(Phases *p, int phase);
+
 static PyObject *Phases_exit(Phases *p, PyObject *const *args, Py_ssize_t nargs) {
     int phase;
-    if (!phase_call(p, args, nargs, &phase))
-        Py_RETURN_NONE;
+    if (phase_call(p, args, nargs, &phase))
+        leave(p, phase);
+    Py_RETURN_NONE;
+}
+
+/* The innermost entry of phase goes (its time accounted already). */
+static void leave(Phases *p, int phase) {
     if (p->untracked) {
         p->untracked--;
     } else if (p->depth > 1 && p->stack[p->depth - 1] == phase) {
@@ -180,7 +199,6 @@ static PyObject *Phases_exit(Phases *p, PyObject *const *args, Py_ssize_t nargs)
             }
         }
     }
-    Py_RETURN_NONE;
 }
 
 /* move(inner, phase, t0, t1): t0..t1, at the end of the open innermost phase `inner`, was `phase`
@@ -225,6 +243,19 @@ static PyObject *Phases_data_wait(Phases *p, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
+/* One sync t0..t1: its time to the sync phase; 1 when its call site is to be walked (every period-th). */
+static int count_one(Phases *p, int64_t t0, int64_t t1) {
+    account(p, t0);
+    p->acc[p->sync_phase] += t1 - t0;
+    p->t = t1;
+    p->syncs++;
+    if (--p->countdown <= 0) {
+        p->countdown = p->period;
+        return 1;
+    }
+    return 0;
+}
+
 /* count_sync(t0, t1) -> bool: the loop thread was blocked t0..t1 in a device-to-host sync; True
  * when this sync's call site is to be walked (every period-th sync). */
 static PyObject *Phases_count_sync(Phases *p, PyObject *const *args, Py_ssize_t nargs) {
@@ -237,15 +268,46 @@ static PyObject *Phases_count_sync(Phases *p, PyObject *const *args, Py_ssize_t 
         PyErr_Clear();
         Py_RETURN_FALSE;
     }
-    account(p, t0);
-    p->acc[p->sync_phase] += t1 - t0;
-    p->t = t1;
-    p->syncs++;
-    if (--p->countdown <= 0) {
-        p->countdown = p->period;
-        Py_RETURN_TRUE;
+    return PyBool_FromLong(count_one(p, t0, t1));
+}
+
+/* synced(t0, t1=None, timed=False) -> int: count_sync's count, plus what the probe does for every
+ * sync in one call (it runs at the sync's return, where the GPU waits for the host): timed (the sync
+ * phase was entered at t0), the loop thread leaves it at t1 (now if None); (t0, t1) is appended to
+ * sync_spans; returns how many syncs a walk of this call site stands for, 0 for none: a sync chosen
+ * by the period is not walked within walk_gap of the last walk, and the next walk counts it. */
+static PyObject *Phases_synced(Phases *p, PyObject *const *args, Py_ssize_t nargs) {
+    long long t0, t1;
+    if (nargs < 1 || nargs > 3 || !p->ring)
+        return PyLong_FromLong(0);
+    t0 = PyLong_AsLongLong(args[0]);
+    t1 = nargs > 1 && args[1] != Py_None ? PyLong_AsLongLong(args[1]) : now_ns();
+    int timed = nargs > 2 ? PyObject_IsTrue(args[2]) : 0;
+    if (PyErr_Occurred() || timed < 0) {
+        PyErr_Clear();
+        return PyLong_FromLong(0);
     }
-    Py_RETURN_FALSE;
+    if (timed && on_loop(p)) {
+        account(p, t1);
+        leave(p, p->sync_phase);
+    }
+    int chosen = timed ? count_one(p, t1, t1) : count_one(p, t0, t1);
+    if (p->spans && PyList_Check(p->spans)) {
+        PyObject *span = Py_BuildValue("(LL)", t0, t1);
+        if (!span || PyList_Append(p->spans, span) < 0)
+            PyErr_Clear();
+        Py_XDECREF(span);
+    }
+    if (!chosen)
+        return PyLong_FromLong(0);
+    if (t1 - p->walked_at < p->walk_gap) {
+        p->owed++;
+        return PyLong_FromLong(0);
+    }
+    p->walked_at = t1;
+    long weight = 1 + p->owed;
+    p->owed = 0;
+    return PyLong_FromLong(weight);
 }
 
 /* close(step, t0, t1, tid) -> period: the step ran t0..t1. Writes its STEP record, a PHASE record
@@ -354,11 +416,17 @@ static PyMethodDef Phases_methods[] = {
      "data_wait(phase, t0, t1): left phase at t1 (the loop thread); a DATA_WAIT record t0..t1 (any thread)"},
     {"count_sync", (PyCFunction)(void (*)(void))Phases_count_sync, METH_FASTCALL,
      "count_sync(t0, t1) -> walk this sync's call site?"},
+    {"synced", (PyCFunction)(void (*)(void))Phases_synced, METH_FASTCALL,
+     "synced(t0, t1=None, timed=False) -> the syncs a walk of this call site stands for (0: no walk)"},
     {"close", (PyCFunction)(void (*)(void))Phases_close, METH_FASTCALL,
      "close(step, t0, t1, tid) -> the call-site period the step's syncs had"},
     {"restart", (PyCFunction)Phases_restart, METH_O, "restart(t): the step starts at t"},
     {"reset", (PyCFunction)Phases_reset, METH_O, "reset(loop): this thread is the loop, no phase open"},
     {"on_loop", (PyCFunction)Phases_on_loop, METH_NOARGS, "is the calling thread the loop?"},
+    {NULL}};
+
+static PyMemberDef Phases_members[] = {
+    {"sync_spans", T_OBJECT, offsetof(Phases, spans), 0, "this step's syncs (t0, t1): synced() appends"},
     {NULL}};
 
 static PyGetSetDef Phases_getset[] = {
@@ -378,7 +446,7 @@ static PyTypeObject PhasesType = {
     .tp_basicsize = sizeof(Phases),
     .tp_dictoffset = offsetof(Phases, dict),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Phases(ring, ids, sync_count_id, sync_phase, walks, loop): the step's phase clock",
+    .tp_doc = "Phases(ring, ids, sync_count_id, sync_phase, walks, loop, walk_gap=0): the step's phase clock",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Phases_init,
     .tp_dealloc = (destructor)Phases_dealloc,
@@ -386,6 +454,7 @@ static PyTypeObject PhasesType = {
     .tp_clear = (inquiry)Phases_clear,
     .tp_methods = Phases_methods,
     .tp_getset = Phases_getset,
+    .tp_members = Phases_members,
 };
 
 int phases_top(PyObject *o) {

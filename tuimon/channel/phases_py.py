@@ -13,7 +13,7 @@ MAX_NEST = 64  # open phases tracked (as in _phases.c); deeper ones are counted
 
 
 class Phases:
-    def __init__(self, ring, ids, sync_count_id: int, sync_phase: int, walks: int, loop: int):
+    def __init__(self, ring, ids, sync_count_id: int, sync_phase: int, walks: int, loop: int, walk_gap: int = 0):
         ids = list(ids)
         if not 1 <= len(ids) <= 16 or not 0 <= sync_phase < len(ids) or walks < 1:
             raise ValueError("1..16 phases, sync_phase among them, walks >= 1")
@@ -26,6 +26,8 @@ class Phases:
         self._acc = [0] * self._n
         self.syncs = 0
         self.period = self._countdown = 1
+        self._walk_gap, self._walked_at, self._owed = walk_gap, -(1 << 62), 0
+        self.sync_spans: list[tuple[int, int]] = []
 
     @property
     def top(self) -> int:
@@ -88,6 +90,22 @@ class Phases:
         if self._ring.enabled:
             self._ring.emit(L.DATA_WAIT, ring_py.depth(), 0, ring_py.thread_id(), self._ring.current_step(), t0, t1,
                             0.0)
+
+    def synced(self, t0: int, t1: int | None = None, timed: bool = False) -> int:
+        t1 = _now() if t1 is None else t1
+        if timed and threading.get_ident() == self.loop:
+            self.exit(self._sync_phase, t1)
+        chosen = self.count_sync(t1, t1) if timed else self.count_sync(t0, t1)
+        if isinstance(self.sync_spans, list):
+            self.sync_spans.append((t0, t1))
+        if not chosen:
+            return 0
+        if t1 - self._walked_at < self._walk_gap:
+            self._owed += 1
+            return 0
+        self._walked_at = t1
+        weight, self._owed = 1 + self._owed, 0
+        return weight
 
     def count_sync(self, t0: int, t1: int) -> bool:
         self._acc[self._stack[-1]] += t0 - self.t

@@ -40,12 +40,10 @@ class Anatomy(Phases):
 
     def __init__(self, ring, intern):
         super().__init__(ring, [intern(p) for p in PHASES], intern("sync.count"), SYNC, SITE_WALKS,
-                         threading.main_thread().ident)
+                         threading.main_thread().ident, SITE_WALK_GAP_NS)
         self._emit, self._intern = ring.emit, intern
-        self.sync_spans: list[tuple[int, int]] = []  # this step's syncs (host ns), for the GPU timing
+        self.sync_spans: list[tuple[int, int]] = []  # this step's syncs (host ns), for the GPU timing (synced appends)
         self.sites: dict[int, int] = {}  # name id -> sampled syncs there, this step (a walk counts those it stands for)
-        self._walked_at = 0  # when the last walk was
-        self._owed = 0  # syncs chosen for a walk and not walked (too soon after the last): the next walk counts them
         self._site_names: dict[tuple, int] = {}
         self._skip = _HERE  # frames inside these are not the call site (torch's dir added by hooks)
 
@@ -57,15 +55,14 @@ class Anatomy(Phases):
     def sync(self, t0: int, t1: int, frame, timed: bool = False) -> None:
         """The loop thread was blocked t0..t1 in a device-to-host sync; frame: the caller's. timed:
         the sync phase was entered and left around it (its time is given already)."""
-        self.sync_spans.append((t0, t1))
-        if self.count_sync(t1, t1) if timed else self.count_sync(t0, t1):
-            if t1 - self._walked_at < SITE_WALK_GAP_NS:
-                self._owed += 1
-                return
-            self._walked_at = t1
-            nid = self._site(frame)
-            self.sites[nid] = self.sites.get(nid, 0) + 1 + self._owed
-            self._owed = 0
+        weight = self.synced(t0, t1, timed)
+        if weight:
+            self.walk(frame, weight)
+
+    def walk(self, frame, weight: int) -> None:
+        """Name the call site of a sync (frame: the caller's) that stands for `weight` syncs (synced)."""
+        nid = self._site(frame)
+        self.sites[nid] = self.sites.get(nid, 0) + weight
 
     def close_step(self, step: int, t0: int, t1: int, tid: int) -> list[tuple[int, int]]:
         """The step ran t0..t1: its STEP record, a PHASE record per phase it spent time in, its sync

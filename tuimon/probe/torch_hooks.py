@@ -248,11 +248,12 @@ def _waiting(p, fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     finally:
-        t1 = _now()
-        a.exit(SYNC, t1)
-        # Probe.synced(t0, t1, timed=True), without its frame: this runs where the GPU waits for the
-        # host (the sync's return), where each Python frame costs ~1.5 us (caches cold)
-        a.sync(t0, t1, sys._getframe(), True)
+        # Probe.synced(t0, now, timed=True) in one C call (the sync phase left, counted, its span kept),
+        # without its frames: this runs where the GPU waits for the host (the sync's return), where
+        # each Python frame costs ~1.5 us (caches cold)
+        weight = a.synced(t0, None, True)
+        if weight:
+            a.walk(sys._getframe(), weight)
         gpu = p.gpu
         if gpu is not None and not gpu.anchored:
             gpu.after_sync()
