@@ -4,6 +4,7 @@ rendering, in fewer bytes."""
 
 import re
 
+import pytest
 from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
@@ -77,3 +78,45 @@ def test_changed_cells_land_in_the_same_styles_in_fewer_bytes():
     assert play(new)[1][9][1] != play(new)[1][8][1]  # (the bold number, the plain text before it)
     assert re.findall(r"\x1b\[([0-9;]*)m", new)[-1] == "0"  # (the graphics state left reset)
     assert len(new) < 0.8 * len(old), (len(new), len(old))
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("fixture,size", [("h100_demo_v2.jsonl", (120, 40)), ("h200_demo.jsonl", (120, 40)),
+                                          ("h100_demo_v2.jsonl", (80, 24)), ("h200x2_ddp_straggler.jsonl", (120, 40))])
+async def test_a_partial_update_renders_the_same_cells_as_textuals(fixture, size):
+    """The compositor's partial update that renders only the rows it sends (and of those only where
+    no widget in front covers them) sends what Textual's, which renders every widget in the box
+    around the dirty regions, sends: a recording played cycle by cycle, every update checked."""
+    from textual._compositor import Compositor
+
+    from tests.conftest import ROOT
+    from tuimon.monitor.state import MonitorState
+    from tuimon.sources.recording import Recording
+    from tuimon.ui.app import make_app
+
+    app = make_app(None, "replay", MonitorState())
+    assert partial_updates.textual_render_partial_update is not None
+    ours, checked = Compositor.render_partial_update, []
+
+    def both(self):
+        dirty = self._dirty_regions.copy()
+        got = ours(self)
+        self._dirty_regions.update(dirty)
+        want = partial_updates.textual_render_partial_update(self)
+        assert (got is None) == (want is None)
+        if got is not None:
+            assert got.spans == want.spans
+            assert got.render_segments(app.console) == want.render_segments(app.console)
+            checked.append(len(got.spans))
+        return got
+
+    Compositor.render_partial_update = both
+    try:
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            for cycle in Recording(str(ROOT / "tests" / "fixtures" / fixture)).cycles():
+                app.apply_cycle(cycle)
+                await pilot.pause()
+    finally:
+        Compositor.render_partial_update = ours
+    assert len(checked) > 5 and sum(checked) > 20, checked

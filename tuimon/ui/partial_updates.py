@@ -7,15 +7,30 @@ changed number. install() gives ChopsUpdate a render_segments that crops both si
 changed cell costs that cell, and a style is sent only where it changes (not set and reset around
 every segment). It replaces the method only where ChopsUpdate has the shape it was
 written against (textual 0.80 to 8.x: chops, spans, chop_ends); elsewhere Textual's own stays,
-and the screen is the same, only larger updates are sent."""
+and the screen is the same, only larger updates are sent.
+
+It also gives the Compositor a render_partial_update that renders only the lines an update sends.
+Textual's renders every widget that overlaps the box around all dirty regions, each over its whole
+height, and then keeps only the dirty lines: with the header (top) and a panel (bottom) changed,
+that is every line of every visible widget, ~15 widgets, most of a refresh's cost. This one
+renders a widget only over the dirty rows where some cell of it is not already covered by a
+widget in front (its first to its last such row): a panel its changed lines, the screen and the
+scrolling body behind the panels nothing. Each sent cell comes from the same widget as before
+(the frontmost there), so the update is the same."""
 
 from __future__ import annotations
 
 import inspect
+from bisect import bisect_left
+from typing import TYPE_CHECKING
 
 from rich.color import ColorSystem
 from rich.control import Control
+from textual.geometry import Region
 from textual.strip import Strip
+
+if TYPE_CHECKING:
+    from textual._compositor import ChopsUpdate
 
 
 def _render_segments(self, console) -> str:
@@ -56,10 +71,54 @@ def _styled(piece, color_system, sgr: str | None, out: list[str]) -> str | None:
     return sgr
 
 
+def _render_partial_update(self) -> ChopsUpdate | None:
+    from textual._compositor import ChopsUpdate  # noqa: F811  # (imported where installed)
+
+    update_regions = self._dirty_regions.copy()
+    self._dirty_regions.clear()
+    if not update_regions:
+        return None
+    spans = list(self._regions_to_spans(update_regions))
+    height = self.size.height
+    rows = sorted({y for y, _, _ in spans if 0 <= y < height})
+    cuts = self.cuts
+    chops: list[dict[int, Strip | None]] = [dict.fromkeys(cut_set[:-1]) for cut_set in cuts]
+    if rows:
+        crop = Region.from_union(update_regions).intersection(self.size.region)
+        crop_overlaps, intersection = crop.overlaps, Region.intersection
+        for widget, (region, clip) in self.visible_widgets.items():  # (front to back: the first strip of a cut wins)
+            if not crop_overlaps(clip):
+                continue
+            x, y, width, h = intersection(region, clip)
+            if not (width and h):
+                continue
+            end = x + width
+            # its rows that are sent and still have a cut that no widget in front of it filled
+            need = [row for row in rows[bisect_left(rows, y):bisect_left(rows, y + h)]
+                    if any(chops[row].get(cut, 0) is None for cut in cuts[row] if x <= cut < end)]
+            if not need:
+                continue
+            top, bottom = need[0], need[-1] + 1
+            strips = widget.render_lines(Region(x - region.x, top - region.y, width, bottom - top))
+            wanted = set(need)
+            for row, strip in zip(range(top, bottom), strips, strict=False):
+                if row not in wanted:
+                    continue
+                line = chops[row]
+                final_cuts = [cut for cut in cuts[row] if end >= cut >= x]
+                for cut, piece in zip(final_cuts, strip.divide([cut - x for cut in final_cuts[1:]]), strict=False):
+                    if line.get(cut) is None:
+                        line[cut] = piece
+    return ChopsUpdate(chops, spans, [cut_set[1:] for cut_set in cuts])
+
+
+textual_render_partial_update = None  # Textual's own, once replaced (tests compare the two)
+
+
 def install() -> bool:
     """Whether the cropping renderer is in use."""
     try:
-        from textual._compositor import ChopsUpdate
+        from textual._compositor import ChopsUpdate, Compositor
     except ImportError:
         return False
     if getattr(ChopsUpdate, "_tuimon_cropped", False):
@@ -70,4 +129,10 @@ def install() -> bool:
         return False
     ChopsUpdate.render_segments = _render_segments  # type: ignore[method-assign]  # (the patch itself)
     ChopsUpdate._tuimon_cropped = True  # type: ignore[attr-defined]
+    if all(hasattr(Compositor, name) for name in ("render_partial_update", "_regions_to_spans", "cuts",
+                                                  "visible_widgets")) and \
+            {"_dirty_regions", "size"} <= set(Compositor.__init__.__code__.co_names):
+        global textual_render_partial_update
+        textual_render_partial_update = Compositor.render_partial_update
+        Compositor.render_partial_update = _render_partial_update  # type: ignore[method-assign]
     return True
