@@ -24,10 +24,12 @@ def play(output: str, width: int = 40, height: int = 3) -> list[list[tuple[str, 
     cells: list[list[tuple[str, tuple]]] = [[(" ", ("39", "49", ()))] * width for _ in range(height)]
     fg, bg, attrs = "39", "49", set()
     x = y = 0
-    for move, sgr, text in re.findall(r"\x1b\[(\d+;\d+)H|\x1b\[([0-9;]*)m|([^\x1b]+)", output):
+    for move, right, sgr, text in re.findall(r"\x1b\[(\d+;\d+)H|\x1b\[(\d+)C|\x1b\[([0-9;]*)m|([^\x1b]+)", output):
         if move:
             row, col = move.split(";")
             y, x = int(row) - 1, int(col) - 1
+        elif right:
+            x = min(x + int(right), width - 1)
         elif text:
             for ch in text:
                 cells[y][x] = (ch, (fg, bg, tuple(sorted(attrs))))
@@ -86,7 +88,9 @@ def test_changed_cells_land_in_the_same_styles_in_fewer_bytes():
 async def test_a_partial_update_renders_the_same_cells_as_textuals(fixture, size):
     """The compositor's partial update that renders only the rows it sends (and of those only where
     no widget in front covers them) sends what Textual's, which renders every widget in the box
-    around the dirty regions, sends: a recording played cycle by cycle, every update checked."""
+    around the dirty regions, sends; and what it sends (relative moves, fewer resets) leaves the
+    cells as Textual's per-segment rendering does: a recording played cycle by cycle, every update
+    checked."""
     from textual._compositor import Compositor
 
     from tests.conftest import ROOT
@@ -106,7 +110,10 @@ async def test_a_partial_update_renders_the_same_cells_as_textuals(fixture, size
         assert (got is None) == (want is None)
         if got is not None:
             assert got.spans == want.spans
-            assert got.render_segments(app.console) == want.render_segments(app.console)
+            sent = got.render_segments(app.console)
+            assert sent == want.render_segments(app.console)
+            # (a terminal that runs it ends as one that runs Textual's rendering of Textual's update)
+            assert play(sent, *size) == play(per_segment(want, app.console), *size)
             checked.append(len(got.spans))
         return got
 
@@ -184,3 +191,21 @@ def test_changed_spans_finds_the_cells_that_differ_as_a_cell_by_cell_comparison_
         new = line(old)
         assert changed_spans(old, new) == _changed_spans_cell_by_cell(old, new), (list(old), list(new))
 
+
+def test_moves_right_only_after_plain_ascii_and_default_colours_are_left_to_the_reset():
+    """A relative move (CSI n C) only where the cursor is certain: after printable ASCII (a
+    character such as … is one cell or two depending on the terminal); 39 and 49 are what a reset
+    (0) sets, so they are not sent after one, but a 256-colour parameter of the same number is kept."""
+    assert partial_updates._after_reset("39;49") == ""
+    assert partial_updates._after_reset("2;39;100") == "2;100"
+    assert partial_updates._after_reset("38;5;39;48;5;49") == "38;5;39;48;5;49"
+    assert partial_updates._after_reset("1;38;2;39;49;39;49") == "1;38;2;39;49;39"
+    console = Console(color_system="256", force_terminal=True, width=40)
+    line = Strip([Segment("ab…cd", None), Segment(" xyz 12345 ", Style(dim=True)), Segment("end" + " " * 21, None)])
+    update = ChopsUpdate(chops=[{0: line}], spans=[(0, 0, 1), (0, 2, 3), (0, 4, 5), (0, 9, 10), (0, 39, 40)],
+                         chop_ends=[[40]])
+    out = update.render_segments(console)
+    assert out.startswith("\x1b[1;1H") and "a\x1b[1C…" in out  # (after "a": 1 cell on)
+    assert "…\x1b[1;5Hd" in out  # (after "…": placed, not moved)
+    assert "\x1b[4C" in out and "\x1b[29C" in out  # (after "d" at 4: on to 9; then to 39)
+    assert play(out) == play(per_segment(update, console))

@@ -5,7 +5,9 @@ Textual's ChopsUpdate writes a dirty span from the left edge of the widget's pie
 that mark only their changed cells dirty (widgets.Panel), that re-sends the whole line left of a
 changed number. install() gives ChopsUpdate a render_segments that crops both sides, so a
 changed cell costs that cell, and a style is sent only where it changes (not set and reset around
-every segment). It replaces the method only where ChopsUpdate has the shape it was
+every segment), without the default colours a reset already sets (39, 49), and a piece further
+along the line after plain ASCII text is reached by a move right (ESC[nC, 4 bytes) rather than
+placed (ESC[row;colH, 7-8). It replaces the method only where ChopsUpdate has the shape it was
 written against (textual 0.80 to 8.x: chops, spans, chop_ends); elsewhere Textual's own stays,
 and the screen is the same, only larger updates are sent.
 
@@ -38,17 +40,59 @@ def _render_segments(self, console) -> str:
     out: list[str] = []
     sgr: str | None = None  # the terminal's graphics state as this update left it (None: unknown)
     color_system = console._color_system or ColorSystem.TRUECOLOR
+    cx = cy = -1  # the terminal's cursor where this update knows it (after plain ASCII text), else -1
     for y, x1, x2 in self.spans:
-        for end, (x, strip) in zip(self.chop_ends[y], self.chops[y].items(), strict=False):
+        ends = self.chop_ends[y]
+        for end, (x, strip) in zip(ends, self.chops[y].items(), strict=False):
             if strip is None or x >= x2 or end <= x1:
                 continue
             left, right = max(x, x1), min(end, x2)
             piece = strip if (left, right) == (x, end) else strip.crop(left - x, right - x)
-            out.append(move_to(left, y).segment.text)  # every piece is placed: no newlines needed
+            if y == cy and left >= cx >= 0:  # further along the line it is on: a move right, or none
+                if left > cx:
+                    out.append(f"\x1b[{left - cx}C")
+            else:
+                out.append(move_to(left, y).segment.text)  # every piece is placed: no newlines needed
             sgr = _styled(piece, color_system, sgr, out)
+            # (at the line's last column a terminal waits to wrap: no relative move from there)
+            cx, cy = (right, y) if right < ends[-1] and _plain_width(piece) == right - left else (-1, -1)
     if sgr:
         out.append("\x1b[0m")
     return "".join(out)
+
+
+def _plain_width(piece) -> int:
+    """The cells the piece's text moves a terminal's cursor, where that is certain (printable ASCII,
+    no links, no control segments: one cell a character in any terminal), else -1."""
+    n = 0
+    for text, style, control in piece:
+        if control or not (text.isascii() and text.isprintable()) or (style is not None and style._link):
+            return -1
+        n += len(text)
+    return n
+
+
+_AFTER_RESET: dict[str, str] = {}
+
+
+def _after_reset(ansi: str) -> str:
+    """SGR parameters as written after a reset (0): without the default colours (39, 49), which
+    the reset sets already (a colour's own parameters, 38;5;39 say, kept whole)."""
+    got = _AFTER_RESET.get(ansi)
+    if got is None:
+        codes, keep, k = ansi.split(";") if ansi else [], [], 0
+        while k < len(codes):
+            c = codes[k]
+            n = 1
+            if c in ("38", "48", "58") and k + 1 < len(codes):
+                n = 3 if codes[k + 1] == "5" else 5 if codes[k + 1] == "2" else 1
+            if n > 1 or c not in ("39", "49"):
+                keep.extend(codes[k:k + n])
+            k += n
+        if len(_AFTER_RESET) > 4096:  # (styles are few; a bound all the same)
+            _AFTER_RESET.clear()
+        got = _AFTER_RESET[ansi] = ";".join(keep)
+    return got
 
 
 def _styled(piece, color_system, sgr: str | None, out: list[str]) -> str | None:
@@ -63,9 +107,10 @@ def _styled(piece, color_system, sgr: str | None, out: list[str]) -> str | None:
             out.append(Strip.render_style(style, text, color_system))
             sgr = ""  # (it ends reset)
             continue
-        ansi = "" if style is None else (style._ansi if style._ansi is not None else Strip.render_ansi(style, color_system))
-        if ansi != sgr:
-            out.append(f"\x1b[0;{ansi}m" if ansi else "\x1b[0m")
+        ansi = "" if style is None else _after_reset(
+            style._ansi if style._ansi is not None else Strip.render_ansi(style, color_system))
+        if ansi != sgr:  # (from the reset state itself, no second reset)
+            out.append(f"\x1b[{ansi}m" if sgr == "" else f"\x1b[0;{ansi}m" if ansi else "\x1b[0m")
             sgr = ansi
         out.append(text)
     return sgr
