@@ -53,3 +53,42 @@ def test_the_columns_hold_means_not_every_value():
         tracemalloc.stop()
     assert len(state.view().step_columns) == COLUMNS
     assert held < 1.5 * 2**20, f"{held / 2**20:.1f} MB"
+
+
+def test_a_view_has_every_column_as_read_from_the_columns_themselves():
+    """The finished columns' series (kept as columns finish) against every column's means read
+    again (as the view did before): through gaps, the COLUMNS limit, a second GPU that appears late
+    and a first that goes, at every cycle; and the verdict's window means, which stop at the first
+    sample older than the window, against all samples filtered."""
+    import random
+
+    from tuimon.monitor import evidence
+
+    rnd, state, done = random.Random(6), MonitorState(history=90), 0
+    t = 0
+    for k in range(1500):
+        t += rnd.choice([S, S, S, 2 * S, 7 * S]) if k % 300 else 400 * S  # (and a gap longer than COLUMNS)
+        done += rnd.randint(0, 5)
+        gpus = []
+        if k < 1200:
+            gpus.append(GpuSample(index=0, t=t, sm_active=rnd.choice([None, rnd.random() * 100]), power_w=80.0))
+        if k > 200:
+            gpus.append(GpuSample(index=1, t=t, sm_active=rnd.random() * 100))
+        recent = [rnd.random() * 50 for _ in range(min(done, 10))]
+        state.apply(Cycle(t=t, gpus=gpus, training=TrainingSnapshot(pid=1, steps=done, recent_step_ms=recent)))
+        if k % 7 and k < 1490:
+            continue
+        v = state.view()
+        cols = state._columns
+        assert v.step_columns == [c.step_ms.value for c in cols]
+        assert v.gpu_step_columns == [c.gpu_step_ms.value for c in cols]
+        for g in v.gpus:
+            i = g.latest.index
+            assert g.columns == {f: [c.gpu[i][f].value if i in c.gpu else None for c in cols] for f in g.columns}
+            span = evidence.window_span_s(state.training) * 1e9
+            hist = state._gpu_hist[i]
+            for f in ("sm_active", "power_w"):
+                since = hist["t"][-1] - span
+                vals = [x for tt, x in zip(reversed(hist["t"]), reversed(hist[f]), strict=True)
+                        if tt is not None and tt >= since and x is not None]
+                assert state._window_mean(i, f, span) == (sum(vals) / len(vals) if vals else None)

@@ -143,6 +143,11 @@ class MonitorState:
         self.job_tail: list[str] = []
         self._columns: deque[_Column] = deque(maxlen=COLUMNS)
         self._column_id: int | None = None
+        # The finished columns' means, series by series (all columns but the newest, which alone
+        # changes): a view copies these instead of reading every column's means again.
+        self._done_steps: deque[float | None] = deque(maxlen=COLUMNS - 1)
+        self._done_gpu_steps: deque[float | None] = deque(maxlen=COLUMNS - 1)
+        self._done_gpu: dict[int, dict[str, deque[float | None]]] = {}
         self.baseline = baseline
         self._reference = Reference(baseline[1]) if baseline is not None else None
         self._batches = StepBatches(int(T.REGRESSION_BATCHES.value))  # the job's newest steps, for the comparison
@@ -156,11 +161,23 @@ class MonitorState:
         cid = t // (COLUMN_S * 1_000_000_000)
         if self._column_id is None or cid > self._column_id:
             gap = 0 if self._column_id is None else min(cid - self._column_id - 1, COLUMNS)
+            if self._columns:
+                self._finish(self._columns[-1])
             for _ in range(gap):  # time with no sample shows as empty columns
                 self._columns.append(_Column())
+                self._finish(self._columns[-1])
             self._columns.append(_Column())
             self._column_id = cid
         return self._columns[-1]
+
+    def _finish(self, col: _Column) -> None:
+        """A column no longer the newest: its means joined to the finished columns' series."""
+        self._done_steps.append(col.step_ms.value)
+        self._done_gpu_steps.append(col.gpu_step_ms.value)
+        for i, series in self._done_gpu.items():
+            means = col.gpu.get(i)
+            for f in GPU_SERIES:
+                series[f].append(means[f].value if means is not None else None)
 
     def apply(self, c: Cycle) -> None:
         self.cycles += 1
@@ -169,6 +186,9 @@ class MonitorState:
             for s in c.gpus:
                 self.gpus[s.index] = s
                 hist = self._gpu_hist.setdefault(s.index, {f: deque(maxlen=self.history) for f in GPU_SERIES})
+                if s.index not in self._done_gpu:  # (a GPU first seen now: none in the columns before)
+                    self._done_gpu[s.index] = {f: deque([None] * (len(self._columns) - 1), maxlen=COLUMNS - 1)
+                                               for f in GPU_SERIES}
                 means = col.gpu.setdefault(s.index, {f: _Mean() for f in GPU_SERIES})
                 for f in GPU_SERIES:
                     v = num(getattr(s, f))
@@ -257,8 +277,8 @@ class MonitorState:
                     gpu_note=self.gpu_note, paused=paused, capture=self.capture,
                     captures=[self.captures[k] for k in sorted(self.captures)], problems=dict(self.problems),
                     channel=self.channel, shown_why=self.shown_why,
-                    step_columns=[c.step_ms.value for c in self._columns],
-                    gpu_step_columns=[c.gpu_step_ms.value for c in self._columns],
+                    step_columns=self._series(self._done_steps, lambda c: c.step_ms.value),
+                    gpu_step_columns=self._series(self._done_gpu_steps, lambda c: c.gpu_step_ms.value),
                     nvml_memory=self._nvml_memory(), host=self.host, job_log=self.job_log,
                     job_tail=list(self.job_tail), baseline=self._comparison, ranks=list(self.ranks),
                     straggler=straggler, comm_share=comm_share, job_end=ended,
@@ -291,7 +311,15 @@ class MonitorState:
         return used, total
 
     def _gpu_columns(self, i: int) -> dict[str, list]:
-        return {f: [c.gpu[i][f].value if i in c.gpu else None for c in self._columns] for f in GPU_SERIES}
+        done = self._done_gpu.get(i)
+        if done is None:
+            return {f: [c.gpu[i][f].value if i in c.gpu else None for c in self._columns] for f in GPU_SERIES}
+        return {f: self._series(done[f], lambda c, f=f: c.gpu[i][f].value if i in c.gpu else None)
+                for f in GPU_SERIES}
+
+    def _series(self, done: deque, newest) -> list:
+        """A series per column, oldest first: the finished columns' values, then the newest's."""
+        return [*done, newest(self._columns[-1])] if self._columns else []
 
     def _verdict(self, straggler: Straggler | None, comm_share: float | None, ended: JobEnd | None = None) -> Verdict:
         """straggler, comm_share: the job's, from its ranks (None: one process); ended: how it ended."""
@@ -325,6 +353,12 @@ class MonitorState:
         if not hist or not hist["t"]:
             return None
         since = hist["t"][-1] - span_ns
-        vals = [v for t, v in zip(reversed(hist["t"]), reversed(hist[f]), strict=True) if t is not None and t >= since
-                and v is not None]
+        vals = []
+        for t, v in zip(reversed(hist["t"]), reversed(hist[f]), strict=True):  # newest first
+            if t is None:
+                continue
+            if t < since:
+                break  # (a GPU's samples are in time order: the rest are older still)
+            if v is not None:
+                vals.append(v)
         return sum(vals) / len(vals) if vals else None
