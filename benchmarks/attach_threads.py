@@ -7,7 +7,8 @@ threads' CPU time (/proc/PID/task/TID/schedstat: ns on a CPU, exact) over `secon
 Each DIR is a checkout (its own tuimon, its C extension built in place), run as
 `cd DIR && python -m tuimon attach PID`; --cpu pins the monitors (pin the job elsewhere). Prints
 ms of CPU per second: the main thread (Textual, the panels), the sampler (the busiest other thread:
-the session's polls) and the rest, per run and as medians."""
+the session's polls) and the rest, and the bytes a second written to the terminal, per run and as
+medians."""
 
 from __future__ import annotations
 
@@ -33,20 +34,20 @@ def thread_ns(pid: int) -> dict[int, int]:
     return out
 
 
-def one(build: str, pid: int, args) -> tuple[float, float, float]:
+def one(build: str, pid: int, args) -> tuple[float, float, float, float]:
     cmd = f"cd {shlex.quote(build)} && exec taskset -c {args.cpu} {shlex.quote(sys.executable)} -m tuimon attach {pid}"
     t = Term(os.path.basename(build), ["sh", "-c", cmd], 120, 40, emulate=False)
     try:
         pump([t], time.monotonic() + args.warmup)
-        before, t0 = thread_ns(t.p.pid), time.monotonic()
+        before, t0, b0 = thread_ns(t.p.pid), time.monotonic(), t.bytes
         pump([t], t0 + args.seconds)
-        after, span = thread_ns(t.p.pid), time.monotonic() - t0
+        after, span, written = thread_ns(t.p.pid), time.monotonic() - t0, t.bytes - b0
     finally:
         t.stop()
     used = {tid: (ns - before.get(tid, 0)) / 1e6 / span for tid, ns in after.items()}
     main = used.pop(t.p.pid, 0.0)
     sampler = max(used.values(), default=0.0)
-    return main, sampler, sum(used.values()) - sampler
+    return main, sampler, sum(used.values()) - sampler, written / span
 
 
 def main() -> None:
@@ -58,17 +59,18 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=10)
     p.add_argument("--cpu", type=int, default=1)
     args = p.parse_args()
-    got: dict[str, list[tuple[float, float, float]]] = {b: [] for b in args.builds}
+    got: dict[str, list[tuple[float, float, float, float]]] = {b: [] for b in args.builds}
     for r in range(args.rounds):
         for b in args.builds:
             got[b].append(one(b, args.pid, args))
-            m, s, rest = got[b][-1]
-            print(f"round {r + 1} {b}: main {m:.2f} sampler {s:.2f} rest {rest:.2f} total {m + s + rest:.2f} ms/s",
-                  flush=True)
+            m, s, rest, bps = got[b][-1]
+            print(f"round {r + 1} {b}: main {m:.2f} sampler {s:.2f} rest {rest:.2f} total {m + s + rest:.2f} ms/s, "
+                  f"{bps:.0f} B/s to the terminal", flush=True)
     for b, runs in got.items():
         med = [statistics.median(x[i] for x in runs) for i in range(3)]
         print(f"median {b}: main {med[0]:.2f} sampler {med[1]:.2f} rest {med[2]:.2f} "
-              f"total {statistics.median(sum(x) for x in runs):.2f} ms/s")
+              f"total {statistics.median(sum(x[:3]) for x in runs):.2f} ms/s, "
+              f"{statistics.median(x[3] for x in runs):.0f} B/s")
 
 
 if __name__ == "__main__":
