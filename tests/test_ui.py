@@ -295,3 +295,35 @@ async def test_the_baseline_panel_shows_deltas_and_the_alert():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         assert not app.screen.query_one("#baseline", Panel).display
+
+
+@pytest.mark.asyncio
+async def test_the_breakdown_is_built_once_a_window_view_and_always_shows_the_current_one(monkeypatch):
+    """The breakdown is drawn from the window view alone: built again only when that view (or the
+    width) changes, and what it shows is always the current window view's, at any width."""
+    import types
+
+    import tuimon.ui.screens.main as main_screen
+    from tuimon.sources.recording import Recording
+    from tuimon.ui.panels.breakdown import breakdown_panel
+
+    clock = types.SimpleNamespace(now=0.0)
+    monkeypatch.setattr(main_screen, "time", types.SimpleNamespace(monotonic=lambda: clock.now))
+    built = []
+    monkeypatch.setattr(main_screen, "breakdown_panel", lambda *a, **k: built.append(a[0]) or breakdown_panel(*a, **k))
+    app = make_app(None, "replay", MonitorState())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        for k, cycle in enumerate(Recording(FIXTURE).cycles()):
+            clock.now = cycle.t / 1e9
+            app.apply_cycle(cycle)
+            await pilot.pause()
+            screen, panel = app.screen, app.screen.query_one("#breakdown", Panel)
+            assert panel._last == breakdown_panel(screen._window, panel.text_width, plain=app.no_color)
+            if k == 20:
+                await pilot.resize_terminal(90, 30)
+                await pilot.pause()
+                app.redraw()
+                await pilot.pause()
+                assert panel._last == breakdown_panel(screen._window, panel.text_width, plain=app.no_color)
+        assert len(built) < 0.5 * (k + 1), (len(built), k + 1)

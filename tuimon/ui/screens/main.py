@@ -68,6 +68,7 @@ class MainScreen(Screen):
     _window: View | None = None
     _window_at = 0.0
     _verdict_for: tuple[Verdict, int] | None = None  # (verdict, width) the verdict panel shows
+    _breakdown_for: tuple[View, int, bool] | None = None  # (window view, width, plain) the breakdown shows
 
     def _window_view(self, view: View) -> View:
         """The window view: the view the window statistics are drawn from, renewed every WINDOW_S,
@@ -121,7 +122,10 @@ class MainScreen(Screen):
         steps = q("#steps", Panel)
         steps.show(steps_panel(view, steps.text_width, window=window))
         bd = q("#breakdown", Panel)
-        bd.show(breakdown_panel(window, bd.text_width, plain=self.app.no_color))
+        drawn_bd, plain = self._breakdown_for, self.app.no_color
+        if drawn_bd is None or drawn_bd[0] is not window or drawn_bd[1:] != (bd.text_width, plain):
+            self._breakdown_for = (window, bd.text_width, plain)  # (drawn from the window view alone)
+            bd.show(breakdown_panel(window, bd.text_width, plain=plain))
         q("#process", Panel).show(process_panel(view, window=window))
         q("#capture", Panel).show(capture_panel(view, cast("TuimonApp", self.app).capture_steps))
 
