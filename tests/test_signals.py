@@ -329,6 +329,16 @@ def demo_plain(tmp_path, *prefix):
     return t, job
 
 
+def test_a_demo_worker_whose_loop_died_before_it_started_ends_itself():
+    """The demo's workers ask the kernel to kill them when the loop dies; one that asks after the
+    loop died (a kill while they start) gets no signal, and ends because its parent is not the loop."""
+    code = "import os, sys; from tuimon.workloads.demo_train import die_with_the_loop; " \
+           "die_with_the_loop(int(sys.argv[1]) or os.getppid(), 0); print('went on')"
+    for loop_pid, lives in ((0, True), (1, False)):  # (0: its real parent; 1: a parent it does not have)
+        p = subprocess.run([sys.executable, "-c", code, str(loop_pid)], capture_output=True, text=True, timeout=60)
+        assert (p.returncode == 0 and p.stdout == "went on\n") if lives else (p.returncode == 1 and not p.stdout), p
+
+
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGKILL], ids=lambda s: s.name)
 def test_demo_plain_stops_its_job_however_tuimon_ends(tmp_path, sig):
     t, job = demo_plain(tmp_path)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import os
 import signal
 import time
 
@@ -37,14 +39,18 @@ class SyntheticImages(Dataset):
         return x, y
 
 
-def die_with_the_loop(worker_id: int) -> None:
+def die_with_the_loop(loop_pid: int, worker_id: int) -> None:
     """A DataLoader worker of the demo ends when its loop does, however the loop ends (tuimon demo
     kills the loop when tuimon dies; an orphaned worker can block for good on its full result pipe,
-    whose other end its sibling still holds)."""
+    whose other end its sibling still holds). A loop that died before this ran (a kill while the
+    workers start, seen once in the suite on a loaded machine) sends no signal: the worker's parent
+    is no longer the loop then, and it ends here."""
     import ctypes
 
     PR_SET_PDEATHSIG = 1
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != loop_pid:
+        os._exit(1)
 
 
 def model(width: int) -> nn.Module:
@@ -103,7 +109,8 @@ def train(argv=None):
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     data = SyntheticImages(10**9, batch, size, a.delay)
     loader = DataLoader(data, batch_size=None, shuffle=False, num_workers=a.workers,
-                        pin_memory=big, persistent_workers=a.workers > 0, worker_init_fn=die_with_the_loop)
+                        pin_memory=big, persistent_workers=a.workers > 0,
+                        worker_init_fn=functools.partial(die_with_the_loop, os.getpid()))
     print(f"demo workload on {device}: batch {batch}x3x{size}x{size}, {a.workers} workers", flush=True)
     start, step, times = time.monotonic(), 0, []
     t_last = time.perf_counter()
