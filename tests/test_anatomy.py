@@ -77,7 +77,7 @@ def test_phases_match_the_loops_own_timers(kind, shm_dir, tmp_path):
 
 
 WHOLE_STEP = """
-import json, os, sys, time
+import collections, json, os, sys, time
 import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -101,7 +101,8 @@ if sys.argv[2:] == ["late"]:  # the probe starts now, after torch hooked both op
     import tuimon
     assert tuimon.instrument().enabled
 print("training", flush=True)
-steps, opt_s, step_s, last = 0, 0.0, 0.0, time.perf_counter()
+recent = collections.deque(maxlen=100)  # (the monitor's window: its last 100 steps, not the job's whole life)
+steps, last = 0, time.perf_counter()
 while True:
     net(x).sum().backward()
     a = time.perf_counter()
@@ -109,10 +110,13 @@ while True:
     b = time.perf_counter()
     spin(3)
     now = time.perf_counter()
-    steps, opt_s, step_s, last = steps + 1, opt_s + (b - a), step_s + (now - last), now
+    steps += 1
+    recent.append((b - a, now - last))
+    last = now
     if steps % 20 == 0:
+        opt_s, step_s = sum(o for o, _ in recent), sum(d for _, d in recent)
         with open(sys.argv[1] + ".new", "w") as f:
-            json.dump({"steps": steps, "optimizer": opt_s / step_s, "step_ms": 1e3 * step_s / steps}, f)
+            json.dump({"steps": steps, "optimizer": opt_s / step_s, "step_ms": 1e3 * step_s / len(recent)}, f)
         os.replace(sys.argv[1] + ".new", sys.argv[1])  # (read whole or not at all)
 """
 
