@@ -272,3 +272,36 @@ def test_proc_files_are_read_whole_however_many_reads_they_take(monkeypatch, tmp
             k.kill()
             k.wait()
     assert procinfo.process_state(kids[0].pid, 0) == "exited"
+
+
+def test_tree_kept_while_no_pid_is_handed_out_and_listed_again_when_a_parent_exits(monkeypatch):
+    from tuimon.channel import procinfo
+    from tuimon.sources import process as sp
+
+    listings = []
+    real = procinfo.descendants
+    monkeypatch.setattr(procinfo, "descendants", lambda pid: listings.append(pid) or real(pid))
+    monkeypatch.setattr(procinfo, "last_pid", time.monotonic_ns)  # (a new PID at every look: listed each time)
+    p = subprocess.Popen([sys.executable, "-c", "import subprocess, time\n"
+                          "subprocess.Popen(['sh', '-c', 'sleep 60 & wait'])\ntime.sleep(60)"])
+    try:
+        s = sp.ProcessSampler(p.pid)
+        tree = wait_for(lambda: s.sample() and len(s._tree_pids) == 3 and s._tree_pids,
+                        what="the job, its child and grandchild")
+        middle, leaf = tree[1], tree[2]
+        monkeypatch.setattr(procinfo, "last_pid", lambda: 12345)  # (the machine forks all the time: held still)
+        s.sample()  # (listed, then kept from here on)
+        n = len(listings)
+        assert {r.pid for r in s.sample().procs} == {p.pid, middle, leaf} and len(listings) == n  # (kept: not listed)
+        os.kill(middle, 9)  # its child goes to another parent: the kept list no longer holds
+        wait_for(lambda: procinfo.parent(leaf) != middle, what="the leaf's new parent")
+        assert {r.pid for r in s.sample().procs} == {p.pid, middle} and len(listings) == n + 1  # (middle: a zombie)
+        monkeypatch.setattr(procinfo, "last_pid", lambda: 12346)  # (a PID handed out: listed again)
+        s.sample()
+        assert len(listings) == n + 2
+    finally:
+        subprocess.run(["pkill", "-9", "-P", str(p.pid)], capture_output=True)
+        p.kill()
+        p.wait()
+        if "leaf" in locals():
+            subprocess.run(["kill", "-9", str(leaf)], capture_output=True)

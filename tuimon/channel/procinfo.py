@@ -149,6 +149,15 @@ def children(pid: int) -> list[int] | None:
     return sorted(set(out))
 
 
+def last_pid() -> int | None:
+    """The PID the kernel handed out last (in this PID namespace), from /proc/loadavg's fifth field
+    (proc(5)): any fork or new thread anywhere moves it; None where it cannot be read."""
+    try:
+        return int(read_file("/proc/loadavg").split()[4])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def descendants(pid: int) -> list[int]:
     """All descendants of pid (children first, breadth-first). Reads only the tree's own
     /proc files where the kernel lists children, else one pass over every process."""

@@ -16,6 +16,7 @@ from ..model import NA, HostSample, ProcessSample, ProcRow
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 EXIT_CODE_WAIT_S = 2.0  # the most a sample waits for the exit code of a job that looks gone
+TREE_EVERY_S = 10.0  # the process tree is listed again at least this often (see ProcessSampler._tree)
 
 
 class ProcessSampler:
@@ -35,15 +36,11 @@ class ProcessSampler:
         self._loop_cpu: tuple | None = None  # (tid, ticks, run delay ns, monotonic s) at the last sample
         self._pss: dict[int, tuple[float, int | None, int]] = {}  # pid -> (monotonic s when read, PSS, RSS then)
         self._start = procinfo.start_ticks(pid)  # (the PID's process: one reusing it later is another)
+        self._tree_pids: list[int] = []  # the target and its descendants at the last listing
+        self._tree_at: tuple[int | None, float] = (None, 0.0)  # (the machine's last PID before that listing, when: monotonic s)
         if self._start is None:
             self.exited_at = time.time()
 
-    def _alive(self) -> bool:
-        try:
-            st = _read_stat(self.pid)
-        except OSError:
-            return False
-        return st.start == self._start and st.state != "Z"
 
     def _exit_code(self) -> int | None:
         """The exit code of the job tuimon started, once it looks gone. Not poll(): its main thread
@@ -58,7 +55,8 @@ class ProcessSampler:
 
     def sample(self) -> ProcessSample:
         t = time.monotonic_ns()
-        if self._start is None or not self._alive():
+        target = _try_stat(self.pid)  # (read once: whether it lives, and its row)
+        if self._start is None or not isinstance(target, _Stat) or target.start != self._start or target.state == "Z":
             if self.exited_at is None:
                 self.exited_at = time.time()
             if self.popen is not None and self.exit_code is None:
@@ -66,9 +64,10 @@ class ProcessSampler:
             return ProcessSample(pid=self.pid, t=t, alive=False, exited_at=self.exited_at,
                                  exit_code=self.exit_code)
         rows = []
-        pids = [self.pid, *procinfo.descendants(self.pid)]
-        for pid in pids:
-            row = self._row(pid, "target" if pid == self.pid else "child")
+        tree = self._tree(target)
+        pids = [pid for pid, _ in tree]
+        for pid, st in tree:
+            row = self._row(pid, "target" if pid == self.pid else "child", st)
             if row is not None:
                 rows.append(row)
         for gone in set(self._seen) - set(pids):
@@ -119,18 +118,33 @@ class ProcessSampler:
         wait = None if waited is None or last[2] is None else round(100.0 * (waited - last[2]) / 1e9 / span, 1)
         return cpu, wait
 
-    def _row(self, pid: int, role: str) -> ProcRow | None:
-        """The process's row; its CPU % over the time since the last sample read it (at the first,
-        since the process started, as top's first screen shows it; a PID that went to another
-        process since is a new one)."""
+    def _tree(self, target: _Stat) -> list[tuple[int, _Stat | OSError]]:
+        """The target and its descendants (children first), each with its stat read (or why not).
+        Listing them reads every thread's /proc children file (a CUDA job has dozens of threads:
+        ~6 us a file), so the last list is kept while no PID was handed out on the machine since it
+        was made (a fork anywhere moves /proc/loadavg's last PID), each process in it still has
+        its parent in it (one that exited handed its children to another), and it is younger than
+        TREE_EVERY_S (where /proc and /proc/loadavg see different PID namespaces)."""
+        last, now = procinfo.last_pid(), time.monotonic()
+        fresh = last is None or last != self._tree_at[0] or now - self._tree_at[1] >= TREE_EVERY_S
+        if not fresh and self._tree_pids:
+            listed = set(self._tree_pids)
+            kept = [(self.pid, target)] + [(pid, _try_stat(pid)) for pid in self._tree_pids[1:]]
+            if all(isinstance(st, _Stat) and st.ppid in listed for _, st in kept[1:]):
+                return kept
+        self._tree_pids, self._tree_at = [self.pid, *procinfo.descendants(self.pid)], (last, now)
+        return [(self.pid, target)] + [(pid, _try_stat(pid)) for pid in self._tree_pids[1:]]
+
+    def _row(self, pid: int, role: str, st: _Stat | OSError) -> ProcRow | None:
+        """The process's row from its stat read (or why not); its CPU % over the time since the
+        last sample read it (at the first, since the process started, as top's first screen shows
+        it; a PID that went to another process since is a new one)."""
         now = time.monotonic()
-        try:
-            st = _read_stat(pid)
-        except PermissionError:
+        if isinstance(st, PermissionError):
             denied = NA("access denied")
             return ProcRow(pid=pid, role=role, name=denied, cpu_percent=denied, rss=denied, threads=denied,
                            state=denied, io_read=denied, io_write=denied)
-        except OSError:
+        if isinstance(st, OSError):
             return None  # it exited between listing and reading
         seen = self._seen.get(pid)
         if seen is None or seen.start != st.start:  # (new, or its PID went to another process)
@@ -161,6 +175,7 @@ class _Seen(NamedTuple):
 class _Stat(NamedTuple):
     comm: str
     state: str
+    ppid: int
     ticks: int
     threads: int
     start: int
@@ -172,8 +187,16 @@ def _read_stat(pid: int) -> _Stat:
     comm, fields = procinfo.read_stat(pid)
     if len(fields) < 22:
         raise FileNotFoundError(f"/proc/{pid}/stat: cut short")
-    return _Stat(comm.decode("utf-8", "replace"), fields[0].decode(), int(fields[11]) + int(fields[12]),
+    return _Stat(comm.decode("utf-8", "replace"), fields[0].decode(), int(fields[1]), int(fields[11]) + int(fields[12]),
                  int(fields[17]), int(fields[19]), int(fields[21]))
+
+
+def _try_stat(pid: int) -> _Stat | OSError:
+    """_read_stat's answer, or the OSError it raised (the process is gone, or not readable)."""
+    try:
+        return _read_stat(pid)
+    except OSError as e:
+        return e
 
 
 def _read_io(pid: int) -> tuple[int | NA, int | NA]:
