@@ -145,16 +145,21 @@ def hot_lines(records, name_of: Callable[[int], str], phase_names: tuple[str, ..
     by: dict[tuple[int, int], list[float]] = {}  # (phase, line id) -> samples by how
     for _, phase, nid, how, n in records:
         if 0 <= how < 3 and n > 0:  # (a record of a damaged channel is left out, not divided by)
-            by.setdefault((phase, nid), [0.0, 0.0, 0.0])[how] += n
+            c = by.get((phase, nid))
+            if c is None:  # (not setdefault: its default list was built for every record)
+                c = by[(phase, nid)] = [0.0, 0.0, 0.0]
+            c[how] += n
     total = sum(sum(c) for c in by.values())
     if not total:
         return [], 0
     per: dict[int, float] = {}
-    for (phase, _), c in by.items():
+    lines: dict[int, list[tuple[int, list[float]]]] = {}  # phase -> its (line id, samples by how), in by's order
+    for (phase, nid), c in by.items():
         per[phase] = per.get(phase, 0.0) + sum(c)
+        lines.setdefault(phase, []).append((nid, c))
     rows: list[HotLine] = []
     for phase in sorted(per, key=lambda k: -per[k]):
-        mine = sorted(((nid, c) for (ph, nid), c in by.items() if ph == phase), key=lambda x: -sum(x[1]))
+        mine = sorted(lines[phase], key=lambda x: -sum(x[1]))
         for nid, c in mine[:per_phase]:
             n = sum(c)
             rows.append(HotLine(phase=phase_names[phase] if 0 <= phase < len(phase_names) else f"phase {phase}",
