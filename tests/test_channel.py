@@ -331,3 +331,28 @@ def test_a_first_poll_skims_the_steps_it_would_not_keep_and_knows_what_a_whole_r
     kept, over = passed.skim(256, frozenset((L.GAUGE,)))
     assert over > 10_000 and [r[0] for r in kept.records] == [L.GAUGE] * len(kept.records)
     assert [len(r) for r in passed.drain().records[:1]] == [10] and passed.behind == 0
+
+
+def test_a_snapshots_recent_step_times_are_the_newest_steps_whatever_the_polls(monkeypatch):
+    """recent_step_ms is kept as steps complete (not worked out each snapshot): the newest 120 steps'
+    times, whether they came in one poll, in parts, or a few a poll; a view keeping fewer steps
+    carries as many times as it keeps."""
+    from tuimon.monitor import training
+    from tuimon.sources.channel import ChannelSource
+
+    w = SegmentWriter.create(JobMeta(argv=("train.py",)), 1 << 12)
+    phase = w.intern("forward")
+    view = training.TrainingView(ChannelSource(SegmentReader(w.path)))
+    few = training.TrainingView(ChannelSource(SegmentReader(w.path)), history_steps=50)
+    for k in range(1, 401):
+        t = k * 10**7
+        w.emit(L.PHASE, 0, phase, 1, k, t, t, 4e6)
+        w.emit(L.STEP, 0, 0, 1, k, t, t + 10**7 + k * 1234 + (k % 7) * 10**5, 0.0)
+        if k in (3, 4, 90, 250, 400):
+            view.poll()
+            want = [round(x.duration_ns / 1e6, 3) for x in list(view.steps.completed)[-120:]]
+            assert view.snapshot().recent_step_ms == want and len(want) == min(k, 120)
+    monkeypatch.setattr(training, "DRAIN_PART", 7)
+    few.poll()
+    assert few.snapshot().recent_step_ms == [round(x.duration_ns / 1e6, 3) for x in few.steps.completed]
+    assert len(few.snapshot().recent_step_ms) == 50

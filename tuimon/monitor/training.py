@@ -4,6 +4,7 @@ what it is doing now."""
 from __future__ import annotations
 
 import time
+from collections import deque
 
 from ..analysis import anatomy, summary
 from ..analysis import memory as gpu_memory
@@ -32,6 +33,7 @@ DRAIN_PART = 4096
 SKIM_ABOVE = DRAIN_PART
 SKIM_MAX = 1 << 18  # (a skim copies what it reads at once: 12 MiB at most; a larger ring is folded in parts)
 SKIM_KINDS = frozenset((L.GAUGE, L.HOT, L.STEP))
+RECENT_STEPS = 120  # the newest steps' times a snapshot carries (the step-time sparkline)
 
 
 class TrainingView:
@@ -48,6 +50,9 @@ class TrainingView:
         self.timeline = False  # keep every step for take_steps() (recordings)
         self._pending: list = []  # completed StepRecords not yet taken
         self._skipped = 0
+        # the newest steps' times (ms), worked out as they complete: a step's ends come in its one
+        # STEP record, so its time never changes after (each cycle's 120 roundings were ~70 us)
+        self._recent_ms: deque[float] = deque(maxlen=min(RECENT_STEPS, history_steps))
 
     def poll(self) -> int:
         """Drain what is new, in parts of DRAIN_PART records (up to a ring's worth: the rest waits
@@ -72,6 +77,9 @@ class TrainingView:
         self._step_ends([r for r in batch.records if r[F_KIND] == STEP])
         for chunk in _chunks(batch.records) if self.timeline else (batch.records,):
             done = self.steps.add(chunk)
+            if done:
+                new = list(self.steps.completed)[-min(done, RECENT_STEPS):]
+                self._recent_ms.extend(round(s.duration_ns / 1e6, 3) for s in new)
             if done and self.timeline:
                 self._pending.extend(list(self.steps.completed)[-done:])
         if len(self._pending) > TIMELINE_MAX_PENDING:
@@ -170,7 +178,7 @@ class TrainingView:
             breakdown=self.rolling.breakdown(name),
             ranges=self.rolling.range_table(name),
             throughput_per_s=said("throughput", lambda: summary.throughput(steps, name)),
-            recent_step_ms=[round(x.duration_ns / 1e6, 3) for x in list(self.steps.completed)[-120:]],
+            recent_step_ms=list(self._recent_ms),
             records=self.source.records_read,
             dropped=r.total_lost,
             corrupt=r.total_corrupt,
