@@ -209,3 +209,27 @@ def test_moves_right_only_after_plain_ascii_and_default_colours_are_left_to_the_
     assert "…\x1b[1;5Hd" in out  # (after "…": placed, not moved)
     assert "\x1b[4C" in out and "\x1b[29C" in out  # (after "d" at 4: on to 9; then to 39)
     assert play(out) == play(per_segment(update, console))
+
+
+def test_a_panels_segments_are_rich_own_whatever_the_spans():
+    """widgets.segments (styles combined once per console) gives what Text.render gives: random
+    texts with a style of their own or not, nested, overlapping, empty and touching spans, names,
+    Style objects, unknown names; twice, so the second time comes from the cache."""
+    import random
+
+    from rich.text import Text
+
+    from tuimon.ui.widgets import segments
+
+    console = Console(force_terminal=True, markup=False, highlight=False)
+    styles = ["bold", "dim", "green", "on #203040", "bold red on white", "no-such-style", "italic underline",
+              Style(color="cyan"), Style(bgcolor="blue", bold=True), "", "reverse"]
+    rnd = random.Random(7)
+    for _ in range(2):
+        for _ in range(400):
+            plain = "".join(rnd.choice("ab ▁▇é.%0") for _ in range(rnd.randrange(0, 30)))
+            text = Text(plain, style=rnd.choice(["", "dim", Style(italic=True)]))
+            for _ in range(rnd.randrange(0, 6)):
+                start = rnd.randrange(0, len(plain) + 1)
+                text.stylize(rnd.choice(styles), start, rnd.randrange(start, len(plain) + 1))
+            assert segments(console, text) == list(text.render(console)), text

@@ -8,12 +8,53 @@ for only when the number of lines changes."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+from operator import itemgetter
+from weakref import WeakKeyDictionary
+
+from rich.console import Console
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
 GAP = 6  # unchanged cells between two changed runs worth a cursor move (~8 bytes) rather than resending
+STYLES_KEPT = 4096  # combined styles kept per console (a screen uses a few dozen; past this the cache starts over)
+_combined: WeakKeyDictionary[Console, dict[tuple, Style]] = WeakKeyDictionary()
+
+
+def segments(console: Console, text: Text) -> list[Segment]:
+    """Text.render's segments (Rich's walk over the spans' bounds, the same output), with each run's
+    style combined once per console, not once per line: a style is a name or a Style, resolved by
+    the console's theme, so the same styles give the same combination every time (a changed line
+    laid out in ~12 us rather than ~23; laying lines out was a third of a cycle's handling)."""
+    plain, spans = text.plain, text.spans
+    if not spans:
+        return [Segment(plain)]
+    cache = _combined.get(console)
+    if cache is None or len(cache) > STYLES_KEPT:
+        cache = _combined[console] = {}
+    raw = (text.style, *(span.style for span in spans))  # (0: the text's own style, under its spans')
+    bounds = [(0, False, 0), *((span.start, False, i) for i, span in enumerate(spans, 1)),
+              *((span.end, True, i) for i, span in enumerate(spans, 1)), (len(plain), True, 0)]
+    bounds.sort(key=itemgetter(0, 1))
+    stack: list[int] = []
+    out = []
+    for (offset, leaving, i), (next_offset, _, _) in pairwise(bounds):
+        if leaving:
+            stack.remove(i)
+        else:
+            stack.append(i)
+        if next_offset > offset:
+            key = tuple([raw[k] for k in sorted(stack)])
+            style = cache.get(key)
+            if style is None:
+                null = Style.null()
+                style = cache[key] = Style.combine([console.get_style(r, default=null) for r in key])
+            out.append(Segment(plain[offset:next_offset], style))
+    return out
 
 
 def changed_spans(old: Strip, new: Strip) -> list[tuple[int, int]]:
@@ -118,7 +159,7 @@ class Panel(Widget):
         changed lines a second)."""
         console, base = self.app.console, self.visual_style.rich_style
         parts = [line] if line.cell_len <= width else line.wrap(console, width)
-        return [Strip(list(part.render(console)), part.cell_len).apply_style(base) for part in parts]
+        return [Strip(segments(console, part), part.cell_len).apply_style(base) for part in parts]
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         if self._last is None:
