@@ -153,8 +153,7 @@ class LiveSession:
             rows = job_ranks.rows(snaps, gpus, set(self.ranks.exited_at))
         if process is not None and training is not None:  # mark the training process (and the ranks) in the tree
             rank_of = self.ranks.rank_of_pid() if self.ranks is not None else {}
-            process = replace(process, procs=[replace(r, loop=r.pid == training.pid, rank=rank_of.get(r.pid))
-                                              for r in process.procs])
+            process = replace(process, procs=[_marked(r, r.pid == training.pid, rank_of.get(r.pid)) for r in process.procs])
         steps = self._steps(view, snaps) if self.timeline and view is not None else []
         return Cycle(t=t, process=process, gpus=gpus, training=training, capture=capture,
                      channel=self.channel, shown_why=self.shown_why,
@@ -447,6 +446,12 @@ class EarlyStart:
             taken = self._on_cycle is not None
         if not taken:
             self.session.stop()
+
+
+def _marked(row, loop: bool, rank: int | None):
+    """The row with loop and rank as given: a copy only where they change it (a copy of a frozen
+    record is ~5 us, and most rows are no rank's, not the loop's)."""
+    return row if row.loop == loop and row.rank == rank else replace(row, loop=loop, rank=rank)
 
 
 def _with_summary(status: CaptureStatus, summary) -> CaptureStatus:
