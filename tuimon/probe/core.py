@@ -231,7 +231,7 @@ class Probe:
 
     def data_start(self, t0: int, workers: int | None = None) -> None:
         """The loop asks a DataLoader for a batch (workers: the loader's worker count, said once
-        per iterator)."""
+        per iterator); it ends with anatomy.data_wait(DATA, t0, t1) (one C call where built)."""
         a = self.anatomy
         if a.on_loop():
             if self.source <= DATALOADER:
@@ -242,9 +242,6 @@ class Probe:
             self.emit(L.GAUGE, 0, self.intern("dataloader.workers"), ring.thread_id(), self.step_no, 0, t0,
                       float(workers))
 
-    def data_wait(self, t0: int, t1: int) -> None:
-        """...and got it at t1 (the DATA phase left, a DATA_WAIT record: one C call where built)."""
-        self.anatomy.data_wait(DATA, t0, t1)
 
     def synced(self, t0: int, t1: int, timed: bool = False) -> None:
         """The loop thread was blocked t0..t1 waiting for the GPU (a device-to-host sync); timed:

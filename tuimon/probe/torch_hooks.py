@@ -135,7 +135,7 @@ def _patch_dataloader(torch) -> None:
         try:
             return orig_next(self)
         finally:
-            p.anatomy.data_wait(DATA, t0, _now())  # (Probe.data_wait without its frame)
+            p.anatomy.data_wait(DATA, t0, _now())  # (the DATA phase left, a DATA_WAIT record)
 
     __next__._tuimon = True
     _swap(it, "__next__", __next__)
