@@ -348,3 +348,29 @@ def test_doctor_reports_and_never_crashes():
     pure = subprocess.run(tuimon_cmd("doctor"), capture_output=True, text=True, timeout=60,
                           env={**os.environ, "TUIMON_PURE_PYTHON": "1"})
     assert "[warn] probe hot path   pure Python" in pure.stdout
+
+
+def test_the_last_line_is_of_the_ended_job_when_it_ends_between_a_poll_and_the_check():
+    """`run --plain` once printed a finished job's last line from a cycle polled while its
+    interpreter was still tearing down (channel closed, process alive): the verdict without its
+    ending. Here the job ends right after a cycle's poll, before follow() asks until()."""
+    import io
+
+    from tuimon.cli import textview
+    from tuimon.monitor.session import LiveSession
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    session = LiveSession(child.pid, 0.05, popen=child)
+
+    def ends_now() -> bool:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        return True
+
+    out = io.StringIO()
+    view = textview.follow(session, 0.05, until=ends_now, out=out, launched=True)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and "[process" not in lines[0], lines  # the cycle that read it alive, then the last look
+    assert lines[-1].endswith("[process exited]") and "verdict: exited: killed by SIGKILL" in lines[-1], lines[-1]
+    assert view.process is not None and not view.process.alive and view.job_end.exit_code == -9

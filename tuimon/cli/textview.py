@@ -68,12 +68,21 @@ def follow(session: LiveSession, interval: float, until=None, out=sys.stdout, ba
             said_channel[0] = True
         print(summary_line(view, channel_pending=pending), file=out, flush=True)
 
+    ended_after_poll = [False]
+
     def done(c) -> bool:
         gone = c.process is not None and not c.process.alive
-        return gone or (until is not None and until())
+        if gone:
+            return True
+        if until is not None and until():
+            ended_after_poll[0] = c.process is not None  # its last line read it alive
+            return True
+        return False
 
     try:
         run_cycles(session, interval, on_cycle, done)
+        if ended_after_poll[0]:  # the job ended between this cycle's poll and until(): a last look at it
+            on_cycle(session.poll())
     finally:
         session.stop()
     return state.view()
