@@ -65,11 +65,13 @@ def job_log(path):
 
 
 def truth_for(cost, first, log, judged_t0, judged_t1):
-    """The worst step and the time lost by the job's own log over the same steps."""
+    """The worst step, the longest of the others, and the time lost by the job's own log over the
+    same steps."""
     own = [d for end, d in log if judged_t0 < end <= judged_t1 + 1_000_000]
     if not log or log[-1][0] < judged_t1:
         return None  # (the job writes its log every 0.5 s)
-    return max(own), sum(max(0.0, d - cost.typical_ms) for d in own)
+    worst, *others = sorted(own, reverse=True)
+    return worst, max(others, default=0.0), sum(max(0.0, d - cost.typical_ms) for d in own)
 
 
 def start(tmp_path):
@@ -98,12 +100,15 @@ def test_the_session_and_the_panel_say_what_a_window_cost_the_job(tmp_path):
         view = session.training
         steps = {i: (t0, t1) for i, t0, t1 in view.step_log.steps}
         judged = [steps[i] for i in range(st.first_step, st.first_step + cost.steps) if i in steps]
-        worst, lost = wait_for(lambda: (t := truth_for(cost, st.first_step, job_log(log), judged[0][0], judged[-1][1]))
-                               and t, timeout=10, what="the job's own log of those steps")
+        worst, next_longest, lost = wait_for(
+            lambda: (t := truth_for(cost, st.first_step, job_log(log), judged[0][0], judged[-1][1])) and t,
+            timeout=10, what="the job's own log of those steps")
         # The job's own worst step. Its steps end a few microseconds after the probe's boundary, and
-        # the window's stop takes the GIL right at the boundary: the job counts that pause in the
-        # window's last step (slowed by the profiler), the probe in the next: up to a step apart.
-        assert cost.worst_ms == pytest.approx(worst, abs=4 * cost.typical_ms + 2.0)
+        # the window's stop takes the GIL right at the boundary: the job may count that pause in the
+        # window's last step (slowed by the profiler), the probe in the next (or the other way): the
+        # two worst steps are the pause plus different steps, apart by at most the longest step
+        # besides the worst (a fixed 4 typical steps failed under load: 49.3 against 37.4 ms).
+        assert cost.worst_ms == pytest.approx(worst, abs=max(next_longest, cost.typical_ms) + 2.0)
         assert cost.lost_ms == pytest.approx(lost, rel=0.1, abs=3.0)  # (the sum over the same steps: no such shift)
         panel = capture_panel(state.view(), 10).plain
         assert "\n  " + describe(cost) in panel  # (under the last capture's line)
