@@ -404,7 +404,7 @@ def _small_or_outranked(e: Evidence, what: str, phase: str, value: float | None,
     """A wait under its moderate bar, or a moderate one that a part of the step RANK_FACTOR times
     larger outranks (a high one never yields)."""
     small = _below(what, value, moderate)
-    if small.passed is not False:
+    if value is None or small.passed is not False:  # (None: not measured, and small says so)
         return small
     ranked = _outranked(e, phase, value)
     return Check(what, small.value, f"{small.test}, or under {high.show()} and outranked ({ranked.value})",
@@ -496,12 +496,12 @@ def _verdict(key: str, c: _Context, rules: list[Rule]) -> Verdict:
                        f"{e.steps} step{'s' if e.steps != 1 else ''} seen; a verdict needs {T.MIN_STEPS.value:g}",
                        "wait for a few steps (a step is the loop's optimizer.step(), else its backward(), its model "
                        "call or its DataLoader's next(); tuimon.step() marks one by hand)", "low", rules)
-    if key == "straggler":
-        return _straggler_verdict(c, rules)
+    if key == "straggler" and e.straggler is not None:  # (always set here: the rule fired on its ratio)
+        return _straggler_verdict(c, e.straggler, rules)
     if key == "memory-pressure":
         return _memory_verdict(c, rules)
-    if key == "copy-bound":
-        return _copy_verdict(c, rules)
+    if key == "copy-bound" and e.copies is not None:  # (always set here: the rule fired on its share)
+        return _copy_verdict(c, e.copies, rules)
     if key == "comm-bound":
         how = "GPU time, CUDA events" if e.comm_gpu else "on the loop thread"
         mb = f" · {e.comm_mb:,.0f} MB through collectives per step" if e.comm_mb else ""
@@ -570,8 +570,8 @@ STRAGGLER_FIX: dict[str, str] = {  # by the phase it is slowest in, beyond the o
 }
 
 
-def _straggler_verdict(c: _Context, rules: list[Rule]) -> Verdict:
-    e, s = c.e, c.e.straggler
+def _straggler_verdict(c: _Context, s: Straggler, rules: list[Rule]) -> Verdict:
+    e = c.e
     top = next(iter(s.slower.items()), None)
     where = f" · its {top[0]} +{top[1]:.1f} ms/step" if top else ""
     fix = STRAGGLER_FIX.get(top[0], "") if top else ""
@@ -630,67 +630,17 @@ def _input_next_step(e: Evidence) -> str:
 
 def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     """Which host work the GPU waits for, from the phases: the model's own calls (launches and the
-    Python around them), or time outside every phase, where the loop thread's CPU tells Python
-    work from a thread blocked on something tuimon does not see. Time the thread waited for a core
-    counts with its CPU: on a busy machine it would have run then (the same bar for the sum).
-    Until that CPU is read (None), the verdict names the time outside the model, not its kind.
+    Python around them), or time outside every phase (_outside_model_verdict).
     (The loop thread's CPU cannot judge the model phases: on CUDA, backward runs in autograd's own
     thread while the loop waits.)"""
     e = c.e
     model = sum(e.phases.get(p, 0.0) for p in MODEL)
     other = e.phases.get("other", 0.0)
-    wait = e.loop_cpu_wait if e.loop_cpu_wait is not None and e.loop_cpu_wait >= 0.5 else 0.0
+    confidence: Confidence = "low" if c.busy is None else _margin(c.busy, T.GPU_IDLE, above=False)
+    if other > model:
+        return _outside_model_verdict(c, rules, model, other, confidence)
     _, cpu = _loop_cpu(e)
     gpu = c.gpu_words()
-    confidence: Confidence = "low" if c.busy is None else _margin(c.busy, T.GPU_IDLE, above=False)
-    if other > model and e.loop_cpu is None:  # Python or a blocked thread: only its CPU can tell
-        return Verdict("host-bound", "host-bound: outside the model",
-                       f"{gpu} · other {share(other)} of the step (forward+backward+optimizer {share(model)}) · {cpu}",
-                       f"{share(other)} of the step is outside the model, data and syncs; the loop thread's CPU, once "
-                       "read, tells Python work from a thread blocked on something tuimon does not see",
-                       "low", rules)
-    line = next((h for h in e.hot if h.phase == "other"), None) if other > model else None
-    at = f" · {line.line} {share(line.share)} of the time ({how_of(line)[0]})" if line else ""
-    ops_out = e.ops.by_phase.get("other", 0) if e.ops else 0
-    at_ops = _time_at_op_lines(e, "other", other)
-    if other > model and ops_out and c.busy is not None and (
-            at_ops is not None or _native_share(e.hot, "other") >= 0.5
-            or _ops_explain(ops_out, other * (e.step_ms or 0.0))):
-        assert e.ops is not None  # (ops_out came from it)
-        us = at_ops[1] if at_ops is not None else other * (e.step_ms or 0.0) * 1e3 / ops_out
-        top = next(iter(e.ops.lines.items()), None)
-        return Verdict("host-bound", "host-bound: launches outside the model",
-                       f"{gpu} · other {share(other)} of the step: {ops_out:,} ops per step outside any module, "
-                       f"~{us:,.0f} us each on the host"
-                       + (f" ({share(at_ops[0])} of the step at the lines issuing them)" if at_ops else "")
-                       + f" (step {e.ops.step} counted){at}",
-                       f"tensor code outside the model issues {ops_out:,} small ops a step"
-                       + (f", {top[1]:,} of them at {top[0]}" if top else "")
-                       + ": fuse them (torch.compile that function), batch them into fewer, larger ops, or capture "
-                         "them in a CUDA graph", confidence, rules)
-    if other > model:
-        if e.loop_cpu + wait < T.LOOP_CPU_BUSY.value:
-            where = (f"it is blocked at {line.line} ({share(line.waiting)} of that line's samples blocked in a call: a "
-                     "sleep, a lock, I/O, a wait)" if line and line.waiting >= 0.5 else
-                     "it is blocked on something tuimon does not see (I/O, locks, sleeps, collectives): h shows the "
-                     "lines")
-            return Verdict("host-bound", "host-bound: the loop waits elsewhere",
-                           f"{gpu} · other {share(other)} of the step · {cpu} (< {T.LOOP_CPU_BUSY.show()}){at}",
-                           f"outside the model, data and syncs the loop thread is mostly not computing: {where}",
-                           confidence, rules)
-        step = (f"{share(other)} of the step is Python outside the model, data and syncs"
-                + (f", {share(line.share)} of it at {line.line}" if line else "")
-                + ": move it off the loop (logging, metrics, host-side preprocessing), or do it every N steps")
-        if line and line.native >= 0.5:
-            step = (f"{share(other)} of the step is outside the model, {share(line.share)} of the time at {line.line}, "
-                    f"in a native call ({share(line.native)} of its samples: a copy or an op on the CPU): move that work "
-                    "to the GPU or to the DataLoader's workers, or do it every N steps")
-        if e.loop_cpu < T.LOOP_CPU_BUSY.value:  # the wait for a core made it busy
-            step += (f"; and the loop thread waited for a core {wait:.0f}% of the time: other processes compete for "
-                     "this machine's CPUs (DataLoader workers beyond the cores, other jobs): leave the loop a core")
-        return Verdict("host-bound", "host-bound: Python outside the model",
-                       f"{gpu} · other {share(other)} of the step (forward+backward+optimizer {share(model)}) · {cpu}{at}",
-                       step, confidence, rules)
     opt, largest = e.phases.get("optimizer", 0.0), max(e.phases.get(p, 0.0) for p in ("forward", "backward", "optimizer"))
     if opt and opt == largest:  # the optimizer's step is the model's largest part
         return Verdict("host-bound", "host-bound: the optimizer step",
@@ -703,7 +653,7 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
                        "(model.to('cuda')) if there is one, else cheaper CPU work: torch.compile, larger batches (fewer, "
                        "larger ops), torch.set_num_threads(the cores it has)", confidence, rules)
     ops_in = sum(e.ops.by_phase.get(p, 0) for p in ("forward", "backward", "optimizer")) if e.ops else 0
-    if ops_in:
+    if e.ops is not None and ops_in:
         us = model * (e.step_ms or 0.0) * 1e3 / ops_in
         step = (f"{ops_in:,} ops per step in the model averaging ~{us:,.0f} us of host time each (step {e.ops.step} "
                 "counted): CUDA graphs (torch.compile(mode='reduce-overhead')) or torch.compile to fuse them, or larger "
@@ -717,6 +667,65 @@ def _host_verdict(c: _Context, rules: list[Rule]) -> Verdict:
     return Verdict("host-bound", "host-bound: launches and Python in the model",
                    f"{gpu} · forward+backward+optimizer {share(model)} of the step on the host · {cpu}", step,
                    confidence, rules)
+
+
+def _outside_model_verdict(c: _Context, rules: list[Rule], model: float, other: float,
+                           confidence: Confidence) -> Verdict:
+    """Host-bound with more of the step outside every phase than in the model: ops launched outside
+    any module, or the loop thread's CPU tells Python work from a thread blocked on something tuimon
+    does not see. Time the thread waited for a core counts with its CPU: on a busy machine it would
+    have run then (the same bar for the sum). Until that CPU is read (None), the verdict names the
+    time outside the model, not its kind."""
+    e = c.e
+    _, cpu = _loop_cpu(e)
+    gpu = c.gpu_words()
+    if e.loop_cpu is None:  # Python or a blocked thread: only its CPU can tell
+        return Verdict("host-bound", "host-bound: outside the model",
+                       f"{gpu} · other {share(other)} of the step (forward+backward+optimizer {share(model)}) · {cpu}",
+                       f"{share(other)} of the step is outside the model, data and syncs; the loop thread's CPU, once "
+                       "read, tells Python work from a thread blocked on something tuimon does not see",
+                       "low", rules)
+    wait = e.loop_cpu_wait if e.loop_cpu_wait is not None and e.loop_cpu_wait >= 0.5 else 0.0
+    line = next((h for h in e.hot if h.phase == "other"), None)
+    at = f" · {line.line} {share(line.share)} of the time ({how_of(line)[0]})" if line else ""
+    ops_out = e.ops.by_phase.get("other", 0) if e.ops else 0
+    at_ops = _time_at_op_lines(e, "other", other)
+    if e.ops is not None and ops_out and c.busy is not None and (
+            at_ops is not None or _native_share(e.hot, "other") >= 0.5
+            or _ops_explain(ops_out, other * (e.step_ms or 0.0))):
+        us = at_ops[1] if at_ops is not None else other * (e.step_ms or 0.0) * 1e3 / ops_out
+        top = next(iter(e.ops.lines.items()), None)
+        return Verdict("host-bound", "host-bound: launches outside the model",
+                       f"{gpu} · other {share(other)} of the step: {ops_out:,} ops per step outside any module, "
+                       f"~{us:,.0f} us each on the host"
+                       + (f" ({share(at_ops[0])} of the step at the lines issuing them)" if at_ops else "")
+                       + f" (step {e.ops.step} counted){at}",
+                       f"tensor code outside the model issues {ops_out:,} small ops a step"
+                       + (f", {top[1]:,} of them at {top[0]}" if top else "")
+                       + ": fuse them (torch.compile that function), batch them into fewer, larger ops, or capture "
+                         "them in a CUDA graph", confidence, rules)
+    if e.loop_cpu + wait < T.LOOP_CPU_BUSY.value:
+        where = (f"it is blocked at {line.line} ({share(line.waiting)} of that line's samples blocked in a call: a "
+                 "sleep, a lock, I/O, a wait)" if line and line.waiting >= 0.5 else
+                 "it is blocked on something tuimon does not see (I/O, locks, sleeps, collectives): h shows the "
+                 "lines")
+        return Verdict("host-bound", "host-bound: the loop waits elsewhere",
+                       f"{gpu} · other {share(other)} of the step · {cpu} (< {T.LOOP_CPU_BUSY.show()}){at}",
+                       f"outside the model, data and syncs the loop thread is mostly not computing: {where}",
+                       confidence, rules)
+    step = (f"{share(other)} of the step is Python outside the model, data and syncs"
+            + (f", {share(line.share)} of it at {line.line}" if line else "")
+            + ": move it off the loop (logging, metrics, host-side preprocessing), or do it every N steps")
+    if line and line.native >= 0.5:
+        step = (f"{share(other)} of the step is outside the model, {share(line.share)} of the time at {line.line}, "
+                f"in a native call ({share(line.native)} of its samples: a copy or an op on the CPU): move that work "
+                "to the GPU or to the DataLoader's workers, or do it every N steps")
+    if e.loop_cpu < T.LOOP_CPU_BUSY.value:  # the wait for a core made it busy
+        step += (f"; and the loop thread waited for a core {wait:.0f}% of the time: other processes compete for "
+                 "this machine's CPUs (DataLoader workers beyond the cores, other jobs): leave the loop a core")
+    return Verdict("host-bound", "host-bound: Python outside the model",
+                   f"{gpu} · other {share(other)} of the step (forward+backward+optimizer {share(model)}) · {cpu}{at}",
+                   step, confidence, rules)
 
 
 def _cpu_verdict(c: _Context, rules: list[Rule]) -> Verdict:
@@ -749,9 +758,9 @@ def _cpu_verdict(c: _Context, rules: list[Rule]) -> Verdict:
                    _margin(model, T.MODEL_MAJORITY), rules)
 
 
-def _copy_verdict(c: _Context, rules: list[Rule]) -> Verdict:
+def _copy_verdict(c: _Context, cp: CopyTimes, rules: list[Rule]) -> Verdict:
     """Host-to-device copies that hold the loop, and the fix that fits how they are made."""
-    e, cp = c.e, c.e.copies
+    e = c.e
     pcie = f" · PCIe to the GPU {e.pcie_rx / 2**30:.1f} GiB/s" if e.pcie_rx is not None else ""
     evidence = (f"copies {share(cp.share)} of the step ({cp.ms:.1f} ms): {cp.h2d_mb:,.1f} MB to the GPU per step in "
                 f"{cp.calls:,.0f} copies, {share(cp.pageable)} from pageable memory, {share(cp.blocking)} blocking"
