@@ -4,6 +4,8 @@ and the last capture's kernel count."""
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from ..analysis import stall
 from ..analysis import thresholds as T
 from ..analysis.diagnosis import Evidence
@@ -12,7 +14,20 @@ from ..model import CaptureStatus, JobEnd, OutsideLines, ProcessSample, RankRow,
 MIN_SPAN_S, MAX_SPAN_S = 3.0, 60.0  # GPU samples averaged: the step window's span, within these
 
 
-def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_means: dict[str, float | None],
+class GpuMeans(TypedDict):
+    """The target GPUs' means over the step window's span (None: not measured), passed to Evidence's
+    fields of the same names."""
+
+    sm_active: float | None
+    tensor_active: float | None
+    fp32_active: float | None
+    fp16_active: float | None
+    dram_bw: float | None
+    util_gpu: float | None
+    pcie_rx: float | None
+
+
+def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_means: GpuMeans,
           gpm: bool, captures: list[CaptureStatus], has_channel: bool, ranks: int = 0,
           straggler: Straggler | None = None, job_comm_share: float | None = None, *,
           rows: list[RankRow] | None = None, job_end: JobEnd | None = None,

@@ -35,7 +35,6 @@ from . import evidence
 
 GPU_SERIES = ("sm_active", "tensor_active", "fp32_active", "fp16_active", "dram_bw", "power_w", "util_gpu",
               "util_mem", "mem_used", "pcie_rx", "t")
-EVIDENCE_FIELDS = ("sm_active", "tensor_active", "fp32_active", "fp16_active", "dram_bw", "util_gpu", "pcie_rx")
 COLUMN_S = 5  # the main screen's sparklines: one column per 5 s, on one time axis for all of them
 COLUMNS = 240  # 20 min of columns
 MEMORY_SERIES = ("allocated", "reserved", "peak", "nvml")  # per cycle: the allocator's gauges, NVML's for the process
@@ -325,10 +324,14 @@ class MonitorState:
         """straggler, comm_share: the job's, from its ranks (None: one process); ended: how it ended."""
         used = self.target_gpus() or sorted(self.gpus)
         span_ns = evidence.window_span_s(self.training) * 1e9
-        means: dict[str, float | None] = {}
-        for f in EVIDENCE_FIELDS:  # the target GPUs' mean over the span the step window covers
+
+        def mean(f: str) -> float | None:  # the target GPUs' mean over the span the step window covers
             per_gpu = [m for i in used if (m := self._window_mean(i, f, span_ns)) is not None]
-            means[f] = sum(per_gpu) / len(per_gpu) if per_gpu else None
+            return sum(per_gpu) / len(per_gpu) if per_gpu else None
+
+        means = evidence.GpuMeans(sm_active=mean("sm_active"), tensor_active=mean("tensor_active"),
+                                  fp32_active=mean("fp32_active"), fp16_active=mean("fp16_active"),
+                                  dram_bw=mean("dram_bw"), util_gpu=mean("util_gpu"), pcie_rx=mean("pcie_rx"))
         gpm = any(self.gpus[i].gpm for i in used)
         has_channel = self.training is not None or not isinstance(self.channel, NA)
         e = evidence.build(self.training, self._live_process, means, gpm,
