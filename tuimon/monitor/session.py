@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Protocol
+from typing import Protocol, cast
 
 from ..analysis import stall as loop_stall
 from ..capture import nsys_session
@@ -83,7 +83,7 @@ class LiveSession:
         self.training: TrainingView | None = None
         self.channel: str | NA | None = NA("not looked for yet") if pid else None
         self.shown_why: str | None = None
-        self.captures: CaptureClient | None = None
+        self.captures: CaptureClient | nsys_session.SessionWindows | None = None  # (the latter: `run --nsys`)
         self._looked_at = 0.0
         self._unreadable: str | None = None  # why the channel found at the last look could not be read
         self._poller: Poller | None = None
@@ -112,7 +112,7 @@ class LiveSession:
         if self.procs is not None:
             process = _guard(problems, "process", self.procs.sample)
             if process is not None:
-                pids = {r.pid for r in process.procs} or {self.pid}
+                pids = {r.pid for r in process.procs} or {self.procs.pid}
         self.gpus.target_pids = pids
         if self.gpus.error:
             problems["gpu"] = self.gpus.error
@@ -140,7 +140,7 @@ class LiveSession:
             if training is not None and self.ranks is not None:
                 view, training = self._detail_rank(view, training)
             if training is not None:
-                capture = self._capture(problems)
+                capture = self._capture(view, problems)
                 if self.procs is not None and training.pid == self.pid:
                     self.procs.follow_loop(training.loop_tid)  # its CPU is read from the next cycle on
         outside = self._outside_lines(view, process)
@@ -217,8 +217,11 @@ class LiveSession:
     def _detail_rank(self, view: TrainingView, training):
         """Switch the detail to the rank asked for, or to the new process of the shown rank when
         it restarted; returns the view and snapshot to show."""
+        ranks = self.ranks
+        if ranks is None:  # (one process: nothing to switch to)
+            return view, training
         want = self._want_rank if self._want_rank is not None else training.rank
-        other = self.ranks.view_of_rank(want) if want is not None else None
+        other = ranks.view_of_rank(want) if want is not None else None
         if other is None or other is view:
             return view, training
         self.training = other
@@ -227,7 +230,7 @@ class LiveSession:
             self.captures = None  # (a window goes to the rank shown)
         self.channel = other.source.reader.path
         pid = other.source.reader.info.pid  # (the job's root: the launcher, whichever PID was asked for)
-        self.shown_why = None if pid == self.pid else f"rank {want} of the job under PID {self.ranks.root}: {describe(pid)}"
+        self.shown_why = None if pid == self.pid else f"rank {want} of the job under PID {ranks.root}: {describe(pid)}"
         other.poll()
         return other, other.snapshot()
 
@@ -255,8 +258,8 @@ class LiveSession:
 
     def _view(self, problems: dict, pids: set[int] | None = None) -> TrainingView | None:
         """pids: the process tree this cycle's process sample found, if it found one."""
-        if self.training is not None and self._shows_a_launcher():
-            self._look_for_ranks(pids)
+        if self.training is not None and self.pid and self._shows_a_launcher(self.training):
+            self._look_for_ranks(self.pid, pids)
         if self.training is not None or not self.pid:
             return self.training
         now = time.monotonic()
@@ -275,35 +278,37 @@ class LiveSession:
             self.channel = NA(str(e))
             problems["channel"] = self._unreadable = str(e)
             return None
-        return self._show(reader, why)
+        return self._show(self.pid, reader, why)
 
-    def _show(self, reader, why: str | None) -> TrainingView:
+    def _show(self, pid: int, reader, why: str | None) -> TrainingView:
+        """pid: the process asked for (self.pid); reader: its channel, or one of its ranks'."""
         self.training = TrainingView(ChannelSource(reader))
         self.training.timeline = self.timeline
         self.channel, self.shown_why = reader.path, why
-        root = job_ranks.job_root(self.pid, reader)
+        root = job_ranks.job_root(pid, reader)
         if root is not None:
             self.ranks = job_ranks.RankSet(root, self.training, self.timeline)
         return self.training
 
-    def _shows_a_launcher(self) -> bool:
+    def _shows_a_launcher(self, shown: TrainingView) -> bool:
         """The channel shown is the asked process's own and has no rank: a launcher (torchrun) whose
         ranks may not have started when it was found, or a job of one process."""
-        info = self.training.source.reader.info
+        info = shown.source.reader.info
         return self.ranks is None and info.pid == self.pid and info.meta.rank is None
 
-    def _look_for_ranks(self, pids: set[int] | None) -> None:
+    def _look_for_ranks(self, pid: int, pids: set[int] | None) -> None:
         """Every REDISCOVER_S: once a ranked descendant has a channel, show it (rank 0) instead.
         pids: the tree as sampled this cycle; while none of them has a channel, nothing to open (a
-        job of one process, its DataLoader workers: the look walked the tree and /dev/shm again)."""
+        job of one process, its DataLoader workers: the look walked the tree and /dev/shm again); pid:
+        the process asked for (self.pid)."""
         now = time.monotonic()
         if now - self._looked_at < REDISCOVER_S:
             return
         self._looked_at = now
-        if pids is not None and not any(os.path.exists(segment_path(p)) for p in pids - {self.pid}):
+        if pids is not None and not any(os.path.exists(segment_path(p)) for p in pids - {pid}):
             return
         try:
-            reader, why = open_channel(self.pid)
+            reader, why = open_channel(pid)
         except ChannelError:
             return
         if why is None:  # still its own channel
@@ -311,7 +316,7 @@ class LiveSession:
             return
         self._drop_channel()
         self._looked_at = now
-        self._show(reader, why)
+        self._show(pid, reader, why)
 
     def _drop_channel(self) -> None:
         if self.ranks is not None:
@@ -327,11 +332,12 @@ class LiveSession:
         self.training = self.captures = None
         self._looked_at = 0.0
 
-    def _capture(self, problems: dict) -> CaptureStatus | None:
-        """The capture state; a done capture carries its summary once the worker has made it."""
+    def _capture(self, shown: TrainingView, problems: dict) -> CaptureStatus | None:
+        """The capture state of the shown process (self.training); a done capture carries its
+        summary once the worker has made it."""
         try:
             if self.captures is None:
-                reader = self.training.source.reader
+                reader = shown.source.reader
                 info = reader.info
                 self.captures = nsys_session.for_job(info, lambda: reader.steps) or \
                     CaptureClient(info.path, info.pid, info.start_ticks)
@@ -340,16 +346,16 @@ class LiveSession:
             problems["capture"] = str(e)
             return None
         if status.state == "done":
-            status = replace(_with_summary(status, self.summaries.summary(status)), cost=self._cost(status))
+            status = replace(_with_summary(status, self.summaries.summary(status)), cost=self._cost(shown, status))
         return status
 
-    def _cost(self, status: CaptureStatus):
+    def _cost(self, shown: TrainingView, status: CaptureStatus):
         """What the done window cost the job, from the shown process's own step times (None until
         the steps just past its end are in)."""
-        key = (self.training.source.reader.info.pid, status.seq)
+        key = (shown.source.reader.info.pid, status.seq)
         cost = self._costs.get(key)
         if cost is None:
-            cost = window_cost(self.training.step_log.steps, status.first_step, status.last_step, status.updated_ns)
+            cost = window_cost(shown.step_log.steps, status.first_step, status.last_step, status.updated_ns)
             if cost is not None:
                 self._costs[key] = cost
         return cost
@@ -380,7 +386,9 @@ class LiveSession:
         def failed(message: str) -> None:  # a bug in a sampler: say so rather than freeze
             on_cycle(Cycle(t=time.monotonic_ns(), problems={"sampler": message}))
 
-        self._poller = Poller(self.poll, on_cycle, self.interval, name="tuimon-sampler", on_error=failed).start()
+        # (Poller is not generic: it hands on_result what self.poll returns, a Cycle)
+        deliver = cast(Callable[[object], None], on_cycle)
+        self._poller = Poller(self.poll, deliver, self.interval, name="tuimon-sampler", on_error=failed).start()
 
     def progress(self) -> str | None:
         return None
