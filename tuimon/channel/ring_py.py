@@ -149,7 +149,7 @@ class Range:
             except Exception:  # noqa: BLE001 - not worth an exception in the training loop
                 name = "(unprintable name)"
         self.name = name
-        self._b = None
+        self._b: _Binding | None = None
 
     def __enter__(self):
         b = _bound
