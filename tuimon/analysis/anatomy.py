@@ -3,7 +3,7 @@ syncs and their call sites, GPU memory. Pure: records in, model types out."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ..model import CommTimes, CopyTimes, GpuTimes, HotLine, OpCounts, PhaseRow, Syncs, SyncSite
 from ..model.vocab import PHASES
@@ -15,7 +15,7 @@ def _named(table: dict[int, float], name_of: Callable[[int], str]) -> dict[str, 
     return {name_of(k): v for k, v in table.items()}
 
 
-def _total_by_name(tables, name_of: Callable[[int], str]) -> dict[str, float]:
+def _total_by_name(tables: Iterable[dict[int, float]], name_of: Callable[[int], str]) -> dict[str, float]:
     """The tables (name id -> number) summed, then named: one name lookup per id, not per step
     (this runs every cycle over the window's 100 steps)."""
     by_id: dict[int, float] = {}
@@ -137,8 +137,8 @@ def dataloader_workers(gauges: dict[int, float], name_of: Callable[[int], str]) 
     return int(v) if v is not None else None
 
 
-def hot_lines(records, name_of: Callable[[int], str], phase_names: tuple[str, ...],
-              per_phase: int = 5) -> tuple[list[HotLine], int]:
+def hot_lines(records: Iterable[tuple[int, int, int, int, float]], name_of: Callable[[int], str],
+              phase_names: tuple[str, ...], per_phase: int = 5) -> tuple[list[HotLine], int]:
     """The lines of the job's code where the loop thread's samples fell: records (t, phase, line id,
     how, samples) of a span of time; per phase its top `per_phase`, the largest first, each with how
     the thread was there (hows: layout.HOWS order, python, native, waiting); and their samples."""

@@ -32,6 +32,7 @@ RANK_FACTOR (4x) larger, so the verdict names what holds the most of the step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import field
 
 from ..model import CopyTimes, HotLine, JobEnd, Memory, OpCounts, StepInProgress, Straggler
@@ -142,11 +143,11 @@ def share(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.0%}"
 
 
-def _at_least(what, value, t: T.Threshold, fmt=share) -> Check:
+def _at_least(what: str, value: float | None, t: T.Threshold, fmt: Callable[[float | None], str] = share) -> Check:
     return Check(what, fmt(value), f">= {t.show()}", None if value is None else value >= t.value, t.source)
 
 
-def _below(what, value, t: T.Threshold, fmt=share) -> Check:
+def _below(what: str, value: float | None, t: T.Threshold, fmt: Callable[[float | None], str] = share) -> Check:
     return Check(what, fmt(value), f"< {t.show()}", None if value is None else value < t.value, t.source)
 
 
@@ -200,7 +201,7 @@ class _Context:
         self.compute: float | None
         self.compute, self.compute_name = max(compute) if compute else (None, "compute")
 
-    def busy_check(self, t=T.GPU_BUSY) -> Check:
+    def busy_check(self, t: T.Threshold = T.GPU_BUSY) -> Check:
         return _at_least(self.busy_name, self.busy, t, pct)
 
     def gpu_words(self) -> str:

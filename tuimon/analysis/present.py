@@ -4,8 +4,13 @@ diagnosis's evidence in, (headline, evidence, next step) out."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..model import JobEnd, Memory
 from .memory import gib, oom_numbers, peak_share
+
+if TYPE_CHECKING:  # (diagnosis imports this module for its words)
+    from .diagnosis import Evidence
 
 
 def last_gauges(m: Memory) -> str:
@@ -45,7 +50,7 @@ def batch_cut_off(exception: str, frames: list[str]) -> bool:
     return exception.split(":", 1)[0] in CUT_OFF and any("torch/utils/data/" in f for f in frames)
 
 
-def exited_words(end: JobEnd, memory, ran_as: str | None = None) -> tuple[str, str, str]:
+def exited_words(end: JobEnd, memory: Memory | None, ran_as: str | None = None) -> tuple[str, str, str]:
     """ran_as: the verdict of its last window while it ran, kept with its last numbers."""
     ex = end.exception or ""
     code = f" (code {end.exit_code})" if end.exit_code is not None and end.exit_code > 0 else ""
@@ -79,7 +84,7 @@ def exited_words(end: JobEnd, memory, ran_as: str | None = None) -> tuple[str, s
     return headline, evidence, step
 
 
-def stalled_words(e, gpu_words: str) -> tuple[str, str, str]:
+def stalled_words(e: Evidence, gpu_words: str) -> tuple[str, str, str]:
     """e: the diagnosis's Evidence (a stalled loop, or stalled ranks)."""
     s, now = e.stall, e.now
     phase = (s.phase if s else None) or (now.phase if now else None) or "?"
@@ -121,11 +126,11 @@ def stalled_words(e, gpu_words: str) -> tuple[str, str, str]:
     return f"stalled: in {phase}", evidence, step
 
 
-def _power(e) -> str:
+def _power(e: Evidence) -> str:
     return f", power {e.power_share:.0%} of its limit" if e.power_share is not None else ""
 
 
-def _workers_words(e) -> str:
+def _workers_words(e: Evidence) -> str:
     if e.workers == 0:
         return " · num_workers=0 (the loop makes its own batches)"
     if e.workers is None:
@@ -136,7 +141,7 @@ def _workers_words(e) -> str:
     return f" · workers {alive} of {e.workers} alive" + (f": {states}" if states else "")
 
 
-def _data_step(e) -> str:
+def _data_step(e: Evidence) -> str:
     alive = e.workers_alive if e.workers_alive is not None else len(e.worker_states)
     if e.workers and alive < e.workers:
         return (f"{e.workers - alive} of {e.workers} DataLoader workers died: the loader waits for a batch that will "
@@ -153,7 +158,7 @@ def _data_step(e) -> str:
     return "the loader waits for its workers: py-spy dump --pid <worker> shows where each one is"
 
 
-def _ranks_words(e, evidence: str, gpu_words: str) -> tuple[str, str, str]:
+def _ranks_words(e: Evidence, evidence: str, gpu_words: str) -> tuple[str, str, str]:
     stalled = e.stalled_ranks
     listed = "; ".join(f"rank {r}: {ph or '?'}" + (f" {t:,.0f} s" if t is not None else "")
                        + (f" at {w}" if w else "") for r, ph, t, w in stalled[:4])

@@ -3,6 +3,8 @@ in collectives. Pure: rank rows in, numbers out."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..model import RankRow, Straggler
 from . import thresholds as T
 from .summary import percentile
@@ -10,7 +12,7 @@ from .summary import percentile
 WORK_PHASES = ("data", "forward", "backward", "optimizer")
 
 
-def _median(values) -> float:
+def _median(values: Iterable[float]) -> float:
     return percentile(sorted(values), 50)  # (statistics.median's value, without its 3 ms import)
 
 

@@ -9,7 +9,7 @@ results are summary's own (tests/test_rolling.py checks them over random windows
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import NamedTuple, TypeVar
 
 from ..model import RangeRow, StepTimes
@@ -141,7 +141,7 @@ class RollingWindow:
                 if not top[1]:
                     del self._top[nid]
 
-    def _first_seen(self, ids, top: bool) -> list[int]:
+    def _first_seen(self, ids: Collection[int], top: bool) -> list[int]:
         """ids in the order summary's dicts get them: by the first step (oldest first) that has
         them, then by their order in that step."""
         order: dict[int, None] = {}
@@ -165,7 +165,7 @@ class RollingWindow:
         got = self._said[what]
         return type(got)(got) if isinstance(got, list | dict) else got  # type: ignore[return-value]
 
-    def _say(self, what: str, folded, unfolded):
+    def _say(self, what: str, folded: Callable[[], T], unfolded: Callable[[], T]) -> T:
         return self.said(what, folded if self._folded else unfolded)
 
     def step_time_ms(self) -> StepTimes | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 # Record kinds and field positions: a copy of tuimon.channel.layout's, so this layer stays
@@ -61,7 +62,7 @@ class StepAccumulator:
             s = self.open[index] = StepRecord(index)
         return s
 
-    def add(self, records) -> int:
+    def add(self, records: Iterable[tuple]) -> int:
         """Fold records in; returns how many steps completed."""
         done = 0
         last_index, s = -1, None  # (a step's records come together: its record is looked up once)
