@@ -10,11 +10,15 @@ untrusted: whatever shows it on a terminal passes it through safe_text.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from . import layout as L
 from .errors import ChannelError
-from .fileview import FileView, open_own_segment
+from .fileview import FileView, View, open_own_segment
+
+_T = TypeVar("_T")
 
 STATE_NAMES = {L.STATE_IDLE: "idle", L.STATE_ARMED: "armed", L.STATE_CAPTURING: "capturing",
                L.STATE_WRITING: "writing", L.STATE_DONE: "done", L.STATE_FAILED: "failed"}
@@ -96,10 +100,10 @@ def _text(raw: str, capacity: int) -> bytes:
 class ControlBlock:
     """Over a view of the control page (fileview: the probe's mapping, or the monitor's fd)."""
 
-    def __init__(self, view):
+    def __init__(self, view: View):
         self.view = view
 
-    def _stable(self, read):
+    def _stable(self, read: Callable[[], _T]) -> _T:
         last = read()
         for _ in range(8):
             again = read()
@@ -109,7 +113,7 @@ class ControlBlock:
         raise ChannelError("the control block keeps changing under the reader")
 
     def read_request(self) -> Request:
-        def read():
+        def read() -> tuple[Any, ...]:
             return L.CTL_REQUEST.unpack(self.view.read(L.CTL_REQUEST_AT, L.CTL_REQUEST.size))
 
         seq, mode, steps, seconds = self._stable(read)
@@ -122,7 +126,7 @@ class ControlBlock:
         self.view.write(at, L.U64.pack(seq))  # published last
 
     def read_state(self) -> State:
-        def read():
+        def read() -> tuple[tuple[Any, ...], bytes, bytes]:
             fields = L.CTL_STATE.unpack(self.view.read(L.CTL_STATE_AT, L.CTL_STATE.size))
             msg_len = min(fields[6], L.CTL_MESSAGE_CAPACITY)
             path_len = min(fields[7], L.CTL_PATH_CAPACITY)
@@ -156,7 +160,7 @@ class ControlBlock:
 
     def read_now(self) -> Now | None:
         """None until the probe first wrote it."""
-        def read():
+        def read() -> tuple[tuple[Any, ...], bytes, bytes]:
             f = L.CTL_NOW.unpack(self.view.read(L.CTL_NOW_AT, L.CTL_NOW.size))
             return (f, self.view.read(L.CTL_WHERE_AT, min(f[9], L.CTL_WHERE_CAPACITY)),
                     self.view.read(L.CTL_WAITING_AT, min(f[10], L.CTL_WHERE_CAPACITY)))
@@ -178,7 +182,7 @@ class ControlBlock:
         self.view.write(L.CTL_END_AT, L.CTL_END.pack(at_ns, kind, len(raw)))
 
     def read_end(self) -> End:
-        def read():
+        def read() -> tuple[int, int, bytes]:
             at, kind, n = L.CTL_END.unpack(self.view.read(L.CTL_END_AT, L.CTL_END.size))
             return at, kind, self.view.read(L.CTL_END_TEXT_AT, min(n, L.CTL_END_CAPACITY))
 
@@ -195,7 +199,7 @@ class ControlBlock:
         return L.U64.unpack(self.view.read(L.CTL_STACKS_REQUEST_AT, 8))[0]
 
 
-def write_stacks(view, answered: int, at_ns: int, text: str) -> None:
+def write_stacks(view: View, answered: int, at_ns: int, text: str) -> None:
     """The probe's side, on a view of the stacks region: the request number goes in last, after a
     zero that tells a reader the text is being replaced."""
     raw = text.encode("utf-8", "replace")[: L.STACKS_CAPACITY - L.STACKS_HEAD.size]
@@ -204,9 +208,9 @@ def write_stacks(view, answered: int, at_ns: int, text: str) -> None:
     view.write(0, L.STACKS_HEAD.pack(answered, at_ns, len(raw)))
 
 
-def read_stacks(view) -> tuple[int, int, str] | None:
+def read_stacks(view: View) -> tuple[int, int, str] | None:
     """(request answered, when written, text), or None while there is none or it is being written."""
-    def head():
+    def head() -> tuple[Any, ...]:
         return L.STACKS_HEAD.unpack(view.read(0, L.STACKS_HEAD.size))
 
     answered, at, n = head()

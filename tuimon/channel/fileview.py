@@ -10,8 +10,20 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import TYPE_CHECKING, Protocol
 
 from .errors import ChannelError, CorruptSegment, ForeignSegment, NoSegment
+
+if TYPE_CHECKING:
+    import mmap
+
+
+class View(Protocol):
+    """The two calls both views have (the control block and the stacks region go through them)."""
+
+    def read(self, off: int, n: int) -> bytes: ...
+
+    def write(self, off: int, data: bytes) -> None: ...
 
 
 class FileView:
@@ -40,7 +52,7 @@ class FileView:
 class MappedView:
     """The writer's own mapping (the probe's side: its file is reserved and it never reads past it)."""
 
-    def __init__(self, buf, base: int = 0):
+    def __init__(self, buf: mmap.mmap | bytearray, base: int = 0):
         self.buf, self.base = buf, base
 
     def read(self, off: int, n: int) -> bytes:

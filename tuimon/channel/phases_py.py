@@ -4,6 +4,7 @@ TUIMON_PURE_PYTHON=1). Same interface and behaviour as _phases.c, which says wha
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from time import monotonic_ns as _now
 
 from . import layout as L
@@ -13,7 +14,7 @@ MAX_NEST = 64  # open phases tracked (as in _phases.c); deeper ones are counted
 
 
 class Phases:
-    def __init__(self, ring, ids, sync_count_id: int, sync_phase: int, walks: int, loop: int, walk_gap: int = 0):
+    def __init__(self, ring: ring_py.RingWriter, ids: Iterable[int], sync_count_id: int, sync_phase: int, walks: int, loop: int, walk_gap: int = 0):
         ids = list(ids)
         if not 1 <= len(ids) <= 16 or not 0 <= sync_phase < len(ids) or walks < 1:
             raise ValueError("1..16 phases, sync_phase among them, walks >= 1")
@@ -44,7 +45,7 @@ class Phases:
     def on_loop(self) -> bool:
         return threading.get_ident() == self.loop
 
-    def _ok(self, phase, t=None) -> bool:
+    def _ok(self, phase: int, t: int | None = None) -> bool:
         return type(phase) is int and 0 <= phase < self._n and (t is None or type(t) is int)
 
     def enter(self, phase: int, t: int | None = None) -> None:

@@ -269,7 +269,7 @@ class SegmentReader:
     def __enter__(self) -> SegmentReader:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

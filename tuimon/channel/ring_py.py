@@ -4,9 +4,15 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from time import monotonic_ns as _now
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from . import layout as L
+
+if TYPE_CHECKING:
+    import mmap
+    from types import TracebackType
 
 _tls = threading.local()
 
@@ -14,7 +20,7 @@ _tls = threading.local()
 class _Thread:
     __slots__ = ("depth", "tid")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.depth = 0
         self.tid = threading.get_native_id() & 0xFFFFFFFF
 
@@ -50,7 +56,7 @@ class RingWriter:
     """Records go in under a lock that only this process's threads ever hold (no I/O inside);
     the head is published after the record."""
 
-    def __init__(self, buffer, ring_offset: int, ring_records: int, head_offset: int, steps_offset: int,
+    def __init__(self, buffer: mmap.mmap | bytearray, ring_offset: int, ring_records: int, head_offset: int, steps_offset: int,
                  heartbeat_offset: int = -1):
         if ring_records <= 0 or ring_records & (ring_records - 1):
             raise ValueError("ring_records must be a power of two")
@@ -67,7 +73,8 @@ class RingWriter:
         self.enabled = True
         self.error: str | None = None
 
-    def emit(self, kind, depth, name_id, tid, step, t0, t1, value=0.0):
+    def emit(self, kind: int, depth: int, name_id: int, tid: int, step: int, t0: int, t1: int,
+             value: float = 0.0) -> None:
         if self.enabled:
             try:
                 with self._lock:
@@ -101,7 +108,9 @@ class RingWriter:
 class _Binding:
     __slots__ = ("ring", "names", "intern", "push", "pop", "count")
 
-    def __init__(self, ring, names, intern, push, pop, count):
+    def __init__(self, ring: RingWriter, names: dict[str, int], intern: Callable[[str], int],
+                 push: Callable[[str], object] | None, pop: Callable[[], object] | None,
+                 count: Callable[[str, float], object] | None):
         self.ring, self.names, self.intern, self.push, self.pop = ring, names, intern, push, pop
         self.count = count
 
@@ -109,12 +118,24 @@ class _Binding:
 _bound: _Binding | None = None
 
 
-def bind(ring, names=None, intern=None, nvtx_push=None, nvtx_pop=None, count=None) -> None:
+@overload
+def bind(ring: None) -> None: ...
+
+
+@overload
+def bind(ring: RingWriter, names: dict[str, int], intern: Callable[[str], int],
+         nvtx_push: Callable[[str], object] | None = None, nvtx_pop: Callable[[], object] | None = None,
+         count: Callable[[str, float], object] | None = None) -> None: ...
+
+
+def bind(ring: RingWriter | None, names: Any = None, intern: Any = None, nvtx_push: Callable[[str], object] | None = None,
+         nvtx_pop: Callable[[], object] | None = None, count: Callable[[str, float], object] | None = None) -> None:
+    """names and intern come with a ring (the overloads above; _fastring's bind checks it)."""
     global _bound
     _bound = None if ring is None else _Binding(ring, names, intern, nvtx_push, nvtx_pop, count)
 
 
-def count(name, n=1) -> None:
+def count(name: str, n: float = 1) -> None:
     """A COUNT record of n under name in the bound ring (nothing when none is bound): a str name and
     an int or float n here; anything else goes to the bound Python count (as in _fastring.c)."""
     b = _bound
@@ -142,7 +163,7 @@ def count(name, n=1) -> None:
 class Range:
     __slots__ = ("name", "_b", "_t0", "_depth", "_th")
 
-    def __init__(self, name):
+    def __init__(self, name: object):
         if type(name) is not str:
             try:
                 name = str(name)
@@ -151,7 +172,7 @@ class Range:
         self.name = name
         self._b: _Binding | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> Range:
         b = _bound
         if b is not None and b.ring.enabled:
             self._b = b
@@ -166,7 +187,8 @@ class Range:
             self._t0 = _now()
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         b = self._b
         if b is None:
             return False

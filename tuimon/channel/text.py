@@ -19,7 +19,7 @@ def safe_text(s: str, limit: int = 4096) -> str:
     return s.translate(_ESCAPES)
 
 
-def bounded_json_value(v, depth: int = 0):
+def bounded_json_value(v: object, depth: int = 0) -> object:
     """A JSON value from a segment with its size and nesting bounded. Strings stay what they are
     (JSON output escapes them itself); whatever shows them on a terminal passes them through
     safe_text."""
