@@ -59,7 +59,7 @@ class BaselineBuilder:
         """Steps measured past the job's warm-up (the open batch's too)."""
         return self.batches.counted
 
-    def _add(self, key: str, value, weight: int) -> None:
+    def _add(self, key: str, value: float | None, weight: int) -> None:
         if value is None:
             return
         acc = self._weighted.setdefault(key, [0.0, 0])

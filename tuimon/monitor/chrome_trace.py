@@ -73,7 +73,7 @@ def chrome_trace(tl: Timeline) -> dict:
                           "notes": list(tl.notes)}}
 
 
-def _meta(pid: int, tid: int | None, what: str, **args) -> list[dict]:
+def _meta(pid: int, tid: int | None, what: str, **args: object) -> list[dict]:
     e = {"ph": "M", "name": what, "pid": pid, "args": args}
     if tid is not None:
         e["tid"] = tid

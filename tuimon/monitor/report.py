@@ -6,7 +6,7 @@ GPUs, the verdict, and any source that failed."""
 from __future__ import annotations
 
 from ..analysis import memory as mem
-from ..model import NA, to_json
+from ..model import NA, RankRow, to_json
 from .state import View
 
 
@@ -50,7 +50,7 @@ def view_json(view: View, asked_pid: int | None = None) -> dict:
     return doc
 
 
-def _rank_json(r) -> dict:
+def _rank_json(r: RankRow) -> dict:
     total = sum(r.phases.values())
     return {"rank": r.rank, "pid": r.pid, "state": r.state, "gpu": r.gpu, "sm_active": r.sm_active,
             "steps": r.steps, "step_time_ms": {"p50": r.step_p50_ms, "p95": r.step_p95_ms, "mean": r.step_mean_ms},

@@ -9,16 +9,28 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 from ..analysis import stall as loop_stall
 from ..capture import nsys_session
 from ..capture.client import CaptureClient, CaptureRefused
 from ..capture.cost import window_cost
-from ..channel import ChannelError, NoSegment
+from ..channel import ChannelError, NoSegment, SegmentReader
 from ..channel.control import KIND_MEMORY
 from ..channel.paths import segment_path
-from ..model import NA, CaptureStatus, Cycle
+from ..model import (
+    NA,
+    CaptureStatus,
+    CaptureSummary,
+    Cycle,
+    GpuProcess,
+    GpuSample,
+    OutsideLines,
+    ProcessSample,
+    ProcRow,
+    TrainingSnapshot,
+    WindowCost,
+)
 from ..sources.channel import ChannelSource
 from ..sources.nvml import DeviceSampler, target_note
 from ..sources.poller import Poller
@@ -29,6 +41,11 @@ from . import ranks as job_ranks
 from .summaries import SummaryWorker
 from .target import describe, open_channel
 from .training import TrainingView
+
+if TYPE_CHECKING:
+    import subprocess
+
+_T = TypeVar("_T")
 
 REDISCOVER_S = 1.0  # how often to look for a channel that is not there (a /proc scan)
 TIMELINE_STEPS_PER_CYCLE = 1000  # of each process, in a cycle that keeps every step (recordings)
@@ -65,7 +82,8 @@ class LiveSession:
 
     ranks_switchable = True
 
-    def __init__(self, pid: int | None, interval: float = 1.0, popen=None, devices=None,
+    def __init__(self, pid: int | None, interval: float = 1.0, popen: subprocess.Popen | None = None,
+                 devices: DeviceSampler | None = None,
                  summaries: SummaryWorker | None = None, job_log: str | None = None, gpus: list[int] | None = None,
                  timeline: bool = False, outside: bool = False):
         """job_log: where the output of a job tuimon launched goes (its last lines are shown when it
@@ -90,7 +108,7 @@ class LiveSession:
         self.ranks: job_ranks.RankSet | None = None  # every rank of a multi-process job
         self._want_rank: int | None = None  # the rank the UI asked to see in detail
         self._stacks_at = 0.0  # when the stalled loop's stacks were last asked for
-        self._costs: dict[tuple[int, int], object] = {}  # (pid, capture seq) -> its WindowCost, once known
+        self._costs: dict[tuple[int, int], WindowCost] = {}  # (pid, capture seq) -> its WindowCost, once known
         self.outside = outside
         self._outside: OutsideSampler | None = None
 
@@ -148,9 +166,10 @@ class LiveSession:
             problems["py-spy"] = outside.why
         rows = []
         snaps = {training.pid: training} if training is not None else {}
-        if self.ranks is not None and view is not None:
-            snaps = _guard(problems, "ranks", lambda: self.ranks.poll(view, training)) or {}
-            rows = job_ranks.rows(snaps, gpus, set(self.ranks.exited_at))
+        ranks = self.ranks
+        if ranks is not None and view is not None:
+            snaps = _guard(problems, "ranks", lambda: ranks.poll(view, training)) or {}
+            rows = job_ranks.rows(snaps, gpus, set(ranks.exited_at))
         if process is not None and training is not None:  # mark the training process (and the ranks) in the tree
             rank_of = self.ranks.rank_of_pid() if self.ranks is not None else {}
             process = replace(process, procs=[_marked(r, r.pid == training.pid, rank_of.get(r.pid)) for r in process.procs])
@@ -173,7 +192,7 @@ class LiveSession:
                 out.append(taken)
         return out
 
-    def _outside_lines(self, view: TrainingView | None, process):
+    def _outside_lines(self, view: TrainingView | None, process: ProcessSample | None) -> OutsideLines | None:
         """No channel: the main thread's lines, sampled from outside (a sampler of its own, started at
         the first cycle without a channel, stopped once one is shown: the probe samples its own loop)."""
         if view is not None or not self.outside or not self.pid:
@@ -189,7 +208,7 @@ class LiveSession:
                 self.procs.follow_loop(self.pid)  # (the main thread's CPU, from the next cycle on)
         return self._outside.latest()
 
-    def _ask_stacks_if_stalled(self, view: TrainingView, training) -> None:
+    def _ask_stacks_if_stalled(self, view: TrainingView, training: TrainingSnapshot) -> None:
         """A stalled loop: ask its probe for every thread's stack (answered by the next cycle), again
         every STACKS_EVERY_S while it stays stalled."""
         check = loop_stall.check(training)
@@ -214,7 +233,7 @@ class LiveSession:
         self._want_rank = later[0] if later else ranks[0]
         return f"showing rank {self._want_rank} from the next sample"
 
-    def _detail_rank(self, view: TrainingView, training):
+    def _detail_rank(self, view: TrainingView, training: TrainingSnapshot) -> tuple[TrainingView, TrainingSnapshot]:
         """Switch the detail to the rank asked for, or to the new process of the shown rank when
         it restarted; returns the view and snapshot to show."""
         ranks = self.ranks
@@ -234,14 +253,17 @@ class LiveSession:
         other.poll()
         return other, other.snapshot()
 
-    def _named(self, g):
+    def _named(self, g: GpuSample) -> GpuSample:
         """The GPU's processes with their names, users and commands."""
         if not isinstance(g.processes, list) or not g.processes:
             return g
-        return replace(g, processes=[replace(p, **dict(zip(("name", "user", "command"), self.names.describe(p.pid),
-                                                           strict=True))) for p in g.processes])
+        return replace(g, processes=[self._described(p) for p in g.processes])
 
-    def _tail(self, process) -> list[str]:
+    def _described(self, p: GpuProcess) -> GpuProcess:
+        name, user, command = self.names.describe(p.pid)
+        return replace(p, name=name, user=user, command=command)
+
+    def _tail(self, process: ProcessSample | None) -> list[str]:
         """The last lines of the job's output, read once it has exited."""
         if self.job_log is None or process is None or process.alive:
             return []
@@ -280,7 +302,7 @@ class LiveSession:
             return None
         return self._show(self.pid, reader, why)
 
-    def _show(self, pid: int, reader, why: str | None) -> TrainingView:
+    def _show(self, pid: int, reader: SegmentReader, why: str | None) -> TrainingView:
         """pid: the process asked for (self.pid); reader: its channel, or one of its ranks'."""
         self.training = TrainingView(ChannelSource(reader))
         self.training.timeline = self.timeline
@@ -349,7 +371,7 @@ class LiveSession:
             status = replace(_with_summary(status, self.summaries.summary(status)), cost=self._cost(shown, status))
         return status
 
-    def _cost(self, shown: TrainingView, status: CaptureStatus):
+    def _cost(self, shown: TrainingView, status: CaptureStatus) -> WindowCost | None:
         """What the done window cost the job, from the shown process's own step times (None until
         the steps just past its end are in)."""
         key = (shown.source.reader.info.pid, status.seq)
@@ -405,7 +427,7 @@ class LiveSession:
             self._gpus.close()
 
 
-def _guard(problems: dict, source: str, fn):
+def _guard(problems: dict, source: str, fn: Callable[[], _T]) -> _T | None:
     try:
         return fn()
     except Exception as e:  # noqa: BLE001 - one source's bug is reported, the others go on
@@ -456,13 +478,13 @@ class EarlyStart:
             self.session.stop()
 
 
-def _marked(row, loop: bool, rank: int | None):
+def _marked(row: ProcRow, loop: bool, rank: int | None) -> ProcRow:
     """The row with loop and rank as given: a copy only where they change it (a copy of a frozen
     record is ~5 us, and most rows are no rank's, not the loop's)."""
     return row if row.loop == loop and row.rank == rank else replace(row, loop=loop, rank=rank)
 
 
-def _with_summary(status: CaptureStatus, summary) -> CaptureStatus:
+def _with_summary(status: CaptureStatus, summary: CaptureSummary) -> CaptureStatus:
     return replace(status, summary=summary)
 
 
@@ -489,11 +511,11 @@ class ReplaySession:
         return where + (f" · {skipped} bad line{'s' if skipped != 1 else ''} skipped" if skipped else "")
 
     def start(self, on_cycle: Callable[[Cycle], None], on_end: Callable[[], None] | None = None) -> None:
-        def played(c):
+        def played(c: Cycle) -> None:
             self.played += 1
             on_cycle(c)
 
-        def run():
+        def run() -> None:
             self.source.run(played, self._stop)
             self.finished = True
             if on_end is not None and not self._stop.is_set():
@@ -512,7 +534,8 @@ class ReplaySession:
         raise CaptureRefused("a replay shows the rank it recorded")
 
 
-def run_cycles(session: LiveSession, interval: float, on_cycle, until=None, seconds: float = 0) -> int:
+def run_cycles(session: LiveSession, interval: float, on_cycle: Callable[[Cycle], object],
+               until: Callable[[Cycle], object] | None = None, seconds: float = 0) -> int:
     """Poll on this thread every interval, handing each cycle to on_cycle, until until(cycle) is
     true, `seconds` have passed (0: no limit) or Ctrl-C. Returns the number of cycles."""
     n = 0

@@ -5,6 +5,7 @@ so the UI never reads a list the sampler is appending to."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..analysis import ranks as job_ranks
@@ -73,6 +74,11 @@ class _Column:
     gpu: dict[int, dict[str, _Mean]] = field(default_factory=dict)
     step_ms: _Mean = field(default_factory=_Mean)
     gpu_step_ms: _Mean = field(default_factory=_Mean)  # the window's mean GPU step time, per cycle
+
+
+def _gpu_mean(i: int, f: str) -> Callable[[_Column], float | None]:
+    """A column's mean of GPU i's field f (None: GPU i has no sample in that column)."""
+    return lambda c: c.gpu[i][f].value if i in c.gpu else None
 
 
 @record
@@ -313,10 +319,9 @@ class MonitorState:
         done = self._done_gpu.get(i)
         if done is None:
             return {f: [c.gpu[i][f].value if i in c.gpu else None for c in self._columns] for f in GPU_SERIES}
-        return {f: self._series(done[f], lambda c, f=f: c.gpu[i][f].value if i in c.gpu else None)
-                for f in GPU_SERIES}
+        return {f: self._series(done[f], _gpu_mean(i, f)) for f in GPU_SERIES}
 
-    def _series(self, done: deque, newest) -> list:
+    def _series(self, done: deque, newest: Callable[[_Column], float | None]) -> list:
         """A series per column, oldest first: the finished columns' values, then the newest's."""
         return [*done, newest(self._columns[-1])] if self._columns else []
 

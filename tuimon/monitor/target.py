@@ -6,6 +6,7 @@ import os
 
 from ..channel import (
     ChannelError,
+    Found,
     NoSegment,
     SegmentReader,
     StaleSegment,
@@ -79,7 +80,7 @@ def _why(pid: int, reader: SegmentReader, reason: str) -> str:
     return f"PID {pid}: {reason}; showing its descendant {which}{describe(reader.info.pid)}"
 
 
-def _lowest_rank(found) -> SegmentReader | None:
+def _lowest_rank(found: list[Found]) -> SegmentReader | None:
     """The reader of the descendant with the lowest RANK (rank 0 of a torchrun job), if any has one."""
     best = None
     for f in found:

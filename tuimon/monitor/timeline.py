@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from ..analysis.steps import StepAccumulator
 from ..channel import ChannelError, SegmentReader, find_segments
 from ..channel import layout as L
-from ..model import TimelineStep, num
+from ..model import TimelineStep, TrainingSnapshot, num
 from ..sources.recording import Recording
 from . import ranks as job_ranks
 from .target import open_channel
@@ -98,7 +98,7 @@ def from_recording(path: str) -> Timeline:
     return tl
 
 
-def _steps_from_snapshot(procs: dict, t: int, snap) -> None:
+def _steps_from_snapshot(procs: dict[int, ProcessTimeline], t: int, snap: TrainingSnapshot) -> None:
     """The steps a snapshot says ended since the previous one (its step count grew by as many),
     from its last step times: after the previous cycle's last step, back to back; or, the first
     time (or past a gap longer than the times it keeps), ending when its last step ended."""
@@ -119,7 +119,7 @@ def _steps_from_snapshot(procs: dict, t: int, snap) -> None:
         at += int(ms * 1e6)
 
 
-def _order(p: ProcessTimeline):
+def _order(p: ProcessTimeline) -> tuple[bool, int, int]:
     return (p.rank is None, p.rank if p.rank is not None else 0, p.pid)
 
 

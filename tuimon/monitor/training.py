@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 
 from ..analysis import anatomy, summary
 from ..analysis import memory as gpu_memory
 from ..analysis import thresholds as T
 from ..analysis.rolling import RollingWindow
-from ..analysis.steps import F_KIND, F_STEP, F_T0, F_T1, STEP, StepAccumulator
+from ..analysis.steps import F_KIND, F_STEP, F_T0, F_T1, STEP, StepAccumulator, StepRecord
 from ..capture.cost import StepLog
+from ..channel import Batch, SegmentReader
 from ..channel import layout as L
-from ..channel.control import open_control
+from ..channel.control import Now, open_control
 from ..model import ProcessSteps, StepInProgress, TimelineStep, TrainingSnapshot
 from ..sources.channel import ChannelSource
 
@@ -67,13 +69,13 @@ class TrainingView:
                 break
         return self.source.records_read - before
 
-    def _fold_older(self, batch) -> None:
+    def _fold_older(self, batch: Batch) -> None:
         """What a skim kept of the steps older than those the view keeps: their ends, and what is
         not about a step."""
         self._step_ends([r for r in batch.records if r[F_KIND] == STEP])
         self.steps.add([r for r in batch.records if r[F_KIND] != STEP])
 
-    def _fold(self, batch) -> None:
+    def _fold(self, batch: Batch) -> None:
         self._step_ends([r for r in batch.records if r[F_KIND] == STEP])
         for chunk in _chunks(batch.records) if self.timeline else (batch.records,):
             done = self.steps.add(chunk)
@@ -112,7 +114,7 @@ class TrainingView:
                               values={name(k): v for k, v in s.values.items()}) for s in ready]
         return ProcessSteps(pid=r.info.pid, rank=r.info.meta.rank, steps=steps, skipped=skipped)
 
-    def _step_source(self, name) -> tuple[str | None, int]:
+    def _step_source(self, name: Callable[[int], str]) -> tuple[str | None, int]:
         """What counts the steps now, and the first step it counted (0: from the start)."""
         if self._source_id is None:
             self._source_id = next((k for k in self.steps.gauges if name(k) == "step.source"), None)
@@ -207,7 +209,7 @@ class TrainingView:
         )
 
 
-def _anatomy(steps, name) -> dict:
+def _anatomy(steps: list[StepRecord], name: Callable[[int], str]) -> dict:
     w = anatomy.Window(steps, name)
     return {"phases": w.phases(), "gpu": w.gpu_times(), "syncs": w.syncs(), "comm": w.comm(), "copies": w.copies()}
 
@@ -225,7 +227,7 @@ def _chunks(records: list) -> list[list]:
     return out
 
 
-def _in_progress(n, name) -> StepInProgress | None:
+def _in_progress(n: Now | None, name: Callable[[int], str]) -> StepInProgress | None:
     """The step in progress, from the probe's last word on it (None: it has said nothing yet)."""
     if n is None:
         return None
@@ -240,7 +242,7 @@ def _in_progress(n, name) -> StepInProgress | None:
                           collective=name(n.collective_id) if n.collective_id else None)
 
 
-def _end_ns(reader, state: str) -> int:
+def _end_ns(reader: SegmentReader, state: str) -> int:
     """Now, or when the process stopped: its clean exit, else its last sign of life (the probe's
     control thread beats every 0.2 s), so the uptime stops with the process."""
     now = time.monotonic_ns()
