@@ -12,7 +12,7 @@ import dataclasses
 import math
 import types
 import typing
-from typing import Any, Union
+from typing import Any, TypeVar, Union
 
 from .values import NA
 
@@ -23,8 +23,10 @@ class BadValue(ValueError):
 
 _FIELDS: dict[type, list[tuple[str, Any]]] = {}
 
+T = TypeVar("T")
 
-def _fields(cls) -> list[tuple[str, Any]]:
+
+def _fields(cls: type) -> list[tuple[str, Any]]:
     f = _FIELDS.get(cls)
     if f is None:
         hints = typing.get_type_hints(cls)
@@ -32,7 +34,7 @@ def _fields(cls) -> list[tuple[str, Any]]:
     return f
 
 
-def to_json(obj):
+def to_json(obj: object) -> Any:
     if isinstance(obj, NA):
         return {"na": obj.reason}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -46,7 +48,7 @@ def to_json(obj):
     return obj
 
 
-def from_json(cls, data):
+def from_json(cls: type[T], data: object) -> T:
     if not isinstance(data, dict):
         raise BadValue(f"{cls.__name__}: expected an object, got {type(data).__name__}")
     kwargs = {}
@@ -62,7 +64,7 @@ def from_json(cls, data):
 _NONE = type(None)
 
 
-def _coerce(tp, v, where: str):
+def _coerce(tp: Any, v: object, where: str) -> Any:
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
         args = typing.get_args(tp)
@@ -105,5 +107,5 @@ def _coerce(tp, v, where: str):
             _, value = typing.get_args(tp)
             return {str(k): _coerce(value, x, where) for k, x in v.items()}
     elif dataclasses.is_dataclass(tp):
-        return from_json(tp, v)
+        return from_json(typing.cast("type[Any]", tp), v)  # a field's type: the class, not an instance
     raise BadValue(f"{where}: expected {getattr(tp, '__name__', tp)}, got {str(v)[:60]}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import reprlib
+from collections.abc import Callable, Iterable
 from dataclasses import Field, FrozenInstanceError, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -27,22 +28,22 @@ else:
 T = TypeVar("T")
 
 
-def _compared(self) -> tuple:
+def _compared(self: Any) -> tuple[Any, ...]:
     return tuple(getattr(self, name) for name in type(self).__record_compared__)
 
 
-def _eq(self, other: object) -> bool:
+def _eq(self: Any, other: object) -> bool:
     if other.__class__ is not self.__class__:
         return NotImplemented
     return _compared(self) == _compared(other)
 
 
-def _hash(self) -> int:
+def _hash(self: Any) -> int:
     return hash(tuple(getattr(self, name) for name in type(self).__record_hashed__))
 
 
 @reprlib.recursive_repr()
-def _repr(self) -> str:
+def _repr(self: Any) -> str:
     shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in type(self).__record_shown__)
     return f"{type(self).__qualname__}({shown})"
 
@@ -70,19 +71,21 @@ def record(cls: Any = None, /, *, kw_only: bool = True) -> Any:
     return make if cls is None else make(cls)
 
 
-def _frozen_get_del_attr(cls, fields, globals):
+def _frozen_get_del_attr(
+    cls: type[Any], fields: Iterable[Field[Any]], globals: dict[str, Any]
+) -> tuple[Callable[[Any, str, Any], None], Callable[[Any, str], None]]:
     """What dataclasses' own makes for a frozen class (the same checks and errors), as closures: its
     compiles two functions a class from source (~0.2 ms each; ~10 ms of the monitor's start for its
     records). Used only where dataclasses has that helper with that signature (Python 3.10-3.12;
     3.13 compiles a class's methods at once)."""
     names = tuple(f.name for f in fields)
 
-    def __setattr__(self, name, value):
+    def __setattr__(self: Any, name: str, value: Any) -> None:
         if type(self) is cls or name in names:
             raise FrozenInstanceError(f"cannot assign to field {name!r}")
         super(cls, self).__setattr__(name, value)
 
-    def __delattr__(self, name):
+    def __delattr__(self: Any, name: str) -> None:
         if type(self) is cls or name in names:
             raise FrozenInstanceError(f"cannot delete field {name!r}")
         super(cls, self).__delattr__(name)
@@ -90,7 +93,7 @@ def _frozen_get_del_attr(cls, fields, globals):
     return __setattr__, __delattr__
 
 
-def _own_helper():
+def _own_helper() -> Callable[..., Any] | None:
     made = getattr(dataclasses, "_frozen_get_del_attr", None)
     try:
         ok = made is not None and list(inspect.signature(made).parameters) == ["cls", "fields", "globals"]

@@ -14,16 +14,16 @@ class NA:
         return f"n/a ({self.reason})"
 
 
-def is_na(v) -> bool:
+def is_na(v: object) -> bool:
     return isinstance(v, NA)
 
 
-def num(v):
+def num(v: object) -> float | None:
     """The number, or None when it is unavailable (or not a number)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     return v
 
 
-def reason(v) -> str | None:
+def reason(v: object) -> str | None:
     return v.reason if isinstance(v, NA) else None
