@@ -10,7 +10,7 @@ counters' final values stay. The same for a rank that exited: only `tuimon_rank_
 
 from __future__ import annotations
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..analysis import thresholds as T
 from ..model import NA
@@ -18,17 +18,18 @@ from ..model.vocab import VERDICT_CODES
 from ..monitor.state import View
 
 
-def _num(v) -> float | None:
+def _num(v: float | NA | None) -> float | None:
     return None if v is None or isinstance(v, NA) or isinstance(v, bool) else float(v)
 
 
 class _Families:
     """Families keyed by name, each made on first use with its help text and label names."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.by_name: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
 
-    def add(self, name: str, doc: str, labels: dict[str, str], value, counter: bool = False, scale: float = 1.0):
+    def add(self, name: str, doc: str, labels: dict[str, str], value: float | NA | None, counter: bool = False,
+            scale: float = 1.0) -> None:
         v = _num(value)
         if v is None:
             return
@@ -57,7 +58,7 @@ GPU_GAUGES = (  # (metric, field, scale, help)
 )
 
 
-def families(view: View) -> list:
+def families(view: View) -> list[Metric]:
     """(No host label: Prometheus labels every series with the target it scraped, `instance`.)"""
     f = _Families()
     _sources(f, view)

@@ -4,7 +4,7 @@ is the monitor's (one poll per interval); a scrape never samples, never waits fo
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, Metric, start_http_server
 
 from ..monitor.state import View
 from .metrics import families
@@ -21,7 +21,7 @@ class Exporter:
     def publish(self, view: View) -> None:
         self.view = view
 
-    def collect(self):
+    def collect(self) -> list[Metric]:
         view = self.view
         return families(view) if view is not None else []
 
