@@ -14,6 +14,8 @@ PCIe where it exists); nvmlDeviceGetProcessUtilization costs ~2.7 ms on an H100 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..model import NA, GpuProcess, GpuSample
 
@@ -59,7 +61,7 @@ def decode_clock_events(mask: int) -> list[str]:
     return [word for bit, word in CLOCK_EVENTS.items() if mask & bit]
 
 
-def _err(nvml, e: Exception) -> NA:
+def _err(nvml: Any, e: Exception) -> NA:
     if isinstance(e, nvml.NVMLError):
         return NA(str(e) or f"NVML error {getattr(e, 'value', '?')}")
     return NA(f"{type(e).__name__}: {e}")
@@ -68,7 +70,7 @@ def _err(nvml, e: Exception) -> NA:
 class _Lost(Exception):
     """The whole GPU is gone (NVML_ERROR_GPU_IS_LOST): the sample becomes `lost`."""
 
-    def __init__(self, na: NA):
+    def __init__(self, na: NA) -> None:
         self.na = na
 
 
@@ -77,7 +79,7 @@ class DeviceSampler:
     fail). Never raises from sample(): failures are values, and a failed call other than 'not
     supported' is also listed in the sample's `errors` so the screen can say what failed."""
 
-    def __init__(self, nvml=None, target_pids=None):
+    def __init__(self, nvml: Any = None, target_pids: Iterable[int] | None = None) -> None:
         self.error: str | None = None  # why no GPU can be sampled at all
         if nvml is None:
             try:
@@ -136,7 +138,7 @@ class DeviceSampler:
                 self.devices.append({"index": i, "lost": e.na})
                 self._handles[-1] = None
 
-    def _read(self, errors: list[str], field: str, fn, *args):
+    def _read(self, errors: list[str], field: str, fn: Callable[..., Any], *args: Any) -> Any:
         """fn(*args), or NA(reason) when it fails; a failure other than 'not supported' is also
         listed in errors. A lost GPU raises _Lost."""
         nvml = self.nvml
@@ -152,13 +154,14 @@ class DeviceSampler:
                 errors.append(f"{field}: {na.reason}")
             return na
 
-    def _gpm_supported(self, h) -> bool:
+    def _gpm_supported(self, h: Any) -> bool:
         try:
             return bool(self.nvml.nvmlGpmQueryDeviceSupport(h).isSupportedDevice)
         except Exception:  # noqa: BLE001 - old driver or library: no GPM
             return False
 
-    def _cached(self, key, ttl, errors, field, fn, *args):
+    def _cached(self, key: tuple[Any, ...], ttl: float, errors: list[str], field: str, fn: Callable[..., Any],
+                *args: Any) -> Any:
         now = time.monotonic()
         hit = self._slow.get(key)
         if hit and now - hit[0] < ttl:
@@ -186,11 +189,11 @@ class DeviceSampler:
                                      lost=_err(self.nvml, e)))
         return out
 
-    def _sample_device(self, dev: dict, h, t: int) -> GpuSample:
+    def _sample_device(self, dev: dict, h: Any, t: int) -> GpuSample:
         nvml, i = self.nvml, dev["index"]
         errors: list[str] = []
 
-        def read(field, fn, *args):
+        def read(field: str, fn: Callable[..., Any], *args: Any) -> Any:
             return self._read(errors, field, fn, *args)
 
         s: dict = {"index": i, "t": t, "name": dev["name"], "gpm": dev["gpm"], "errors": errors}
@@ -219,7 +222,7 @@ class DeviceSampler:
             s["uses_target"] = any(p.pid in self.target_pids for p in procs)
         return GpuSample(**s)
 
-    def _memory(self, h, errors):
+    def _memory(self, h: Any, errors: list[str]) -> Any:
         """Memory info v2, whose `used` leaves out driver-reserved memory as nvidia-smi does
         (v1's counted ~600 MiB more on an H200); v1 where the driver lacks v2."""
         nvml = self.nvml
@@ -231,7 +234,7 @@ class DeviceSampler:
             self._no_mem_v2 = True
         return self._read(errors, "memory", nvml.nvmlDeviceGetMemoryInfo, h)
 
-    def _gpm(self, i: int, h, errors: list[str]) -> dict:
+    def _gpm(self, i: int, h: Any, errors: list[str]) -> dict:
         nvml = self.nvml
         out: dict = {}
         try:
@@ -270,14 +273,14 @@ class DeviceSampler:
                 pass
         return out
 
-    def _clock_events(self, h, errors):
+    def _clock_events(self, h: Any, errors: list[str]) -> list[str] | NA:
         nvml = self.nvml
         fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
             nvml.nvmlDeviceGetCurrentClocksThrottleReasons
         mask = self._read(errors, "clock_events", fn, h)
         return mask if isinstance(mask, NA) else decode_clock_events(mask)
 
-    def _processes(self, i: int, h, errors):
+    def _processes(self, i: int, h: Any, errors: list[str]) -> list[GpuProcess] | NA:
         """GPU processes with their memory and (when NVML has samples) SM/memory shares."""
         nvml = self.nvml
         procs = self._read(errors, "processes", nvml.nvmlDeviceGetComputeRunningProcesses, h)
@@ -292,7 +295,7 @@ class DeviceSampler:
                                    mem_util=mem_util))
         return rows
 
-    def _process_utilization(self, i: int, h) -> dict[int, tuple[int, int]]:
+    def _process_utilization(self, i: int, h: Any) -> dict[int, tuple[int, int]]:
         """pid -> (SM %, memory %), the mean of NVML's per-process samples since the last read.
         Read every PROCESS_UTIL_S: the call costs ~2.7 ms on an H100 (nearly all of a GPU's
         sample), and NVML keeps the samples in between, so nothing is lost by reading less often."""

@@ -13,7 +13,7 @@ MIN_INTERVAL_S = 0.1
 class Poller:
     def __init__(self, poll: Callable[[], object], on_result: Callable[[object], None],
                  interval: float = 1.0, name: str = "tuimon-poller",
-                 on_error: Callable[[str], None] | None = None):
+                 on_error: Callable[[str], None] | None = None) -> None:
         if interval < MIN_INTERVAL_S:
             raise ValueError(f"the sampling interval is at least {MIN_INTERVAL_S} s")
         self.interval = interval
@@ -42,7 +42,7 @@ class Poller:
             next_at = max(next_at + self.interval, time.monotonic())
             self._stop.wait(next_at - time.monotonic())
 
-    def _deliver(self, result, failed: str | None) -> None:
+    def _deliver(self, result: object, failed: str | None) -> None:
         try:
             if failed is not None:
                 self.error = failed

@@ -9,10 +9,11 @@ import pwd
 import subprocess
 import time
 from dataclasses import replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..channel import procinfo
 from ..model import NA, HostSample, ProcessSample, ProcRow
+from ..model.process import Num
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 EXIT_CODE_WAIT_S = 2.0  # the most a sample waits for the exit code of a job that looks gone
@@ -26,7 +27,7 @@ class ProcessSampler:
     stat twice more to check the PID: ~0.13 ms a process, a cycle); a process is named once, and its
     PSS read now and then (PSS_EVERY_S)."""
 
-    def __init__(self, pid: int, popen=None):
+    def __init__(self, pid: int, popen: subprocess.Popen[Any] | None = None) -> None:
         self.pid = pid
         self.popen = popen
         self._seen: dict[int, _Seen] = {}  # pid -> what the last sample read of it
@@ -234,7 +235,7 @@ _STATES = {"R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped", "
 PSS_EVERY_S = 120.0
 
 
-def _moved(read: tuple[float, int | None, int], rss) -> int | None:
+def _moved(read: tuple[float, int | None, int], rss: Num) -> int | None:
     """A PSS read (when, PSS, RSS then) moved by the RSS since, within 0..RSS."""
     _, pss, rss_then = read
     if pss is None or not isinstance(rss, int):
@@ -295,7 +296,7 @@ def host_sample() -> HostSample:
 class ProcessNames:
     """Name, user and command of any PID (a GPU's processes), cached per process."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._known: dict[int, tuple[int, tuple]] = {}  # pid -> (start ticks, what describe says)
 
     def describe(self, pid: int) -> tuple[str | None, str | None, str | None]:

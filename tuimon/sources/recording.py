@@ -14,8 +14,10 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TextIO
 
 from ..model import BadValue, Cycle, GpuSample, ProcessSample, TrainingSnapshot, from_json, to_json
 
@@ -30,7 +32,7 @@ class RecordingError(Exception):
 
 
 class Recorder:
-    def __init__(self, path_or_file, note: str = ""):
+    def __init__(self, path_or_file: str | TextIO, note: str = "") -> None:
         """path_or_file: a path (created or overwritten) or an open text file (standard output)."""
         self._f = open(path_or_file, "w", encoding="utf-8") if isinstance(path_or_file, str) else path_or_file
         self._write({"format": FORMAT, "version": VERSION, "created": time.time(),
@@ -132,7 +134,7 @@ def _v1_cycles(lines: Iterator[dict], rec: Recording) -> Iterator[Cycle]:
         yield Cycle(t=first_t, **parts)
 
 
-def _v1_data(source: str, data):
+def _v1_data(source: str, data: object) -> list[GpuSample] | ProcessSample | TrainingSnapshot:
     if source == "gpu":
         if not isinstance(data, list):
             raise BadValue("gpu data is not a list")
@@ -150,7 +152,7 @@ class ReplaySource:
         self.recording = Recording(path)
         self.speed = speed
 
-    def run(self, on_cycle, stop=None) -> int:
+    def run(self, on_cycle: Callable[[Cycle], object], stop: threading.Event | None = None) -> int:
         n = 0
         first_t, start = None, 0.0  # the first cycle's time, and when it was played
         for c in self.recording.cycles():
