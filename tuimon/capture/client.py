@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from ..channel import layout as L
 from ..channel import procinfo
@@ -11,7 +12,7 @@ from ..channel.paths import capture_floor_bytes, captures_dir, free_bytes
 from ..model import CaptureStatus
 
 
-def window_steps(state: str, first, last) -> str:
+def window_steps(state: str, first: object, last: object) -> str:
     """"steps a..b" for a window that has covered steps, else "" (an armed window, or a window in
     seconds over a loop without steps)."""
     if state in ("capturing", "writing", "done", "failed") and isinstance(first, int) and isinstance(last, int) \
@@ -88,7 +89,8 @@ class CaptureClient:
             self.ctl.write_request(seq, L.CAPTURE_SECONDS, seconds=seconds, kind=kind)
         return seq
 
-    def wait(self, seq: int, timeout: float, on_change=None, on_poll=None) -> CaptureStatus:
+    def wait(self, seq: int, timeout: float, on_change: Callable[[CaptureStatus], object] | None = None,
+             on_poll: Callable[[], object] | None = None) -> CaptureStatus:
         """Until the window `seq` is done or failed. Raises CaptureRefused when the probe never
         took the request within timeout; a window still running at timeout is returned as it is.
         on_poll: called every ~0.1 s while waiting (to drain the job's channel meanwhile)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from typing import IO
 
 from ..model.record import record
 
@@ -31,7 +32,7 @@ def run(cmd: list[str], timeout: float, cancel: threading.Event | None = None) -
         raise CommandFailed(f"cannot run {cmd[0]}: {e.strerror or e}") from e
     out: dict[str, str] = {}
 
-    def drain(name, stream):  # read both pipes so a chatty child never blocks on a full one
+    def drain(name: str, stream: IO[str]) -> None:  # read both pipes so a chatty child never blocks on a full one
         out[name] = stream.read()
 
     readers = [threading.Thread(target=drain, args=(n, s), daemon=True) for n, s in (("o", p.stdout), ("e", p.stderr))]

@@ -23,6 +23,7 @@ import os
 import pickle
 import re
 import sys
+from typing import NoReturn
 
 MAX_BYTES = 1 << 30  # snapshots read at most (a window keeps 100,000 events: tens of MB)
 TOP = 8
@@ -36,7 +37,7 @@ class NotASnapshot(ValueError):
 
 
 class _PlainUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):
+    def find_class(self, module: str, name: str) -> NoReturn:
         raise NotASnapshot(f"the file holds an object of {module}.{name}: a memory snapshot is plain dicts and "
                            "lists, so it is not read")
 
@@ -58,13 +59,13 @@ def load(path: str, max_bytes: int = MAX_BYTES) -> dict:
     return data
 
 
-def frame_text(f) -> str:
+def frame_text(f: object) -> str:
     if not isinstance(f, dict):
         return "?"
     return f"{os.path.basename(str(f.get('filename', '?')))}:{f.get('line', '?')} in {f.get('name', '?')}"
 
 
-def where(frames, none: str = NO_STACK) -> str:
+def where(frames: object, none: str = NO_STACK) -> str:
     """The line that made an allocation: its innermost frame outside torch, tuimon and the standard
     library (the job's code, or a library's model code such as transformers'), else its innermost;
     `none` without frames."""
@@ -74,7 +75,7 @@ def where(frames, none: str = NO_STACK) -> str:
     return frame_text(own if own is not None else frames[0])
 
 
-def _stack(frames, depth: int = 4) -> list[str]:
+def _stack(frames: object, depth: int = 4) -> list[str]:
     """The allocating line and the job's frames around it, innermost first."""
     if not isinstance(frames, list):
         return []

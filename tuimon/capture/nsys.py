@@ -7,6 +7,7 @@ import glob
 import io
 import os
 import shutil
+import threading
 from typing import Any
 
 from .commands import run
@@ -25,7 +26,8 @@ def find_nsys() -> str | None:
     return None
 
 
-def stats(nsys: str, report: str, top: int = 10, timeout: float = 120, cancel=None) -> dict:
+def stats(nsys: str, report: str, top: int = 10, timeout: float = 120,
+          cancel: threading.Event | None = None) -> dict:
     """Top kernels, NVTX ranges and CUDA API calls of a report, from `nsys stats` (CSV): each
     report's rows, and NAME_error for one that failed with none. Raises CommandFailed on a timeout
     or a cancel."""

@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..channel.control import MAX_SECONDS
 from ..channel.paths import safe_file_part
@@ -21,6 +22,9 @@ from ..channel.text import safe_text
 from ..model import CaptureStatus
 from .client import CaptureRefused, check_free_space, check_request
 from .commands import CommandFailed, run
+
+if TYPE_CHECKING:
+    from ..channel.reader import SegmentInfo
 
 # From `nsys launch --help` and `nsys start --help` (2025.3.1): which options each takes.
 LAUNCH_OPTIONS = {
@@ -142,7 +146,7 @@ class SessionWindows:
     def status(self) -> CaptureStatus:
         return self._status
 
-    def _set(self, **kw) -> None:
+    def _set(self, **kw: Any) -> None:
         s = self._status
         self._status = CaptureStatus(seq=kw.get("seq", s.seq), state=kw.get("state", s.state), kind="nsys",
                                      first_step=kw.get("first_step", s.first_step),
@@ -246,7 +250,8 @@ class SessionWindows:
             time.sleep(0.005)
         return False
 
-    def wait(self, seq: int, timeout: float, on_change=None, on_poll=None) -> CaptureStatus:
+    def wait(self, seq: int, timeout: float, on_change: Callable[[CaptureStatus], object] | None = None,
+             on_poll: Callable[[], object] | None = None) -> CaptureStatus:
         end = time.monotonic() + timeout
         last = None
         while True:
@@ -277,7 +282,7 @@ def _after(e: CommandFailed) -> str:
     return "the job goes on"
 
 
-def for_job(info, steps_now: Callable[[], int]) -> SessionWindows | None:
+def for_job(info: SegmentInfo, steps_now: Callable[[], int]) -> SessionWindows | None:
     """The windows of a job launched in an nsys session (`tuimon run --nsys`), from its segment's
     metadata; None for any other job (its windows go through the probe's control block)."""
     from ..channel import procinfo

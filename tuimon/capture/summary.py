@@ -37,7 +37,7 @@ def _size(path: str) -> int | None:
         return None
 
 
-def _torch(path: str, status: CaptureStatus, timeout: float, cancel) -> CaptureSummary:
+def _torch(path: str, status: CaptureStatus, timeout: float, cancel: threading.Event | None) -> CaptureSummary:
     size = _size(path)
     if size is None:
         return CaptureSummary(state="failed", file=path, size=None, error=f"the trace {path} is not there")
@@ -69,7 +69,7 @@ def _gib(b: int) -> str:
     return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.1f} MiB"
 
 
-def _memory(path: str, timeout: float, cancel) -> CaptureSummary:
+def _memory(path: str, timeout: float, cancel: threading.Event | None) -> CaptureSummary:
     size = _size(path)
     if size is None:
         return CaptureSummary(state="failed", file=path, error=f"the snapshot {path} is not there")
@@ -100,7 +100,7 @@ def memory_lines(s: dict) -> list[str]:
     return lines
 
 
-def _nsys(report: str, timeout: float, cancel) -> CaptureSummary:
+def _nsys(report: str, timeout: float, cancel: threading.Event | None) -> CaptureSummary:
     size = _size(report)
     if not size:
         return CaptureSummary(state="waiting", file=report or None, size=None,

@@ -79,7 +79,7 @@ def summarize(path: str, top: int = 5) -> dict:
             ops.setdefault((e.get("pid"), e.get("tid")), []).append((float(e["ts"]), float(e["ts"]) + dur, name))
     host = _self_times(ops)
 
-    def rows(table):
+    def rows(table: dict[str, list]) -> list[dict]:
         ranked = sorted(table.items(), key=lambda kv: -kv[1][1])[:top]
         return [{"name": k, "calls": c, "ms": round(us / 1e3, 3)} for k, (c, us) in ranked]
 
@@ -112,7 +112,7 @@ def _close(frame: list, out: dict) -> None:
     row[1] += max(0.0, total - children)
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
     ap.add_argument("--top", type=int, default=5)
