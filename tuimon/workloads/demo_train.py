@@ -10,6 +10,8 @@ import functools
 import os
 import signal
 import time
+from types import FrameType
+from typing import Any
 
 import torch
 from torch import nn
@@ -18,20 +20,20 @@ from torch.utils.data import DataLoader, Dataset
 try:  # ranges show in the monitor (and in nsys) when the probe is installed
     from tuimon import range as annotate
 except ImportError:  # pragma: no cover - the workload also runs without tuimon
-    def annotate(name):
+    def annotate(name: str) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
 
 class SyntheticImages(Dataset):
     """Random images and labels; each batch costs `delay` seconds to "decode"."""
 
-    def __init__(self, batches: int, batch: int, size: int, delay: float):
+    def __init__(self, batches: int, batch: int, size: int, delay: float) -> None:
         self.batches, self.batch, self.size, self.delay = batches, batch, size, delay
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.batches
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> tuple[Any, Any]:  # (images, labels): tensors
         time.sleep(self.delay)
         g = torch.Generator().manual_seed(i)
         x = torch.randn(self.batch, 3, self.size, self.size, generator=g)
@@ -75,13 +77,13 @@ class StopAtStepEnd:
         signal.signal(signal.SIGINT, cls._on_sigint)
 
     @classmethod
-    def _on_sigint(cls, signum, frame):
+    def _on_sigint(cls, signum: int, frame: FrameType | None) -> None:
         if cls.requested:
             raise KeyboardInterrupt
         cls.requested = True
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     StopAtStepEnd.install()
     try:
         train(argv)
@@ -91,7 +93,7 @@ def main(argv=None):
         print("demo workload stopped", flush=True)
 
 
-def train(argv=None):
+def train(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--seconds", type=float, default=0, help="stop after this long (0: never)")
     p.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: never)")
