@@ -9,6 +9,8 @@ import select
 import signal
 import sys
 from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING
 
 from textual.app import App, ScreenStackError
 from textual.binding import Binding
@@ -17,9 +19,14 @@ from textual.css.query import NoMatches
 from ..capture.client import MEMORY_STEPS, CaptureRefused
 from ..channel import ChannelError
 from ..channel.control import MAX_STEPS
+from ..model import Cycle
 from ..monitor.session import EarlyStart, Session
 from ..monitor.state import MonitorState, View
 from . import partial_updates, screens
+
+if TYPE_CHECKING:
+    from textual.await_complete import AwaitComplete
+    from textual.driver import Driver
 
 
 class TuimonApp(App):
@@ -47,7 +54,7 @@ class TuimonApp(App):
 
     def __init__(self, session: Session | None, label: str, state: MonitorState | None = None, ansi_color: bool = True,
                  top: bool = False, quit_stops_job: bool = False, on_view: Callable[[View], None] | None = None,
-                 early: EarlyStart | None = None):
+                 early: EarlyStart | None = None) -> None:
         """top: all GPUs and their processes, no training process; quit_stops_job: `tuimon demo`;
         on_view: also given each cycle's view (the one drawn; drawn or not while paused), from the
         UI thread: the metrics exporter; early: the session, already started (its cycles kept)."""
@@ -63,7 +70,7 @@ class TuimonApp(App):
         self.on_view = on_view
         self.early = early
 
-    def get_driver_class(self):
+    def get_driver_class(self) -> type[Driver]:
         """Textual's driver, but on Linux one whose input thread sleeps until there is input
         (ui/driver.py); TEXTUAL_DRIVER still picks another."""
         from textual import constants
@@ -93,7 +100,7 @@ class TuimonApp(App):
         # (no redraw here: the screen draws itself as it mounts, so its first paint has the numbers)
         self.call_after_refresh(_gc_on_again)
 
-    def _hangup(self, signum, frame) -> None:
+    def _hangup(self, signum: int, frame: FrameType | None) -> None:
         # The kernel follows a hangup's SIGHUP with SIGCONT, on which Textual resumes application
         # mode - a second output thread on the dead terminal, and a shutdown that can hang for
         # good. Drop that first, then exit (tests/test_tmux.py: test_a_closed_terminal_ends_tuimon).
@@ -120,13 +127,13 @@ class TuimonApp(App):
         if self.session is not None:
             self.session.stop()
 
-    def _cycle_from_thread(self, cycle) -> None:
+    def _cycle_from_thread(self, cycle: Cycle) -> None:
         try:
             self.call_from_thread(self.apply_cycle, cycle)
         except RuntimeError:
             pass  # the app is shutting down
 
-    def apply_cycle(self, cycle) -> None:
+    def apply_cycle(self, cycle: Cycle) -> None:
         self.state.apply(cycle)
         view = self.state.view() if self.on_view is not None or not self.paused else None
         if self.on_view is not None and view is not None:
@@ -155,7 +162,7 @@ class TuimonApp(App):
     TRAINING_ACTIONS = {"ranges", "explain", "capture", "more_steps", "fewer_steps", "captures", "next_rank", "stacks", "hot_lines",
                         "memory", "memory_capture"}
 
-    def check_action(self, action: str, parameters) -> bool | None:
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """In `top` there is no training process: its keys are off (and out of the footer); `n`
         only where the job has ranks to switch between."""
         if action == "next_rank":
@@ -248,7 +255,7 @@ class TuimonApp(App):
         self.push_screen(screens.CapturesScreen())
         self.call_after_refresh(self.redraw)
 
-    def pop_screen(self):
+    def pop_screen(self) -> AwaitComplete:
         result = super().pop_screen()
         self.call_after_refresh(self.redraw)
         return result

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import selectors
 from codecs import getincrementaldecoder
+from typing import Any
 
 from textual.drivers.linux_driver import LinuxDriver
 
@@ -25,7 +26,7 @@ PENDING_TICK_S = 0.1  # Textual's tick, while a sequence is partly read (a lone 
 
 
 class QuietLinuxDriver(LinuxDriver):
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._wake = os.pipe()  # a byte on it wakes the input thread to stop
         for fd in self._wake:
@@ -41,7 +42,7 @@ class QuietLinuxDriver(LinuxDriver):
         selector.register(fileno, selectors.EVENT_READ)
         selector.register(self._wake[0], selectors.EVENT_READ)
 
-        def process(events, final: bool = False) -> None:  # (Textual's, the wake pipe left out)
+        def process(events: list[tuple[selectors.SelectorKey, int]], final: bool = False) -> None:  # (Textual's, the wake pipe left out)
             events = [e for e in events if e[0].fd == fileno]
             for last, (_key, mask) in loop_last(events):
                 if mask & selectors.EVENT_READ:

@@ -3,9 +3,11 @@ Rich, no Textual. Strings from other processes go through safe_text."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from ..analysis.anatomy import how_of
 from ..channel.text import safe_text
-from ..model import NA, Comparison, num
+from ..model import NA, Comparison, GpuSample, HostSample, HotLine, num
 from ..model.vocab import VERDICT_CODES, ComparisonState, VerdictCode
 
 # Each verdict's class in words, as the help lists them.
@@ -44,11 +46,11 @@ def spark(values: list, width: int, lo: float = 0.0, hi: float | None = 100.0) -
     return "".join(out).rjust(width)
 
 
-def gib(b) -> str:
-    return f"{b / 2**30:.1f}" if num(b) is not None else "n/a"
+def gib(b: float | NA | None) -> str:
+    return f"{cast(float, b) / 2**30:.1f}" if num(b) is not None else "n/a"
 
 
-def human_bytes(b) -> str:
+def human_bytes(b: float | NA | None) -> str:
     b = num(b)
     if b is None:
         return "n/a"
@@ -59,7 +61,7 @@ def human_bytes(b) -> str:
     return f"{b:.1f} TiB"
 
 
-def pct(v) -> str:
+def pct(v: float | NA | None) -> str:
     """A percentage, whole: the tenths changed every second and cost bytes, not information."""
     return f"{v:3.0f}%" if num(v) is not None else " n/a"
 
@@ -88,7 +90,7 @@ def seconds(s: float) -> str:
 
 def short_command(argv: list) -> str:
     """The command line with paths cut to their last part: `python train.py --lr 3e-4`."""
-    def short(k, a):
+    def short(k: int, a: str) -> str:
         path_like = a.startswith(("/", "./", "../", "~/")) or (k == 0 and "/" in a)
         return a.rstrip("/").rsplit("/", 1)[-1] if path_like else a
 
@@ -134,17 +136,17 @@ def peak_memory_words(c: Comparison) -> str:
     return f"peak memory {m.ratio - 1:+.0%}: {gib(m.baseline_bytes)} → {gib(m.now_bytes)} GiB"
 
 
-def how_words(h) -> str:
+def how_words(h: HotLine) -> str:
     """How the loop thread was at a line: 'Python', 'in a native call 80%', ... (its largest)."""
     word, share = how_of(h)
     return word if share >= 0.95 else f"{word} {share:.0%}"
 
 
-def value(v) -> str:
+def value(v: object) -> str:
     return "n/a" if isinstance(v, NA) else str(v)
 
 
-def gpu_line(s) -> str:
+def gpu_line(s: GpuSample) -> str:
     """One GPU in a line (`top --once`)."""
     name = s.name if isinstance(s.name, str) else "?"
     if s.lost is not None:
@@ -158,7 +160,7 @@ def gpu_line(s) -> str:
     return f"GPU {s.index} {safe_text(name, 40)}  {act}{power}  mem {gib(s.mem_used)}/{gib(s.mem_total)} GiB{temp}"
 
 
-def gpu_process_rows(s) -> list[str]:
+def gpu_process_rows(s: GpuSample) -> list[str]:
     """A GPU's processes as table rows: PID, user, GPU memory, SM share, command."""
     procs = s.processes
     if isinstance(procs, NA):
@@ -174,6 +176,6 @@ def gpu_process_rows(s) -> list[str]:
     return rows
 
 
-def host_line(h) -> str:
+def host_line(h: HostSample) -> str:
     return (f"host: CPU {h.cpu_percent:.0f}% of {h.cpus} cores · memory {human_bytes(h.mem_used)} of "
             f"{human_bytes(h.mem_total)}")

@@ -32,10 +32,11 @@ from textual.geometry import Region
 from textual.strip import Strip
 
 if TYPE_CHECKING:
-    from textual._compositor import ChopsUpdate
+    from rich.console import Console
+    from textual._compositor import ChopsUpdate, Compositor
 
 
-def _render_segments(self, console) -> str:
+def _render_segments(self: ChopsUpdate, console: Console) -> str:
     move_to = Control.move_to
     out: list[str] = []
     sgr: str | None = None  # the terminal's graphics state as this update left it (None: unknown)
@@ -61,7 +62,7 @@ def _render_segments(self, console) -> str:
     return "".join(out)
 
 
-def _plain_width(piece) -> int:
+def _plain_width(piece: Strip) -> int:
     """The cells the piece's text moves a terminal's cursor, where that is certain (printable ASCII,
     no links, no control segments: one cell a character in any terminal), else -1."""
     n = 0
@@ -95,7 +96,7 @@ def _after_reset(ansi: str) -> str:
     return got
 
 
-def _styled(piece, color_system, sgr: str | None, out: list[str]) -> str | None:
+def _styled(piece: Strip, color_system: ColorSystem, sgr: str | None, out: list[str]) -> str | None:
     """The piece's segments, each style set only where it differs from the one in force: a cursor
     move keeps the graphics state, so neighbouring changes in one style (a number in the header,
     then the next) send it once, and no reset after each (Strip.render sends both every segment:
@@ -116,7 +117,7 @@ def _styled(piece, color_system, sgr: str | None, out: list[str]) -> str | None:
     return sgr
 
 
-def _render_partial_update(self) -> ChopsUpdate | None:
+def _render_partial_update(self: Compositor) -> ChopsUpdate | None:
     from textual._compositor import ChopsUpdate  # noqa: F811  # (imported where installed)
 
     update_regions = self._dirty_regions.copy()

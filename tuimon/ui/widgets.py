@@ -10,15 +10,20 @@ from __future__ import annotations
 
 from itertools import pairwise
 from operator import itemgetter
+from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
+
+if TYPE_CHECKING:
+    from textual.screen import Screen
 
 GAP = 6  # unchanged cells between two changed runs worth a cursor move (~8 bytes) rather than resending
 STYLES_KEPT = 4096  # combined styles kept per console (a screen uses a few dozen; past this the cache starts over)
@@ -102,7 +107,7 @@ def changed_spans(old: Strip, new: Strip) -> list[tuple[int, int]]:
 class Panel(Widget):
     DEFAULT_CSS = "Panel { height: auto; }"
 
-    def __init__(self, **kw):
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self._last: Text | None = None
         self._lines: list[tuple[Text, list[Strip]]] = []  # each line of the text and its strips
@@ -169,7 +174,7 @@ class Panel(Widget):
             self._width = width
         return len(self._strips)
 
-    def on_resize(self, event) -> None:
+    def on_resize(self, event: events.Resize) -> None:
         # Laid out for another width (e.g. before the body's scrollbar appeared): the panel's
         # text is built for its width by the caller, so ask the app to build it again now
         # rather than at the next sample, which a paused or finished view never gets.
@@ -199,7 +204,7 @@ class Keys(Panel):
     def on_unmount(self) -> None:
         self.screen.bindings_updated_signal.unsubscribe(self)
 
-    def _list(self, screen) -> None:
+    def _list(self, screen: Screen[Any]) -> None:
         if screen is not self.screen:
             return
         colors = self.app.theme_variables

@@ -6,6 +6,7 @@ from rich.text import Text
 
 from ...analysis import thresholds as T
 from ...channel.text import safe_text
+from ...model import HotLine, TrainingSnapshot
 from ...monitor.state import View
 from ..format import fit, how_words
 from ..style import PHASE_STYLE
@@ -78,7 +79,7 @@ def breakdown_panel(view: View, width: int, plain: bool = False) -> Text:
     return out
 
 
-def top_lines(t, n: int) -> list:
+def top_lines(t: TrainingSnapshot | None, n: int) -> list[HotLine]:
     """The loop thread's n hottest lines of the window, once there are samples enough to say."""
     if t is None or t.samples < T.HOT_MIN_SAMPLES.value:
         return []

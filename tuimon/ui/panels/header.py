@@ -8,6 +8,7 @@ from rich.text import Text
 
 from ...channel.procinfo import how_it_ended
 from ...channel.text import safe_text
+from ...model import TrainingSnapshot
 from ...monitor.state import View
 from ..format import duration, seconds, short_command, step_time, throughput_words
 
@@ -76,7 +77,7 @@ def header(view: View, source_label: str, window: View | None = None, width: int
     return out
 
 
-def _gpu_beside(t) -> str:
+def _gpu_beside(t: TrainingSnapshot) -> str:
     """The GPU's time per step (CUDA events), beside the host's: ' (GPU 69.3 ms)'."""
     ms = t.gpu.step_mean_ms if t.gpu is not None else None
     return f" (GPU {step_time(ms)})" if ms is not None else ""

@@ -9,7 +9,7 @@ from ...analysis import memory as mem
 from ...analysis import thresholds as T
 from ...capture.client import MEMORY_STEPS, window_steps
 from ...channel.text import safe_text
-from ...model import num
+from ...model import Memory, num
 from ...monitor.state import View
 from ..format import human_bytes, spark
 
@@ -61,7 +61,7 @@ def memory_panel(view: View, width: int) -> Text:
     return out
 
 
-def retry_words(m) -> str:
+def retry_words(m: Memory) -> str:
     rate = f"{m.retries_per_step:.2f} per step (steps {m.retries_from}..{m.retries_to})" \
         if m.retries_per_step is not None else "per step not measured yet"
     total = f", {m.alloc_retries:,} in all" if num(m.alloc_retries) else ""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from rich.text import Text
 
 from ...analysis.memory import forecast as memory_forecast
 from ...channel.text import safe_text
-from ...model import num
+from ...model import ProcRow, num
 from ...monitor.state import View
 from ..format import human_bytes, value
 
@@ -74,13 +76,13 @@ def memory_line(view: View) -> str:
     return " · ".join(parts)
 
 
-def _cpu(rows) -> str:
-    return f"{sum(r.cpu_percent for r in rows if num(r.cpu_percent) is not None):.0f}%"
+def _cpu(rows: list[ProcRow]) -> str:
+    return f"{sum(cast(float, r.cpu_percent) for r in rows if num(r.cpu_percent) is not None):.0f}%"
 
 
-def _mem(rows) -> str:
+def _mem(rows: list[ProcRow]) -> str:
     """PSS when every process's is readable; else RSS, said as such (it counts shared pages twice)."""
     if all(r.pss is not None for r in rows):
-        return f"PSS {human_bytes(sum(r.pss for r in rows))}"
-    rss = sum(r.rss for r in rows if num(r.rss) is not None)
+        return f"PSS {human_bytes(sum(cast(int, r.pss) for r in rows))}"
+    rss = sum(cast(float, r.rss) for r in rows if num(r.rss) is not None)
     return f"RSS {human_bytes(rss)}" + (" (shared pages counted per process)" if len(rows) > 1 else "")

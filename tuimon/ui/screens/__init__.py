@@ -23,7 +23,7 @@ _MODULES = {"CapturesScreen": "captures", "ExplainScreen": "explain", "GpuScreen
             "StacksScreen": "stacks", "TopScreen": "top"}
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> type:
     if name not in _MODULES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(import_module(f".{_MODULES[name]}", __name__), name)

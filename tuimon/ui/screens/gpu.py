@@ -11,7 +11,7 @@ from textual.widgets import Static
 
 from ...channel.text import safe_text
 from ...model import num
-from ...monitor.state import View
+from ...monitor.state import GpuView, View
 from ..panels.gpus import gpu_block
 from ..widgets import Keys, Panel
 
@@ -19,7 +19,7 @@ from ..widgets import Keys, Panel
 class GpuScreen(Screen):
     BINDINGS = [Binding("escape,g", "app.pop_screen", "back"), Binding("n", "next_gpu", "next GPU")]
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.index: int | None = None  # set at the first view: the target's first GPU
         self._view: View | None = None
@@ -61,7 +61,7 @@ def no_gpu_words(view: View) -> str:
     return view.gpu_note or "no GPU data yet: NVML has not answered (its first read can take a few seconds)"
 
 
-def gpu_history_plot(g, width: int, height: int, color: bool = True) -> Text:
+def gpu_history_plot(g: GpuView, width: int, height: int, color: bool = True) -> Text:
     """Longer histories as a plotext line chart (0-100%). color=False (NO_COLOR: Textual reads and
     removes it from the environment at start-up, so ask the app) draws it in plain text."""
     import plotext as plt

@@ -23,7 +23,7 @@ SORT_KEYS = [("share", "share"), ("count", "count"), ("mean_ms", "mean ms"), ("p
 class RangesScreen(Screen):
     BINDINGS = [Binding("escape,r", "app.pop_screen", "back"), Binding("s", "next_sort", "sort")]
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.sort = 0
         self._rows: list[RangeRow] | None = None  # None: not filled yet (an empty list is a real answer)
