@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..channel import ChannelError, list_segments, procinfo
 from ..channel.discovery import segment_state
 from ..channel.reader import SegmentReader
 from ..channel.text import safe_text
-from ..model import NA, to_json
+from ..model import NA, Baseline, Cycle, to_json
 from ..monitor.report import view_json
 from ..monitor.session import LiveSession, ReplaySession
 from ..monitor.state import MonitorState, View
@@ -20,11 +22,14 @@ from ..sources.recording import Recording, RecordingError
 from . import textview
 from .tui import has_terminal, tui
 
+if TYPE_CHECKING:
+    import argparse
+
 ONCE_MIN_WINDOW_S = 0.5  # CPU % and GPM activity are rates: they need two samples this far apart
 REGRESSED = 3  # `attach --once --baseline`'s exit status when the job is measurably slower (2: bad input)
 
 
-def cmd_attach(args) -> int:
+def cmd_attach(args: argparse.Namespace) -> int:
     if procinfo.start_ticks(args.pid) is None:  # gone: only a channel it left can still be shown
         try:
             reader, _ = open_channel(args.pid)
@@ -59,7 +64,7 @@ def cmd_attach(args) -> int:
     return tui(session, f"attached, every {args.interval:g} s", baseline=args.baseline)
 
 
-def once(session: LiveSession, window: float, baseline=None) -> View:
+def once(session: LiveSession, window: float, baseline: tuple[str, Baseline] | None = None) -> View:
     """One view over `window` seconds (at least ONCE_MIN_WINDOW_S), from the cycles the TUI draws."""
     state = MonitorState(baseline=baseline)
     end = time.monotonic() + max(window, ONCE_MIN_WINDOW_S)
@@ -75,7 +80,7 @@ def once(session: LiveSession, window: float, baseline=None) -> View:
     return state.view()
 
 
-def cmd_top(args) -> int:
+def cmd_top(args: argparse.Namespace) -> int:
     session = LiveSession(None, args.interval, gpus=args.gpus)
     if args.once:
         view = once(session, args.window)
@@ -96,7 +101,7 @@ def cmd_top(args) -> int:
 
 
 
-def read_recording(path: str, on_cycle) -> Recording | None:
+def read_recording(path: str, on_cycle: Callable[[Cycle], object]) -> Recording | None:
     """Every cycle of a recording through on_cycle; None after saying why it cannot be read."""
     try:
         rec = Recording(path)
@@ -111,7 +116,7 @@ def read_recording(path: str, on_cycle) -> Recording | None:
     return rec
 
 
-def cmd_replay(args) -> int:
+def cmd_replay(args: argparse.Namespace) -> int:
     cycles: list[None] = []
     rec = read_recording(args.file, lambda c: cycles.append(None))  # (counted, not kept)
     if rec is None:
@@ -127,7 +132,7 @@ def cmd_replay(args) -> int:
     return tui(ReplaySession(args.file, args.speed, total=n, skipped=rec.skipped), "replay", baseline=args.baseline)
 
 
-def cmd_ls(args) -> int:
+def cmd_ls(args: argparse.Namespace) -> int:
     rows = list_segments()
     if not rows:
         print("no tuimon channels of yours are open")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from ..channel import ChannelError, procinfo
 from ..monitor.baseline import BaselineBuilder, BaselineError, describe, dumps, load, save
@@ -12,10 +13,15 @@ from ..monitor.session import LiveSession, run_cycles
 from ..monitor.target import open_channel
 from .attach import read_recording
 
+if TYPE_CHECKING:
+    import argparse
+
+    from ..model import Cycle
+
 STDOUT = "-"
 
 
-def cmd_baseline_save(args) -> int:
+def cmd_baseline_save(args: argparse.Namespace) -> int:
     """Everything that would make the save fail is refused before measuring, not after."""
     why = _cannot_write(args.output, args.force)
     if why:
@@ -77,7 +83,7 @@ def _from_job(pid: int, seconds: float, interval: float) -> BaselineBuilder | in
     session = LiveSession(pid, interval)
     exited = []
 
-    def done(c) -> bool:
+    def done(c: Cycle) -> bool:
         if c.process is not None and not c.process.alive:
             exited.append(True)
         return bool(exited)
@@ -98,7 +104,7 @@ def _from_recording(path: str) -> BaselineBuilder | int:
     return builder if read_recording(path, builder.add) is not None else 2
 
 
-def cmd_baseline_show(args) -> int:
+def cmd_baseline_show(args: argparse.Namespace) -> int:
     try:
         print(describe(load(args.file)))
     except BaselineError as e:

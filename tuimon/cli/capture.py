@@ -6,7 +6,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ..capture import nsys_session
 from ..capture.client import MEMORY_STEPS, CaptureClient, CaptureRefused, window_steps
@@ -15,14 +17,19 @@ from ..capture.summary import summarize
 from ..channel import ChannelError
 from ..channel.control import KIND_MEMORY
 from ..channel.text import safe_text
-from ..model import to_json
+from ..model import CaptureStatus, WindowCost, to_json
 from ..monitor.target import open_channel
+
+if TYPE_CHECKING:
+    import argparse
+
+    from ..channel.reader import SegmentReader
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 COST_WAIT_S = 15.0  # after a window: for the steps just past its end, whose times tell its cost
 
 
-def cmd_capture(args) -> int:
+def cmd_capture(args: argparse.Namespace) -> int:
     reader = client = seq = st = None
     pid = args.pid
     if args.json and not args.wait:
@@ -122,7 +129,7 @@ def cmd_capture(args) -> int:
             reader.close()
 
 
-def _cost(st, log: StepLog, drain, reader):
+def _cost(st: CaptureStatus, log: StepLog, drain: Callable[[], None], reader: SegmentReader) -> WindowCost | None:
     """What the done window cost the job, from its step times (waits for the steps just past its
     end, COST_WAIT_S at most, or less when the job stops)."""
     end = time.monotonic() + COST_WAIT_S
@@ -134,7 +141,7 @@ def _cost(st, log: StepLog, drain, reader):
         time.sleep(0.1)
 
 
-def progress_line(st) -> str:
+def progress_line(st: CaptureStatus) -> str:
     """'capturing: steps 12..15'; the probe's message when it says more than the state."""
     steps = window_steps(st.state, st.first_step, st.last_step)
     message = safe_text(st.message, 200)

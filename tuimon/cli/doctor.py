@@ -6,13 +6,20 @@ import glob
 import importlib.util
 import os
 import subprocess
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, TypeAlias
 
 from ..capture.nsys import find_nsys
 from ..channel import layout as L
 from ..channel.paths import shm_dir
 
+if TYPE_CHECKING:
+    import argparse
 
-def _nvml_checks():
+Check: TypeAlias = tuple[bool | None, str, str, str]  # (ok: True, False or None for a warning; what; detail; fix)
+
+
+def _nvml_checks() -> Iterator[Check]:
     try:
         import pynvml as nvml
     except ImportError:
@@ -45,7 +52,7 @@ def _nvml_checks():
         nvml.nvmlShutdown()
 
 
-def _nsys_checks():
+def _nsys_checks() -> Iterator[Check]:
     nsys = find_nsys()
     if not nsys:
         yield None, "Nsight Systems", "nsys not found; captures will use torch.profiler", \
@@ -72,7 +79,7 @@ def _nsys_checks():
         yield True, "nsys reports", "the importer's libraries are all found: .nsys-rep reports can be written", ""
 
 
-def _shm_checks():
+def _shm_checks() -> Iterator[Check]:
     d = shm_dir()
     if not os.path.isdir(d):
         yield False, "channel folder", f"{d} does not exist", "set TUIMON_SHM_DIR to a tmpfs folder you can write"
@@ -86,7 +93,7 @@ def _shm_checks():
         "" if ok and free >= need else "free space in /dev/shm (docker: --shm-size) or set TUIMON_SHM_DIR"
 
 
-def _probe_checks():
+def _probe_checks() -> Iterator[Check]:
     from ..channel import ring
 
     if ring.IMPLEMENTATION == "c":
@@ -96,7 +103,7 @@ def _probe_checks():
             "unset TUIMON_PURE_PYTHON, or reinstall tuimon where a C compiler and Python headers exist"
 
 
-def _proc_checks():
+def _proc_checks() -> Iterator[Check]:
     try:
         scope = open("/proc/sys/kernel/yama/ptrace_scope").read().strip()
     except OSError:
@@ -112,7 +119,7 @@ def _proc_checks():
 
 
 def run_doctor() -> int:
-    rows = []
+    rows: list[Check] = []
     for group in (_nvml_checks, _nsys_checks, _shm_checks, _probe_checks, _proc_checks):
         try:
             rows.extend(group())
@@ -126,5 +133,5 @@ def run_doctor() -> int:
     return 1 if any(row[0] is False for row in rows) else 0
 
 
-def cmd_doctor(args) -> int:
+def cmd_doctor(args: argparse.Namespace) -> int:
     return run_doctor()

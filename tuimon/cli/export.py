@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from ..channel import procinfo
 from ..monitor.session import LiveSession
 from ..monitor.state import MonitorState
+
+if TYPE_CHECKING:
+    import argparse
+
+    from ..export.server import Exporter
 
 
 def host_port(addr: str, port: int) -> str:
@@ -15,7 +21,7 @@ def host_port(addr: str, port: int) -> str:
     return f"[{addr}]:{port}" if ":" in addr and not addr.startswith("[") else f"{addr}:{port}"
 
 
-def start_exporter(port: int, addr: str):
+def start_exporter(port: int, addr: str) -> Exporter | None:
     """An Exporter on addr:port, or None after saying why (port taken, no prometheus-client)."""
     try:
         from ..export.server import Exporter
@@ -29,7 +35,7 @@ def start_exporter(port: int, addr: str):
         return None
 
 
-def cmd_export(args) -> int:
+def cmd_export(args: argparse.Namespace) -> int:
     if args.pid is not None and procinfo.start_ticks(args.pid) is None:
         print(f"tuimon: no process with PID {args.pid}", file=sys.stderr)
         return 2

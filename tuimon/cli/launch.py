@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from typing import TextIO
 
 import tuimon
 
@@ -31,7 +32,7 @@ def command(argv: list[str]) -> list[str]:
     return list(argv)
 
 
-def job_log():
+def job_log() -> tuple[TextIO, str]:
     """(file, path): a private file for the output of a job tuimon started: the TUI holds the
     terminal, and the plain lines go to a stdout that a reader (`| head`) may close."""
     folder = os.path.join(tempfile.gettempdir(), f"tuimon-{os.getuid()}")

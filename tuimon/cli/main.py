@@ -5,15 +5,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 
 from .. import __version__
 from . import options as opt
 
 
-def _command(module: str, name: str):
+def _command(module: str, name: str) -> Callable[[argparse.Namespace], int]:
     """The command's function, imported when it runs: a command loads only its own modules (the
     monitor's first frame does not wait for the imports of record, trace, export or doctor)."""
-    def run(args):
+    def run(args: argparse.Namespace) -> int:
         import gc
         import importlib
 
@@ -49,21 +50,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"tuimon {__version__}")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
 
-    def interval(sp):
+    def interval(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--interval", type=opt.INTERVAL, default=1.0, help="seconds between samples (0.1 to 3600; "
                                                                             "default 1)")
 
-    def metrics_port(sp, required=False):
+    def metrics_port(sp: argparse.ArgumentParser, required: bool = False) -> None:
         sp.add_argument("--port" if required else "--metrics-port", dest="port", type=opt.PORT, required=required,
                         help="serve Prometheus metrics on this port (/metrics)")
         sp.add_argument("--addr", default="127.0.0.1", help="the address to serve metrics on (default "
                                                             "127.0.0.1: this machine only; 0.0.0.0: every interface)")
 
-    def baseline(sp):
+    def baseline(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--baseline", type=opt.baseline_file, metavar="FILE",
                         help="compare the job with a baseline (tuimon baseline save): deltas and a regression alert")
 
-    def gpus(sp):
+    def gpus(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--gpus", type=opt.gpu_list, help="only these GPUs, by NVML index as nvidia-smi shows them "
                                                           "(e.g. 0,1)")
 
@@ -188,7 +189,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _check(p: argparse.ArgumentParser, args) -> None:
+def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Combinations that make no sense are refused, not silently ignored."""
     once = getattr(args, "once", None)
     if once is not None and not once:

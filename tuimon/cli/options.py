@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..model import Baseline
 
 
-def number(lo: float, hi: float, unit: str = "", whole: bool = False):
+def number(lo: float, hi: float, unit: str = "", whole: bool = False) -> Callable[[str], float]:
     """An argparse type: a number from lo to hi (whole: an integer), in unit."""
     kind = f"{'whole ' if whole else ''}number{' of ' + unit if unit else ''}"
 
-    def parse(text: str):
+    def parse(text: str) -> float:
         try:
             v = int(text) if whole else float(text)
         except ValueError:
@@ -37,7 +42,7 @@ BASELINE_SECONDS = number(1, 86400, "seconds")
 PORT = number(0, 65535, whole=True)  # 0: any free port (said at start)
 
 
-def baseline_file(path: str):
+def baseline_file(path: str) -> tuple[str, Baseline]:
     """--baseline FILE: (FILE, its Baseline), or argparse's error saying what is wrong with it."""
     from ..monitor.baseline import BaselineError, load
 

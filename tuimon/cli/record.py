@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from ..channel import procinfo
 from ..monitor.session import LiveSession, run_cycles
 from ..sources.recording import Recorder
+
+if TYPE_CHECKING:
+    import argparse
+
+    from ..model import Cycle
 
 
 def record(pid: int, path: str, seconds: float, interval: float, note: str = "", force: bool = False) -> int:
@@ -29,13 +35,13 @@ def record(pid: int, path: str, seconds: float, interval: float, note: str = "",
         print(f"tuimon: recording without GPU metrics: {session.gpus.error}", file=sys.stderr)
     failed: list[OSError] = []
 
-    def write(cycle) -> None:
+    def write(cycle: Cycle) -> None:
         try:
             rec.record(cycle)
         except OSError as e:
             failed.append(e)
 
-    def done(cycle) -> bool:
+    def done(cycle: Cycle) -> bool:
         return bool(failed) or (cycle.process is not None and not cycle.process.alive)
 
     try:
@@ -55,5 +61,5 @@ def record(pid: int, path: str, seconds: float, interval: float, note: str = "",
     return 0
 
 
-def cmd_record(args) -> int:
+def cmd_record(args: argparse.Namespace) -> int:
     return record(args.pid, args.output, args.seconds, args.interval, args.note, args.force)

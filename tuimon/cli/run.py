@@ -7,6 +7,7 @@ import shlex
 import signal
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 from ..capture.nsys import find_nsys
 from ..capture.nsys_session import NsysArgsError, NsysSession, launch_command, session_name, split_args
@@ -19,11 +20,18 @@ from .export import start_exporter
 from .supervise import StopMonitoring, Supervisor, dies_with_parent, serve_as_init, tell, under_init
 from .tui import has_terminal, tui
 
+if TYPE_CHECKING:
+    import argparse
+
+    from ..export.server import Exporter
+    from ..model import Baseline
+
 EXIT_WAIT_S = 0.5  # how long the job's end is waited for once the monitor ended (q: the job goes on)
 
 
 def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, demo: bool = False,
-        nsys: bool = False, nsys_args: str = "", metrics: tuple[int, str] | None = None, baseline=None) -> int:
+        nsys: bool = False, nsys_args: str = "", metrics: tuple[int, str] | None = None,
+        baseline: tuple[str, Baseline] | None = None) -> int:
     """demo: `q` (or a closed terminal) stops the job, and that is a clean exit (0). metrics:
     (port, address) to serve Prometheus metrics on while the monitor runs. baseline: (file,
     Baseline) to compare the job against."""
@@ -160,7 +168,8 @@ def metrics_url(port: int, addr: str) -> str:
     return f"http://{host}:{port}/metrics"
 
 
-def _follow_plain(child, interval: float, exporter, baseline, log_path: str, supervisor: Supervisor) -> None:
+def _follow_plain(child: subprocess.Popen, interval: float, exporter: Exporter | None,
+                  baseline: tuple[str, Baseline] | None, log_path: str, supervisor: Supervisor) -> None:
     """One line per interval on stdout until the job ends, a stop signal or hangup comes, or
     nothing reads the lines any more (the job never shares this stdout: it writes to its log)."""
     session = LiveSession(child.pid, interval, popen=child, job_log=log_path)
@@ -194,12 +203,12 @@ def _raise_stop() -> None:
     raise StopMonitoring
 
 
-def cmd_run(args) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     return run(cmd, args.headless, args.interval, args.plain, nsys=args.nsys, nsys_args=args.nsys_args,
                metrics=None if args.port is None else (args.port, args.addr), baseline=args.baseline)
 
 
-def cmd_demo(args) -> int:
+def cmd_demo(args: argparse.Namespace) -> int:
     cmd = [sys.executable, "-m", "tuimon.workloads.demo_train", "--seconds", str(args.seconds)]
     return run(cmd, args.headless, args.interval, args.plain, demo=True)

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -50,12 +50,12 @@ class Supervisor:
     """Installs the handlers (before the job starts: a signal that comes first is passed on once
     it has), then adopt(child) and, while a monitor runs, `with monitoring(stop_hook)`."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.child: subprocess.Popen | None = None
         self.stop_signals: list[int] = []  # the stop signals received, in order
         self.hung_up = False
         self.kill_at: float | None = None
-        self._hook = None
+        self._hook: Callable[[], None] | None = None
         self._notes: list[str] = []  # said by wait(), never by a handler
         self._previous: dict[int, Handler] = {}
 
@@ -86,7 +86,7 @@ class Supervisor:
         return bool(self.stop_signals)
 
     @contextlib.contextmanager
-    def monitoring(self, stop_hook):
+    def monitoring(self, stop_hook: Callable[[], None]) -> Iterator[None]:
         """While inside, the first stop signal or a hangup calls stop_hook() (from the handler, on
         the main thread: it may only schedule work or raise). Called at once if one already came."""
         self._hook = stop_hook
@@ -99,7 +99,7 @@ class Supervisor:
 
     # -- the handler ---------------------------------------------------------------------------------
 
-    def _on_signal(self, signum, frame) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if signum == signal.SIGHUP:
             self.hung_up = True
@@ -181,7 +181,7 @@ def serve_as_init() -> int | None:
         _take_the_terminal()
         return None
 
-    def forward(signum, frame):
+    def forward(signum: int, frame: FrameType | None) -> None:
         try:
             os.kill(child, signum)
         except ProcessLookupError:
@@ -212,14 +212,14 @@ def _take_the_terminal() -> None:
         pass  # not our controlling terminal: nothing to take
 
 
-def dies_with_parent():
+def dies_with_parent() -> Callable[[], None]:
     """A preexec_fn for a job that must not outlive tuimon (the demo): the kernel sends it SIGKILL
     when the thread that started it ends, however tuimon ends (SIGKILL and crashes too). Start the
     job from the main thread, which lives as long as tuimon."""
     libc = ctypes.CDLL(None, use_errno=True)  # loaded here, before the fork
     parent = os.getpid()
 
-    def in_child():
+    def in_child() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # tuimon ended before the prctl: nobody would send it
             os._exit(1)

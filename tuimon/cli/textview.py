@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TextIO
 
 from ..channel.text import safe_text
 from ..model import NA
 from ..monitor.session import LiveSession, run_cycles
 from ..monitor.state import MonitorState, View
+
+if TYPE_CHECKING:
+    from ..model import Baseline, Cycle
 
 CHANNEL_WAIT_S = 10.0  # a job tuimon started has this long to start the probe before it is said
 
@@ -25,8 +30,9 @@ def _why_none(reason: str) -> str:
 class ProblemLines:
     """Says each source's failure once when it starts, and once when it clears."""
 
-    def __init__(self, out=sys.stderr):
-        self.out, self.known = out, {}
+    def __init__(self, out: TextIO = sys.stderr) -> None:
+        self.out = out
+        self.known: dict[str, str] = {}  # source -> its failure, as last said
 
     def update(self, view: View) -> None:
         for source, why in view.problems.items():
@@ -37,8 +43,9 @@ class ProblemLines:
         self.known = dict(view.problems)
 
 
-def follow(session: LiveSession, interval: float, until=None, out=sys.stdout, baseline=None,
-           launched: bool = False, on_view=None) -> View:
+def follow(session: LiveSession, interval: float, until: Callable[[], bool] | None = None, out: TextIO = sys.stdout,
+           baseline: tuple[str, Baseline] | None = None, launched: bool = False,
+           on_view: Callable[[View], object] | None = None) -> View:
     """Print a line each interval until until() is true or the process is gone; returns the last
     view (the last look at a process that ended). baseline: (file, Baseline) to compare against;
     launched: a job tuimon just started, whose channel comes once its Python starts the probe;
@@ -50,7 +57,7 @@ def follow(session: LiveSession, interval: float, until=None, out=sys.stdout, ba
     stacks_said: list[str | None] = [None]
     started = time.monotonic()
 
-    def on_cycle(c) -> None:
+    def on_cycle(c: Cycle) -> None:
         state.apply(c)
         view = state.view()
         if on_view is not None:
@@ -70,7 +77,7 @@ def follow(session: LiveSession, interval: float, until=None, out=sys.stdout, ba
 
     ended_after_poll = [False]
 
-    def done(c) -> bool:
+    def done(c: Cycle) -> bool:
         gone = c.process is not None and not c.process.alive
         if gone:
             return True

@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from ..channel import ChannelError
 from ..channel.text import safe_text
@@ -15,8 +16,11 @@ from ..monitor.chrome_trace import chrome_trace
 from ..monitor.timeline import Timeline, from_live, from_recording
 from ..sources.recording import RecordingError
 
+if TYPE_CHECKING:
+    import argparse
 
-def cmd_trace(args) -> int:
+
+def cmd_trace(args: argparse.Namespace) -> int:
     if (args.pid is None) == (args.recording is None):
         print("tuimon: trace a live job (PID) or a recording (--recording FILE): one of them", file=sys.stderr)
         return 2

@@ -8,8 +8,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..model import Baseline
     from ..monitor.session import Session
     from ..monitor.state import View
+    from ..ui.app import TuimonApp
+    from .supervise import Supervisor
 
 
 def _import_asyncio_without_ssl() -> None:
@@ -38,8 +41,9 @@ def has_terminal() -> bool:
         return False
 
 
-def tui(session: Session | None, label: str, top: bool = False, quit_stops_job: bool = False, baseline=None,
-        supervisor=None, on_view: Callable[[View], None] | None = None) -> int:
+def tui(session: Session | None, label: str, top: bool = False, quit_stops_job: bool = False,
+        baseline: tuple[str, Baseline] | None = None, supervisor: Supervisor | None = None,
+        on_view: Callable[[View], None] | None = None) -> int:
     """baseline: (file, Baseline) to compare the job against on screen; supervisor: the
     job's (cli.supervise), whose stop signals and hangup end the app; on_view: also given each
     cycle's view (the metrics exporter's publish)."""
@@ -69,7 +73,7 @@ def tui(session: Session | None, label: str, top: bool = False, quit_stops_job: 
     return 0
 
 
-async def _run_until_stopped(app, supervisor) -> None:
+async def _run_until_stopped(app: TuimonApp, supervisor: Supervisor) -> None:
     """The app on this loop; a stop signal (its handler runs on this thread, between two steps of
     the loop) schedules app.exit through the loop's thread-safe queue."""
     loop = asyncio.get_running_loop()
