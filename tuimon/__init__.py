@@ -8,12 +8,14 @@ In a training script (optional: `tuimon run` installs the probe without code cha
     tuimon.count("samples", batch_size)
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "count", "instrument", "range", "status", "step"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     """The probe's API, imported on first use: the monitor (`tuimon attach`) never needs it."""
     if name in ("count", "instrument", "range", "status", "step"):
         from . import probe
