@@ -3,8 +3,6 @@ Rich, no Textual. Strings from other processes go through safe_text."""
 
 from __future__ import annotations
 
-from typing import cast
-
 from ..analysis.anatomy import how_of
 from ..channel.text import safe_text
 from ..model import NA, Comparison, GpuSample, HostSample, HotLine, num
@@ -47,7 +45,7 @@ def spark(values: list, width: int, lo: float = 0.0, hi: float | None = 100.0) -
 
 
 def gib(b: float | NA | None) -> str:
-    return f"{cast(float, b) / 2**30:.1f}" if num(b) is not None else "n/a"
+    return f"{g / 2**30:.1f}" if (g := num(b)) is not None else "n/a"
 
 
 def human_bytes(b: float | NA | None) -> str:

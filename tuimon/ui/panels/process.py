@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 from rich.text import Text
 
 from ...analysis.memory import forecast as memory_forecast
@@ -77,12 +75,13 @@ def memory_line(view: View) -> str:
 
 
 def _cpu(rows: list[ProcRow]) -> str:
-    return f"{sum(cast(float, r.cpu_percent) for r in rows if num(r.cpu_percent) is not None):.0f}%"
+    return f"{sum(c for r in rows if (c := num(r.cpu_percent)) is not None):.0f}%"
 
 
 def _mem(rows: list[ProcRow]) -> str:
     """PSS when every process's is readable; else RSS, said as such (it counts shared pages twice)."""
-    if all(r.pss is not None for r in rows):
-        return f"PSS {human_bytes(sum(cast(int, r.pss) for r in rows))}"
-    rss = sum(cast(float, r.rss) for r in rows if num(r.rss) is not None)
+    pss = [r.pss for r in rows if r.pss is not None]
+    if len(pss) == len(rows):
+        return f"PSS {human_bytes(sum(pss))}"
+    rss = sum(v for r in rows if (v := num(r.rss)) is not None)
     return f"RSS {human_bytes(rss)}" + (" (shared pages counted per process)" if len(rows) > 1 else "")
