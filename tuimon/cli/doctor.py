@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from ..capture.nsys import find_nsys
 from ..channel import layout as L
+from ..channel import procinfo
 from ..channel.paths import shm_dir
 
 if TYPE_CHECKING:
@@ -105,10 +106,14 @@ def _probe_checks() -> Iterator[Check]:
 
 def _proc_checks() -> Iterator[Check]:
     try:
-        scope = open("/proc/sys/kernel/yama/ptrace_scope").read().strip()
+        scope = procinfo.read_file("/proc/sys/kernel/yama/ptrace_scope").decode().strip()
     except OSError:
         scope = "n/a"
-    hidden = any(" /proc " in line and "hidepid=" in line for line in open("/proc/mounts"))
+    try:
+        mounts = procinfo.read_file("/proc/mounts").decode(errors="replace").splitlines()
+    except OSError:  # (no /proc/mounts: nothing says it hides processes; the access check below still tells)
+        mounts = []
+    hidden = any(" /proc " in line and "hidepid=" in line for line in mounts)
     readable = os.access("/proc/1/status", os.R_OK)
     yield (not hidden) and readable, "other processes", \
         f"/proc {'hides other users’ processes (hidepid)' if hidden else 'shows all processes'}; ptrace_scope {scope}", \
