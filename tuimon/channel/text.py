@@ -18,19 +18,3 @@ def safe_text(s: str, limit: int = 4096) -> str:
         s = s[:limit] + "…"
     return s.translate(_ESCAPES)
 
-
-def bounded_json_value(v: object, depth: int = 0) -> object:
-    """A JSON value from a segment with its size and nesting bounded. Strings stay what they are
-    (JSON output escapes them itself); whatever shows them on a terminal passes them through
-    safe_text."""
-    if depth > 8:
-        return None
-    if isinstance(v, str):
-        return v[:4096]
-    if isinstance(v, list):
-        return [bounded_json_value(x, depth + 1) for x in v[:256]]
-    if isinstance(v, dict):
-        return {str(k)[:128]: bounded_json_value(x, depth + 1) for k, x in list(v.items())[:64]}
-    if isinstance(v, (int, float, bool)) or v is None:
-        return v
-    return None
