@@ -179,10 +179,12 @@ def test_the_step_in_progress_of_a_loop_of_3_s_steps(shm_dir):
         job.stop()
 
 
-@pytest.mark.parametrize("kind, source", [("manual", "backward"), ("accumulate", "optimizer")])
-def test_steps_of_a_loop_with_no_optimizer_and_of_gradient_accumulation(tmp_path, kind, source):
+@pytest.mark.parametrize("kind, source, weak", [("manual", "backward", 0), ("accumulate", "optimizer", 3)])
+def test_steps_of_a_loop_with_no_optimizer_and_of_gradient_accumulation(tmp_path, kind, source, weak):
     """A hand-written SGD loop gets its steps from backward(); one that accumulates 4 backwards per
-    optimizer step still counts the optimizer's steps."""
+    optimizer step still counts the optimizer's steps. weak: the steps a weaker source counted before
+    the optimizer's first step said it counts them (the accumulating loop's first three backward()
+    calls): the probe's step numbers go on from them (its now, captures and timeline share them)."""
     job = Job(tmp_path, kind, "--steps", 300)
     try:
         wait_for(lambda: (t := job.truth()) and t["steps"] >= 150, timeout=120, what="150 steps")
@@ -191,12 +193,12 @@ def test_steps_of_a_loop_with_no_optimizer_and_of_gradient_accumulation(tmp_path
         after = job.truth()["steps"]  # (10 ms steps: the loop goes on while attach reads and exits)
         print(f"{kind}: tuimon {doc['steps']} steps, the loop's own {before}..{after} ({doc['step_source']})")
         assert doc["step_source"] == source
-        assert before - 2 <= doc["steps"] <= after + 2, (before, doc["steps"], after)  # live (the count exactly: below)
+        assert before - 2 <= doc["steps"] - weak <= after + 2, (before, doc["steps"], after)  # live
         assert doc["phases"] and {p["name"] for p in doc["phases"]} >= {"data", "forward", "backward"}
         assert doc["verdict"]["code"] not in ("waiting", "stalled")
         job.proc.wait(timeout=120)
         doc = job.once(0.2)
-        assert doc["steps"] == pytest.approx(job.truth()["steps"], rel=0.02, abs=2) and doc["verdict"]["code"] == "exited"
+        assert doc["steps"] - weak == job.truth()["steps"] and doc["verdict"]["code"] == "exited"  # (every step seen)
     finally:
         job.stop()
 
