@@ -39,6 +39,7 @@ from ..channel.control import (
 )
 from ..channel.fileview import MappedView
 from ..channel.paths import capture_floor_bytes, captures_dir, free_bytes, program_name, safe_file_part
+from . import graphs
 
 
 class TorchWindow:
@@ -257,6 +258,8 @@ class Capturer:
     # -- from the control thread ------------------------------------------------------------------
 
     def poll(self) -> None:
+        if graphs.open_captures:
+            return  # (no window opened or closed inside a CUDA-graph capture: asked again next poll)
         req = self.ctl.read_request()
         with self.lock:
             if self.exited:

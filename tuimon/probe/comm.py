@@ -30,7 +30,7 @@ from collections import deque
 from time import monotonic_ns as _now
 
 from ..channel import layout as L
-from . import state
+from . import graphs, state
 from .anatomy import BACKWARD, COMM
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
@@ -65,7 +65,7 @@ class CommTiming:
     def event(self):
         gpu = self.gpu
         if gpu is None or not gpu.measuring or self.cuda is None or not self.cuda.is_initialized() \
-                or len(self._pairs) >= MAX_PENDING:
+                or len(self._pairs) >= MAX_PENDING or graphs.capturing(self.cuda):
             return None
         ev = self._free.pop() if self._free else self.cuda.Event(enable_timing=True)
         gpu.record_on(ev)
@@ -164,7 +164,7 @@ class CommTiming:
             self._emit(L.STEP_VALUE, 0, self._bytes_id, tid, step, 0, t1, float(self.bytes))
             self._emit(L.STEP_VALUE, 0, self._calls_id, tid, step, 0, t1, float(self.calls))
             self.bytes = self.calls = 0
-        if self.pending:  # event pairs pending
+        if self.pending and not graphs.capturing(self.cuda):  # event pairs pending (queried outside a capture)
             self._resolve(step, t1, tid)
 
     def _resolve(self, now_step: int, t1: int, tid: int) -> None:

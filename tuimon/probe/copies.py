@@ -17,6 +17,7 @@ answer is never remembered: that copy is slow anyway)."""
 from __future__ import annotations
 
 from ..channel import layout as L
+from . import graphs
 
 PINNED_FOR_NS = 10_000_000_000  # how long an address found pinned is taken as pinned (the docstring)
 PINNED_MAX = 1024  # addresses remembered at most
@@ -56,6 +57,8 @@ class Copies:
         self._pinned_since = 0
 
     def host_to_device(self, src, non_blocking) -> None:
+        if graphs.open_captures:
+            return  # (is_pinned() asks the driver: not inside a CUDA-graph capture)
         try:
             n = src.nbytes
             ptr = src.data_ptr()

@@ -16,6 +16,7 @@ from time import monotonic_ns as _now
 from ..channel import layout as L
 from ..channel import ring
 from ..channel.writer import SegmentWriter
+from . import graphs
 from .anatomy import DATA, Anatomy
 
 _tls = threading.local()
@@ -218,6 +219,8 @@ class Probe:
             gpu.boundary(step, t0, t1, syncs)
         if self.roots is not None and self.roots.discovering:
             self.roots.on_step(step)
+        if graphs.open_captures:
+            return  # (no op counted, no window opened or closed inside a CUDA-graph capture: probe/graphs.py)
         if ops is not None and (step >= ops.due or ops.mode is not None):
             ops.boundary(step, t0, t1)
         c = self.capturer
@@ -252,6 +255,8 @@ class Probe:
 
     def sample_gauges(self) -> None:
         """What the control thread reads ~every 0.5 s: the GPU memory gauges and DDP's own timing."""
+        if graphs.open_captures:
+            return  # (no allocator or DDP read while a CUDA graph is captured: probe/graphs.py)
         if self.comm is not None:
             self.comm.sample_ddp(self.step_no)
         self.sample_memory()

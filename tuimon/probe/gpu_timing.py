@@ -33,6 +33,7 @@ from collections import deque
 from time import monotonic_ns as _now
 
 from ..channel import layout as L
+from . import graphs
 from .ops import smoothed
 
 MIN_STEP_NS = 160_000_000  # events on every step from 160 ms steps up; shorter steps are sampled (the docstring)
@@ -92,6 +93,8 @@ class GpuTiming:
             if not self.cuda.is_initialized():
                 return
             self._ready = True  # (CUDA stays initialized; a forked child has no probe: state.probe is None)
+        if graphs.capturing(self.cuda):
+            return  # (called again at the next step's end: `due` stays)
         if self._pending:
             self.resolve()
         if step % self.every == 0 or (step + 1) % self.every == 0:  # a measured step needs both ends
@@ -114,7 +117,7 @@ class GpuTiming:
     def mark(self) -> None:
         """A point inside a measured step where queued work is likely (the end of forward, of
         backward): its lag shows how long the GPU stays busy from there. Two a step at most."""
-        if self.measuring and self._marks < MARKS and self.cuda.is_initialized():
+        if self.measuring and self._marks < MARKS and self.cuda.is_initialized() and not graphs.capturing(self.cuda):
             self._marks += 1
             ev = self._record()
             if ev is not None:
@@ -122,7 +125,7 @@ class GpuTiming:
 
     def after_sync(self) -> None:
         """The loop thread just came back from a device-to-host sync: one anchor per step."""
-        if not self.anchored and self.cuda.is_initialized():
+        if not self.anchored and self.cuda.is_initialized() and not graphs.capturing(self.cuda):
             self.anchored = True
             ev = self._record()
             if ev is not None:

@@ -26,7 +26,7 @@ import sys
 import weakref
 from time import monotonic_ns as _now
 
-from . import comm, copies, state
+from . import comm, copies, graphs, state
 from .anatomy import BACKWARD, COPY, DATA, FORWARD, OPTIMIZER, SYNC
 from .core import BACKWARD_CALL, FORWARD_CALL
 
@@ -67,6 +67,7 @@ def patch(torch) -> None:
     _patch_backward(torch)
     _patch_syncs(torch)
     _patch_compile(torch)
+    graphs.patch(torch, _swap)
     comm.patch(torch, _swap, _compiling)
     p = state.probe
     if p is not None:

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Manual CUDA-graph captures under the probe (tuimon/probe/graphs.py): each loop of
+# tests/workloads/cuda_graphs.py plainly, then under `tuimon run --headless` (attached once, 12 s in),
+# then, where OLD names another tuimon tree (the probe before graphs.py), under that one.
+# Prints a table last: exit codes and the loops' own step counts.
+source tests/gpu/prelude.sh
+W=tests/workloads/cuda_graphs.py
+SECONDS_=${SECONDS_:-20}
+declare -a rows
+one() {  # name, then the loop's arguments
+  local name=$1; shift
+  python3 $W "$@" --seconds $SECONDS_ > "$OUT/graph-$name-plain.log" 2>&1; local plain=$?
+  local ps; ps=$(grep -o 'steps [0-9]*' "$OUT/graph-$name-plain.log" | cut -d' ' -f2)
+  python3 -m tuimon run --headless -- python3 $W "$@" --seconds $SECONDS_ > "$OUT/graph-$name-tuimon.log" 2>&1 &
+  local job=$!; sleep 12
+  python3 -m tuimon attach $job --once --json > "$OUT/graph-$name-attach.json" 2> "$OUT/graph-$name-attach.err"
+  wait $job; local code=$?
+  local ts; ts=$(grep -o 'steps [0-9]*' "$OUT/graph-$name-tuimon.log" | cut -d' ' -f2)
+  local verdict; verdict=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d.get('verdict',{}).get('code'), d.get('steps'))" "$OUT/graph-$name-attach.json" 2>/dev/null)
+  local old="-"
+  if [ -n "${OLD:-}" ]; then
+    PYTHONPATH=$OLD:$PYTHONPATH TUIMON_PACKAGE_ROOT=$OLD python3 -m tuimon run --headless -- python3 $W "$@" --seconds $SECONDS_ > "$OUT/graph-$name-old.log" 2>&1
+    old="exit $? steps $(grep -o 'steps [0-9]*' "$OUT/graph-$name-old.log" | cut -d' ' -f2) $(grep -o 'cudaError[A-Za-z]*\|capture[a-z ]*invalid[a-z]*' "$OUT/graph-$name-old.log" | head -1)"
+  fi
+  rows+=("| $name | $plain | $ps | $code | $ts | $verdict | $old |")
+}
+one forward-global forward --capture-at 200
+one forward-recapture forward --capture-at 200 --recapture-every 500
+one forward-thread-local forward --capture-at 200 --mode thread_local
+one whole-global whole --capture-at 200
+echo; echo "| loop | exit plain | steps plain | exit under tuimon | steps under tuimon | attach 12 s in: verdict, steps | old probe |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
+printf '%s\n' "${rows[@]}"
