@@ -75,19 +75,21 @@ def _thread_state(native_id: int | None) -> str:
 
 def stack_dump(loop_ident: int | None) -> str:
     """Every Python thread's stack, innermost frame first (py-spy dump's layout); the loop's first."""
-    frames = sys._current_frames()
+    # (name, file, line) of each frame, innermost first, read at once and the frames let go: a frame
+    # object held while its function returns keeps its locals alive (sampler.LineSampler._line_now)
+    stacks = {ident: [(f.f_code.co_name, f.f_code.co_filename, line) for f, line in traceback.walk_stack(top)][:MAX_FRAMES]
+              for ident, top in sys._current_frames().items()}
     threads = {t.ident: t for t in threading.enumerate()}
     argv = procinfo.cmdline(os.getpid()) or sys.argv
     lines = [f"Process {os.getpid()}: {' '.join(argv)}", f"Python v{sys.version.split()[0]}", ""]
-    for ident in sorted(frames, key=lambda i: (i != loop_ident, i)):
+    for ident in sorted(stacks, key=lambda i: (i != loop_ident, i)):
         t = threads.get(ident)
         native = getattr(t, "native_id", None)
         name = t.name if t is not None else "(a thread not started by threading)"
         loop = " [the training loop]" if ident == loop_ident else ""
         lines.append(f'Thread {native or ident} ({_thread_state(native)}): "{name}"{loop}')
-        stack = traceback.extract_stack(frames[ident])[-MAX_FRAMES:]
-        for fs in reversed(stack):
-            lines.append(f"    {fs.name} ({short_path(fs.filename)}:{fs.lineno})")
+        for name, filename, line in stacks[ident]:
+            lines.append(f"    {name} ({short_path(filename)}:{line})")
         lines.append("")
     return "\n".join(lines)
 

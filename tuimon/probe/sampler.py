@@ -178,21 +178,30 @@ class LoopSampler:
                 return
             if not asked:
                 return
-            frame = sys._current_frames().get(main.ident)
-            if frame is None or self.paused:
+            if self.paused:
+                continue
+            try:
+                nid = self._line_now(main.ident)
+            except Exception:  # noqa: BLE001 - a frame caught mid-change: this sample is skipped; the
+                continue  # thread goes on reading (the native side writes a byte a period to it)
+            if nid is None:
                 continue
             if not self._cut:
                 self._cut_at_first_step()
-            try:
-                nid = self.lines.id_of(frame)
-            except Exception:  # noqa: BLE001 - a frame caught mid-change: this sample is skipped; the
-                continue  # thread goes on reading (the native side writes a byte a period to it)
             asleep, phase = asked.count(b"S"), self.probe.anatomy.top  # (a byte a period: 'S' asleep, 'R' on a CPU)
             with self._lock:
                 if asleep:
                     self._add(phase, nid, L.HOW_WAITING, asleep)
                 if len(asked) > asleep:
                     self._add(phase, nid, L.HOW_NATIVE, len(asked) - asleep)
+
+    def _line_now(self, ident: int) -> int | None:
+        """The id of the line thread `ident` is at. Its frame is let go here, before anything that
+        lets the loop run (a blocking read, a /proc read): a frame object held while its function
+        returns keeps that function's locals alive (a loss and its autograd graph, kept into the
+        job's next CUDA-graph capture, break it)."""
+        frame = sys._current_frames().get(ident)
+        return None if frame is None else self.lines.id_of(frame)
 
     def _add(self, phase: int, nid: int, how: int, n: int, counts: dict | None = None) -> None:
         counts = self._counts if counts is None else counts
@@ -227,8 +236,8 @@ class LoopSampler:
     def sample(self, pid: int, late_ns: int) -> None:
         p = self.probe
         a = p.anatomy
-        frame = sys._current_frames().get(a.loop)
-        if frame is None:
+        nid = self._line_now(a.loop)
+        if nid is None:
             return
         phase, step = a.top, p.step_no
         if not self._cut:
@@ -239,7 +248,6 @@ class LoopSampler:
             how = L.HOW_WAITING
         else:  # on a CPU: Python when it held the GIL (the sampler came late), else a native call
             how = L.HOW_PYTHON if late_ns > LATE_NS else L.HOW_NATIVE
-        nid = self.lines.id_of(frame)
         if step != self._step:
             self.flush()
             self._step = step
@@ -293,7 +301,9 @@ class LineNames:
             f = f.f_back
         if f is None:
             f = frame
-        return self._name(f.f_code, f.f_lineno)
+        code, line = f.f_code, f.f_lineno
+        del f, frame  # (before _name reads the source: _line_now says why)
+        return self._name(code, line)
 
     def _name(self, code, line: int | None) -> str:
         """line: None where the frame is at no line (f_lineno is None in a frame being set up or torn
