@@ -4,8 +4,9 @@ from dataclasses import replace
 
 import pytest
 
+from tests.helpers.flat_evidence import flat_evidence as Evidence
 from tuimon.analysis import thresholds as T
-from tuimon.analysis.diagnosis import Evidence, diagnose
+from tuimon.analysis.verdicts import diagnose
 from tuimon.model import OUTSIDE_PHASE, HotLine, to_json, vocab
 
 HOST = dict(steps=50, step_ms=40.0, data_share=0.01, phases={"forward": 0.3, "backward": 0.3, "optimizer": 0.05,

@@ -13,10 +13,11 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, seg_path, tuimon_cmd, wait_for
+from tests.helpers.flat_evidence import flat_evidence as Evidence
 from tuimon.analysis import memory as mem
 from tuimon.analysis import thresholds as T
-from tuimon.analysis.diagnosis import Evidence, diagnose
-from tuimon.analysis.present import exited_words
+from tuimon.analysis.verdicts import diagnose
+from tuimon.analysis.verdicts.exited import exited_words
 from tuimon.capture import memory_summary
 from tuimon.capture.client import CaptureClient
 from tuimon.capture.summary import memory_lines

@@ -3,10 +3,11 @@ words they show (the real loops are in test_present_live.py)."""
 
 import pytest
 
+from tests.helpers.flat_evidence import flat_evidence as Evidence
 from tuimon.analysis import thresholds as T
-from tuimon.analysis.diagnosis import Evidence, diagnose
 from tuimon.analysis.ending import exception_in, job_end
 from tuimon.analysis.stall import Stall, check, culprits, limit_s, rank_check
+from tuimon.analysis.verdicts import diagnose
 from tuimon.model import RankRow, StepInProgress, TrainingSnapshot
 
 

@@ -14,8 +14,9 @@ import psutil
 import pytest
 
 from tests.conftest import ROOT, tuimon_cmd, wait_for
+from tests.helpers.flat_evidence import flat_evidence as Evidence
 from tuimon.analysis import ranks as job_ranks
-from tuimon.analysis.diagnosis import Evidence, diagnose
+from tuimon.analysis.verdicts import diagnose
 from tuimon.model import Cycle, RankRow, from_json, to_json
 from tuimon.monitor.session import LiveSession
 

@@ -145,7 +145,7 @@ def test_the_header_and_the_verdict_fit_any_width():
     from dataclasses import replace
 
     from tests.conftest import ROOT
-    from tuimon.analysis.diagnosis import Verdict
+    from tuimon.analysis.verdicts import Verdict
     from tuimon.ui.panels.header import header
     from tuimon.ui.panels.verdict import VERDICT_LINES, verdict_line, wrapped_lines
     from tuimon.ui.replay_frames import state_from_recording
@@ -165,8 +165,9 @@ def test_the_header_and_the_verdict_fit_any_width():
                                              width=160).plain
     step = "outside the model, data and syncs the loop thread is mostly not computing: it is blocked on " \
            "something tuimon does not see (I/O, locks, sleeps, collectives): c captures a window to see where"
-    v = Verdict("host-bound", "host-bound: the loop waits elsewhere", "GPU activity n/a (no GPU metrics) · other "
-                "100% of the step · loop thread at 0% CPU + 3% waiting for a core (< 90%)", step, "low")
+    v = Verdict(code="host-bound", headline="host-bound: the loop waits elsewhere",
+                evidence="GPU activity n/a (no GPU metrics) · other 100% of the step · loop thread at 0% CPU + 3% "
+                         "waiting for a core (< 90%)", next_step=step, confidence="low")
     for width in (60, 78, 98, 118):
         out = verdict_line(v, width)
         assert wrapped_lines(out, width) <= VERDICT_LINES, (width, out.plain)

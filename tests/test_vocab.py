@@ -17,7 +17,7 @@ def test_the_channel_numbers_the_same_phases_step_sources_and_capture_states():
 
 
 def test_the_diagnosis_tries_its_rules_in_the_vocabularys_order():
-    from tuimon.analysis.diagnosis import Evidence, diagnose
+    from tuimon.analysis.verdicts import Evidence, diagnose
 
     v = diagnose(Evidence())
     assert [r.code for r in v.rules] == list(vocab.RULE_CODES)
@@ -25,21 +25,23 @@ def test_the_diagnosis_tries_its_rules_in_the_vocabularys_order():
 
 
 def test_every_verdict_and_rule_the_diagnosis_can_make_is_named_in_the_vocabulary():
-    """Read from the source: each Verdict(...) and Rule(...) made with a literal name."""
-    tree = ast.parse((ROOT / "tuimon" / "analysis" / "diagnosis.py").read_text())
+    """Read from the source: each Verdict(code=...) and Rule(code=...) made with a literal name."""
     made = {"Verdict": set(), "Rule": set()}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in made and node.args:
-            first = node.args[0]
-            if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                made[node.func.id].add(first.value)
+    for path in sorted((ROOT / "tuimon" / "analysis" / "verdicts").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in made:
+                code = next((k.value for k in node.keywords if k.arg == "code"), None)
+                if isinstance(code, ast.Constant) and isinstance(code.value, str):
+                    made[node.func.id].add(code.value)
     assert made["Verdict"] and made["Verdict"] <= set(vocab.VERDICT_CODES), made["Verdict"] - set(vocab.VERDICT_CODES)
     assert made["Rule"] and made["Rule"] <= set(vocab.RULE_CODES), made["Rule"] - set(vocab.RULE_CODES)
 
 
 def test_a_straggler_gets_advice_for_every_phase_it_can_be_slower_in():
     """Its slower phases are its own work: every phase but comm (the wait itself, analysis/ranks.py)."""
-    from tuimon.analysis.diagnosis import STRAGGLER_FIX, Evidence, diagnose
+    from tests.helpers.flat_evidence import flat_evidence as Evidence
+    from tuimon.analysis.verdicts import diagnose
+    from tuimon.analysis.verdicts.straggler import FIX as STRAGGLER_FIX
     from tuimon.model import Straggler
 
     assert sorted(STRAGGLER_FIX) == sorted(set(vocab.PHASES) - {"comm"})

@@ -8,15 +8,38 @@ from typing import TypedDict
 
 from ..analysis import stall
 from ..analysis import thresholds as T
-from ..analysis.diagnosis import Evidence
-from ..model import CaptureStatus, JobEnd, OutsideLines, ProcessSample, RankRow, Straggler, TrainingSnapshot
+from ..analysis.verdicts import (
+    CommEvidence,
+    Evidence,
+    GpuEvidence,
+    HostEvidence,
+    OutsideEvidence,
+    PresentEvidence,
+    RanksEvidence,
+    StalledRank,
+    SyncEvidence,
+    WaitingRank,
+    WindowEvidence,
+    WorkersEvidence,
+    WorkerState,
+)
+from ..model import (
+    CaptureStatus,
+    JobEnd,
+    OutsideLines,
+    ProcessSample,
+    ProcRow,
+    RankRow,
+    Straggler,
+    TrainingSnapshot,
+)
 
 MIN_SPAN_S, MAX_SPAN_S = 3.0, 60.0  # GPU samples averaged: the step window's span, within these
 
 
 class GpuMeans(TypedDict):
-    """The target GPUs' means over the step window's span (None: not measured), passed to Evidence's
-    fields of the same names."""
+    """The target GPUs' means over the step window's span (None: not measured), passed to
+    GpuEvidence's fields of the same names."""
 
     sm_active: float | None
     tensor_active: float | None
@@ -39,73 +62,72 @@ def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_
     from outside (py-spy); cpus: the machine's cores; on_gpu: NVML sees the job's processes on a GPU."""
     t = training
     if t is None:
-        return Evidence(has_channel=has_channel, **gpu_means, gpm=gpm, job_end=job_end, power_share=power_share,
-                        **_outside(outside, process))
+        host, sampled = _outside(outside, process)
+        return Evidence(has_channel=has_channel, gpu=GpuEvidence(**gpu_means, gpm=gpm, power_share=power_share),
+                        host=host, present=PresentEvidence(job_end=job_end), outside=sampled)
     phases = {p.name: p.share for p in t.phases}
-    workers = [r for r in (process.procs if process else []) if r.role == "child"]
-    loaders = [r for r in workers if r.name == "pt_data_worker"] or workers
+    procs = process.procs if process else []
+    target = next((r for r in procs if r.loop or r.role == "target"), None)
     kernels = _kernels(captures)
-    target = next((r for r in (process.procs if process else []) if r.loop or r.role == "target"), None)
-    stalled = [r for r in rows or [] if r.stalled]
-    holding, waiting = stall.culprits(rows or []) if stalled else ([], [])
     return Evidence(
         has_channel=True,
-        steps=t.window_steps,
-        step_ms=t.step_time_ms.p50 if t.step_time_ms else None,
-        data_share=t.data_wait_share,
-        phases=phases,
-        sync_per_step=t.syncs.per_step if t.syncs else None,
-        sync_share=t.syncs.share if t.syncs else phases.get("sync"),
-        sync_mean_us=t.syncs.mean_us if t.syncs else None,
-        sync_sites=[(s.site, s.per_step) for s in t.syncs.top] if t.syncs else [],
-        gpm=gpm,
-        gpu_busy_events=t.gpu.busy_share if t.gpu else None,
-        loop_cpu=process.loop_cpu if process else None,
-        loop_cpu_wait=process.loop_cpu_wait if process else None,
-        job_cpu=target.cpu_percent if target is not None and isinstance(target.cpu_percent, float) else None,
-        cpus=cpus,
-        cuda=on_gpu or t.gpu is not None or t.memory is not None,  # (CUDA events and allocator gauges: CUDA initialized)
-        workers=t.dataloader_workers,
-        workers_cpu=[r.cpu_percent for r in loaders if isinstance(r.cpu_percent, float)] if t.dataloader_workers else [],
-        kernels_per_step=kernels[0], kernel_us=kernels[1],
-        ranks=ranks,
-        straggler=straggler,
-        comm_share=job_comm_share if ranks else (t.comm.share if t.comm else None),
-        comm_mb=t.comm.mb_per_step if t.comm else None,
-        comm_gpu=bool(t.comm and t.comm.gpu_ms is not None),
-        job_end=job_end,
-        stall=stall.check(t),
-        now=t.now,
-        step_source=t.step_source,
-        process_state=target.state if target is not None and isinstance(target.state, str) else None,
-        workers_alive=sum(r.state not in ("zombie", "dead") for r in loaders) if t.dataloader_workers else None,
-        worker_states=[(r.pid, r.state if isinstance(r.state, str) else "?",
-                        r.cpu_percent if isinstance(r.cpu_percent, float) else None) for r in loaders]
-        if t.dataloader_workers else [],
-        stalled_ranks=[(r.rank, r.now_phase, r.now_phase_s, r.where) for r in stalled],
-        holding_ranks=[r.rank for r in holding],
-        waiting_ranks=[(r.rank, r.collective) for r in waiting],
-        power_share=power_share,
-        memory=t.memory,
-        hot=sorted(t.hot_lines, key=lambda h: -h.share) if t.samples >= T.HOT_MIN_SAMPLES.value else [],
-        optimizer=t.optimizer,
-        copies=t.copies,
-        ops=t.ops,
-        **gpu_means,
+        window=WindowEvidence(steps=t.window_steps, step_ms=t.step_time_ms.p50 if t.step_time_ms else None,
+                              data_share=t.data_wait_share, phases=phases,
+                              optimizer=t.optimizer, copies=t.copies, ops=t.ops,
+                              kernels_per_step=kernels[0], kernel_us=kernels[1]),
+        sync=SyncEvidence(per_step=t.syncs.per_step, share=t.syncs.share, mean_us=t.syncs.mean_us,
+                          sites=list(t.syncs.top)) if t.syncs else
+        SyncEvidence(share=phases.get("sync")),
+        gpu=GpuEvidence(**gpu_means, gpm=gpm, busy_events=t.gpu.busy_share if t.gpu else None, power_share=power_share,
+                        # (CUDA events and allocator gauges: CUDA initialized)
+                        cuda=on_gpu or t.gpu is not None or t.memory is not None, memory=t.memory),
+        host=HostEvidence(loop_cpu=process.loop_cpu if process else None,
+                          loop_cpu_wait=process.loop_cpu_wait if process else None,
+                          job_cpu=target.cpu_percent if target is not None and isinstance(target.cpu_percent, float)
+                          else None, cpus=cpus,
+                          process_state=target.state if target is not None and isinstance(target.state, str) else None,
+                          hot=sorted(t.hot_lines, key=lambda h: -h.share) if t.samples >= T.HOT_MIN_SAMPLES.value
+                          else []),
+        workers=_workers(t, procs),
+        comm=CommEvidence(share=job_comm_share if ranks else (t.comm.share if t.comm else None),
+                          mb=t.comm.mb_per_step if t.comm else None, gpu=bool(t.comm and t.comm.gpu_ms is not None)),
+        ranks=_ranks(ranks, straggler, rows or []),
+        present=PresentEvidence(job_end=job_end, stall=stall.check(t), step=t.now),
     )
 
 
-def _outside(o: OutsideLines | None, process: ProcessSample | None) -> dict:
+def _workers(t: TrainingSnapshot, procs: list[ProcRow]) -> WorkersEvidence:
+    """The DataLoader's worker processes (its children named pt_data_worker, else every child)."""
+    if not t.dataloader_workers:
+        return WorkersEvidence(count=t.dataloader_workers)
+    children = [r for r in procs if r.role == "child"]
+    loaders = [r for r in children if r.name == "pt_data_worker"] or children
+    return WorkersEvidence(
+        count=t.dataloader_workers, cpu=[r.cpu_percent for r in loaders if isinstance(r.cpu_percent, float)],
+        alive=sum(r.state not in ("zombie", "dead") for r in loaders),
+        states=[WorkerState(pid=r.pid, state=r.state if isinstance(r.state, str) else "?",
+                            cpu=r.cpu_percent if isinstance(r.cpu_percent, float) else None) for r in loaders])
+
+
+def _ranks(count: int, straggler: Straggler | None, rows: list[RankRow]) -> RanksEvidence:
+    stalled = [r for r in rows if r.stalled]
+    holding, waiting = stall.culprits(rows) if stalled else ([], [])
+    return RanksEvidence(count=count, straggler=straggler,
+                         stalled=[StalledRank(r.rank, r.now_phase, r.now_phase_s, r.where) for r in stalled],
+                         holding=[r.rank for r in holding], waiting=[WaitingRank(r.rank, r.collective) for r in waiting])
+
+
+def _outside(o: OutsideLines | None, process: ProcessSample | None) -> tuple[HostEvidence, OutsideEvidence]:
     """What a process without the probe offers the verdict: its main thread's lines and CPU."""
     if o is None:
-        return {}
+        return HostEvidence(), OutsideEvidence()
     enough = o.samples >= T.HOT_MIN_SAMPLES.value
     why = ("py-spy cannot sample it" if o.state == "failed" else "the process ended" if o.state == "ended" else
            f"{o.samples} samples so far" if o.samples else "not sampled yet")
-    return dict(outside=True, outside_samples=o.samples, outside_why=None if enough else why,
-                hot=sorted(o.hot_lines, key=lambda h: -h.share) if enough else [],
-                loop_cpu=process.loop_cpu if process else None,
-                loop_cpu_wait=process.loop_cpu_wait if process else None)
+    return (HostEvidence(loop_cpu=process.loop_cpu if process else None,
+                         loop_cpu_wait=process.loop_cpu_wait if process else None,
+                         hot=sorted(o.hot_lines, key=lambda h: -h.share) if enough else []),
+            OutsideEvidence(sampled=True, samples=o.samples, why=None if enough else why))
 
 
 def window_span_s(t: TrainingSnapshot | None) -> float:

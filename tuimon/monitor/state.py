@@ -12,9 +12,9 @@ from ..analysis import ranks as job_ranks
 from ..analysis import stall as loop_stall
 from ..analysis import thresholds as T
 from ..analysis.batches import StepBatches
-from ..analysis.diagnosis import Verdict, diagnose
 from ..analysis.ending import job_end
 from ..analysis.regression import Reference, compare
+from ..analysis.verdicts import Verdict, diagnose
 from ..model import (
     NA,
     Baseline,
@@ -346,9 +346,9 @@ class MonitorState:
                            cpus=self.host.cpus if self.host is not None else None, on_gpu=bool(self.target_gpus()))
         if ended is None:
             return diagnose(e)
-        ran = diagnose(replace(e, stall=None))  # (what its last window was, kept with its last numbers)
+        ran = diagnose(replace(e, present=replace(e.present, stall=None)))  # (what its last window was, kept with its last numbers)
         ran_as = f"{ran.headline}: {ran.evidence}" if ran.code not in ("waiting", "exited") else None
-        return diagnose(replace(e, job_end=ended, ran_as=ran_as))
+        return diagnose(replace(e, present=replace(e.present, job_end=ended, ran_as=ran_as)))
 
     def _power_share(self, used: list[int]) -> float | None:
         """The GPUs' latest power over their limit: a hung collective spins its SMs at near idle power."""

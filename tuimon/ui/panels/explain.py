@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ...analysis.diagnosis import Verdict
+from ...analysis.verdicts import Verdict
 from ...channel.text import safe_text
 from ..style import VERDICT_STYLE
 

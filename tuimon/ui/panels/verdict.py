@@ -13,7 +13,7 @@ try:
 except ImportError:  # (another Rich: Text.wrap counts)
     divide_line = None  # type: ignore[assignment]
 
-from ...analysis.diagnosis import Verdict
+from ...analysis.verdicts import Verdict
 from ...channel.text import safe_text
 from ..style import VERDICT_STYLE
 

@@ -12,7 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
-from ...analysis.diagnosis import Verdict
+from ...analysis.verdicts import Verdict
 from ...monitor.state import COLUMN_S, View
 from ..panels.baseline import baseline_panel
 from ..panels.breakdown import breakdown_panel
