@@ -10,7 +10,8 @@ import pytest
 from tests.conftest import ROOT
 
 PKG = ROOT / "tuimon"
-THIRD_PARTY = {"torch", "nvtx", "textual", "rich", "pynvml", "psutil", "plotext", "numpy", "prometheus_client"}
+THIRD_PARTY = {"torch", "nvtx", "textual", "rich", "pynvml", "psutil", "plotext", "numpy", "prometheus_client",
+               "pyinjector"}
 
 # package -> (tuimon packages it may import, third-party modules it may import at module level)
 ALLOWED = {
@@ -23,7 +24,8 @@ ALLOWED = {
     "monitor": ({"channel", "model", "sources", "analysis", "capture"}, set()),
     "export": ({"model", "analysis", "monitor"}, {"prometheus_client"}),  # the view as Prometheus metrics
     "ui": ({"channel", "model", "sources", "analysis", "capture", "monitor"}, {"textual", "rich", "plotext"}),
-    "cli": ({"channel", "model", "probe", "sources", "analysis", "capture", "monitor", "ui", "export"},
+    "inject": ({"channel"}, {"pyinjector"}),  # loads the probe into a running process
+    "cli": ({"channel", "model", "probe", "sources", "analysis", "capture", "monitor", "ui", "export", "inject"},
             {"textual", "rich", "plotext", "pynvml", "psutil"}),  # everything but torch
     "workloads": ({"probe"}, {"torch"}),  # the bundled training jobs, not the monitor
 }

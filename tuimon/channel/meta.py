@@ -22,6 +22,7 @@ _INT_FIELDS = ("rank", "world_size", "local_rank", "argv_cut")
 _TEXT_FIELDS = ("cwd", "host", "python", "cuda_visible_devices", "capture_kind", "nsys_session", "hot_path",
                 "job_log", "note")
 _LIST_FIELDS = ("argv", "nsys_start_args")
+_BOOL_FIELDS = ("launched_by_tuimon", "loaded_mid_run")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +42,7 @@ class JobMeta:
     nsys_start_args: tuple[str, ...] = ()  # its `nsys start` options (--nsys-args)
     hot_path: str | None = None  # 'c', or 'python' where the C extension is missing
     job_log: str | None = None  # where `tuimon run` sends the job's output
+    loaded_mid_run: bool = False  # the probe was loaded into the running job (`tuimon inject`): steps from the load on
     note: str | None = None  # what was cut when writing, or wrong when reading
 
     @property
@@ -123,11 +125,12 @@ class JobMeta:
                 kwargs[name] = tuple(a[:4096] for a in v[:1024])
             elif v is not None:
                 wrong.append(name)
-        v = data.get("launched_by_tuimon")
-        if isinstance(v, bool):
-            kwargs["launched_by_tuimon"] = v
-        elif v is not None:
-            wrong.append("launched_by_tuimon")
+        for name in _BOOL_FIELDS:
+            v = data.get(name)
+            if isinstance(v, bool):
+                kwargs[name] = v
+            elif v is not None:
+                wrong.append(name)
         if data.get("truncated") is True:  # (an older tuimon replaced metadata too long for the header)
             wrong.append("all of it (cut by an older tuimon: its command line was too long)")
         meta = cls(**kwargs)

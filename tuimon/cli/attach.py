@@ -30,6 +30,11 @@ REGRESSED = 3  # `attach --once --baseline`'s exit status when the job is measur
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
+    if args.inject:
+        from .inject import load
+
+        if load(args.pid, 15.0) != 0:
+            return 2
     if procinfo.start_ticks(args.pid) is None:  # gone: only a channel it left can still be shown
         try:
             reader, _ = open_channel(args.pid)

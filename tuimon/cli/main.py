@@ -76,10 +76,19 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--window", type=opt.WINDOW, help="with --once: sample this many seconds first (0 to 3600; "
                                                      "default 0.5)")
     a.add_argument("--plain", action="store_true", help="a line of text per interval instead of the TUI")
+    a.add_argument("--inject", action="store_true", help="first load the probe into the job (every rank of a "
+                                                         "launcher on this node), as `tuimon inject` does")
     interval(a)
     gpus(a)
     baseline(a)
     a.set_defaults(func=cmd_attach)
+
+    inj = sub.add_parser("inject", help="load the probe into a running job started without tuimon (ptrace; its "
+                                        "ranks when PID is a launcher): exit 0 once it runs, 2 with the reason")
+    inj.add_argument("pid", type=int, help="the job, or its launcher (torchrun, a shell)")
+    inj.add_argument("--wait", type=opt.WINDOW, default=15.0, help="seconds to wait for the job's main thread to "
+                                                                   "run it (default 15)")
+    inj.set_defaults(func=_command("inject", "cmd_inject"))
 
     r = sub.add_parser("run", help="run a training command with the probe installed (no code change) and "
                                    "monitor it")

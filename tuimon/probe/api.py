@@ -34,7 +34,7 @@ class ProbeStatus:
     nvtx_forwarding: bool = False
 
 
-def _meta() -> JobMeta:
+def _meta(mid_run: bool = False) -> JobMeta:
     env = os.environ
     try:
         cwd: str | None = os.getcwd()
@@ -59,6 +59,7 @@ def _meta() -> JobMeta:
         nsys_start_args=start_args,
         hot_path=ring.IMPLEMENTATION,
         job_log=env.get("TUIMON_JOB_LOG"),
+        loaded_mid_run=mid_run,
     )
 
 
@@ -86,21 +87,26 @@ def _nvtx_domain(forward: bool | None):
     return nvtx.get_domain(None)
 
 
-def instrument(ring_records: int | None = None, nvtx_forward: bool | None = None) -> ProbeStatus:
+def instrument(ring_records: int | None = None, nvtx_forward: bool | None = None, directory: str | None = None,
+               mid_run: bool = False) -> ProbeStatus:
     """Open this process's channel and install the hooks. Idempotent; never raises: when the
-    channel cannot be created the probe stays off and says why once on stderr."""
+    channel cannot be created the probe stays off and says why once on stderr (mid_run: loaded into
+    a running job by `tuimon inject`, which reads the reason from the returned status instead;
+    directory: where the channel goes, as the injecting monitor looks for it)."""
     global _disabled_reason, _fork_hook_registered
     if state.probe is not None:
         return status()
     size = ring_records or _int(os.environ.get("TUIMON_RING_RECORDS")) or L.DEFAULT_RING_RECORDS
     try:
-        writer = SegmentWriter.create(_meta(), size)
+        writer = SegmentWriter.create(_meta(mid_run), size, directory)
     except ChannelError as e:
-        if _disabled_reason is None:
+        if _disabled_reason is None and not mid_run:
             print(f"tuimon: probe disabled: {e}", file=sys.stderr)
         _disabled_reason = str(e)
         return status()
-    state.probe = p = Probe(writer, _nvtx_domain(nvtx_forward))
+    p = Probe(writer, _nvtx_domain(nvtx_forward))
+    p.mid_run = mid_run
+    state.probe = p
     forward = p._nvtx is not None
     ring.bind(writer.ring, writer.names, writer.intern, p.nvtx_push if forward else None,
               p.nvtx_pop if forward else None, p.count)

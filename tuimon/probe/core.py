@@ -97,6 +97,7 @@ class Probe:
         self.roots = None  # torch_hooks.ModuleRoots, once torch is imported
         self.gpu = None  # gpu_timing.GpuTiming, once torch is imported and has CUDA
         self.comm = None  # comm.CommTiming, once torch is imported and has torch.distributed
+        self.mid_run = False  # loaded into a running job (mid_run.py): its first boundary starts step 1
 
     # -- ranges ---------------------------------------------------------------------------------
 
@@ -183,6 +184,14 @@ class Probe:
         if source < self.source:
             return
         a = self.anatomy
+        if self.mid_run and not self.step_t0:  # loaded mid-run: what ran before this boundary is no whole step
+            if source > self.source:
+                self.source = source
+                self._mark_source(source)
+            self.step_t0 = self.first_t0 = t1
+            a.restart(t1)
+            self._data_since_boundary = False
+            return
         if source > self.source:
             old, self.source = self.source, source
             self._mark_source(source)

@@ -91,7 +91,9 @@ def attach(p, torch) -> None:
 
     p.anatomy.skip_frames_in(os.path.dirname(torch.__file__))
     if getattr(p, "roots", None) is None:
-        p.roots = ModuleRoots(torch, p)
+        # a job that has already compiled (a probe loaded mid-run): no global module hook, ever (dynamo
+        # guards on them: the job's graphs would be recompiled); its compiled modules timed by their class
+        p.roots = ModuleRoots(torch, p, discover=not (p.mid_run and _has_compiled()))
     if getattr(p, "ops", None) is None:
         from .ops import OpCounter
         from .sampler import LineNames
@@ -107,6 +109,19 @@ def attach(p, torch) -> None:
     if getattr(p, "comm", None) is None and dist is not None and dist.is_available():
         p.comm = comm.CommTiming(torch, p.emit, p.intern, p.thread_id)
         p.comm.gpu = p.gpu
+
+
+def _has_compiled() -> bool:
+    """Whether the job has compiled anything with torch.compile (dynamo's own count of the frames it
+    compiled; read, never imported: an eager optimizer imports torch._dynamo too)."""
+    if "torch._dynamo" not in sys.modules:
+        return False
+    try:
+        from torch._dynamo.utils import counters
+
+        return counters["frames"].get("total", 0) > 0
+    except Exception:  # noqa: BLE001 - a torch that keeps no counts: taken as compiled (the safe side)
+        return True
 
 
 # -- data -----------------------------------------------------------------------------------------
@@ -454,19 +469,21 @@ class ModuleRoots:
     """The forward phase: the loop thread's outermost module calls (outside data loading and
     backward, where recomputed or preprocessing modules are not the model's forward)."""
 
-    def __init__(self, torch, probe):
+    def __init__(self, torch, probe, discover: bool = True):
         from torch.nn.modules import module as nn_module
 
         self.probe = probe
         self.depth = 0
         self.entered: list[bool] = []  # per open module call: did it open the forward phase?
         self.roots: weakref.WeakSet = weakref.WeakSet()
-        self.discovering = True
-        self.compiled_seen = False  # the job called torch.compile
+        self.discovering = discover
+        self.compiled_seen = not discover  # the job called torch.compile
         self._module_class = torch.nn.Module
         self._global = [nn_module.register_module_forward_pre_hook(self._pre),
-                        nn_module.register_module_forward_hook(self._post, always_call=True)]
+                        nn_module.register_module_forward_hook(self._post, always_call=True)] if discover else []
         self._handles: list = []
+        if not discover:
+            self._time_compiled_class(getattr(getattr(torch, "_dynamo", None), "OptimizedModule", None))
 
     def _pre(self, module, args):
         if _compiling() or state.probe is not self.probe:  # (compiled: traced to nothing); forked, or off
@@ -517,8 +534,12 @@ class ModuleRoots:
         self.compiled_seen = True
         if self.discovering:
             self._end_discovery()
-        cls = type(result)
-        if isinstance(result, self._module_class) and cls is not self._module_class \
+        if isinstance(result, self._module_class):
+            self._time_compiled_class(type(result))
+
+    def _time_compiled_class(self, cls) -> None:
+        """Calls of a compiled module class (OptimizedModule) timed as roots, at the class's __call__."""
+        if isinstance(cls, type) and issubclass(cls, self._module_class) and cls is not self._module_class \
                 and not getattr(cls.__call__, "_tuimon", False):
             orig_call = cls.__call__
             roots = self

@@ -1,0 +1,167 @@
+"""`tuimon inject` and `attach --inject`: the probe loaded into a job started plainly (real ptrace
+through pyinjector, a real CPython loop with real DataLoader workers), and every refusal leaving the
+process as it was."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT, tuimon_cmd, wait_for
+from tuimon.inject import loader_path, target
+
+LOOP = str(ROOT / "tests" / "workloads" / "plain_loop.py")
+pytestmark = pytest.mark.skipif(loader_path() is None, reason="tuimon's loader library was not built (no C compiler)")
+
+
+def plain_env():
+    """The job's environment: nothing of tuimon's (no TUIMON_* variable, no PYTHONPATH)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("TUIMON_") and k != "PYTHONPATH"}
+
+
+def start(*cmd, **kw):
+    return subprocess.Popen(list(map(str, cmd)), env=plain_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **kw)
+
+
+def wait_torch(p):
+    wait_for(lambda: b"libtorch_python" in open(f"/proc/{p.pid}/maps", "rb").read(), timeout=60, what="torch imported")
+
+
+def inject(pid, *extra):
+    return subprocess.run(tuimon_cmd("inject", pid, *extra), capture_output=True, text=True, timeout=60)
+
+
+def test_a_plain_loop_injected_mid_run_shows_its_anatomy_and_its_steps(tmp_path):
+    truth = tmp_path / "truth.json"
+    job = start(sys.executable, LOOP, "--seconds", 22, "--truth", truth)
+    try:
+        wait_torch(job)
+        time.sleep(8)
+        r = inject(job.pid)
+        loaded_at = time.monotonic()
+        assert r.returncode == 0, r.stderr
+        assert f"probe loaded into {job.pid}" in r.stderr
+        time.sleep(6)
+        snap = json.loads(subprocess.run(tuimon_cmd("attach", job.pid, "--once", "--json", "--window", 3),
+                                         capture_output=True, text=True, timeout=60).stdout)
+        out, err = job.communicate(timeout=60)
+        last = json.loads(subprocess.run(tuimon_cmd("attach", job.pid, "--once", "--json"), capture_output=True,
+                                         text=True, timeout=60).stdout)  # (the channel it left: a last look)
+    finally:
+        job.kill()
+    # the job as without tuimon: its exit code, its output, nothing of tuimon's on either stream
+    assert job.returncode == 0 and out.startswith("done ") and "tuimon" not in out + err, (out, err)
+    t = json.loads(truth.read_text())
+    phases = {p["name"]: p["share"] for p in snap["phases"]}
+    print("tuimon:", phases, "the loop's own:", t["shares"])
+    for name in ("data", "forward", "backward", "optimizer"):
+        assert phases.get(name, 0) == pytest.approx(t["shares"][name], abs=0.05), (name, phases, t["shares"])
+    # steps from the first whole step after the load: the loop's own count of the steps that ended after
+    # the load returned (the load itself ran at most one step earlier, and that step is not whole)
+    own = sum(1 for e in t["step_ends"] if e > loaded_at)
+    print("steps: tuimon", last["steps"], "the loop's own since the load", own)
+    assert abs(last["steps"] - own) <= max(2, 0.02 * own), (last["steps"], own)
+    assert snap["verdict"]["code"] != "outside"
+
+
+def test_attach_inject_on_a_launcher_loads_the_loop_below_it(tmp_path):
+    """A shell that started the loop: the loop (not the shell, not its DataLoader workers) gets the probe."""
+    truth = tmp_path / "truth.json"
+    job = start("bash", "-c", f'"{sys.executable}" "{LOOP}" --seconds 30 --truth "{truth}"; true')
+    try:
+        loop = wait_for(lambda: next((c for c in _children(job.pid)), None), timeout=30, what="the loop")
+        wait_torch(type("P", (), {"pid": loop})())
+        time.sleep(2)
+        snap = subprocess.run(tuimon_cmd("attach", job.pid, "--inject", "--once", "--json", "--window", 3),
+                              capture_output=True, text=True, timeout=90)
+        assert snap.returncode == 0, snap.stderr
+        doc = json.loads(snap.stdout)
+        assert f"probe loaded into {loop}" in snap.stderr and doc["steps"] > 0 and doc["phases"], snap.stderr
+    finally:
+        subprocess.run(["pkill", "-P", str(job.pid)])
+        job.kill()
+        job.wait()
+
+
+def _children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.parametrize("case", ["no torch", "not python", "no such process"])
+def test_refusals_exit_2_and_leave_the_process_running(case):
+    if case == "no torch":
+        p = start(sys.executable, "-c", "import time; time.sleep(60)")
+        want = "has not imported torch"
+    elif case == "not python":
+        p = start("bash", "-c", "sleep 60")
+        want = "not a Python interpreter"
+    else:
+        p = None
+        want = "no process"
+    try:
+        if p is not None:
+            time.sleep(1)
+        pid = p.pid if p is not None else 4_000_000
+        r = inject(pid)
+        assert r.returncode == 2 and want in r.stderr, r.stderr
+        if p is not None:
+            time.sleep(0.5)
+            assert p.poll() is None  # still running, untouched
+    finally:
+        if p is not None:
+            p.kill()
+            p.wait()
+
+
+def test_the_probe_already_there_and_another_users_process_are_refused(tmp_path):
+    job = start(sys.executable, LOOP, "--seconds", 30, "--truth", tmp_path / "t.json")
+    try:
+        wait_torch(job)
+        assert inject(job.pid).returncode == 0
+        again = inject(job.pid)
+        assert again.returncode == 2 and "already runs tuimon's probe" in again.stderr, again.stderr
+        if os.geteuid() == 0:  # another user's process: tuimon run as nobody, the job root's
+            other = subprocess.run(tuimon_cmd("inject", job.pid), capture_output=True, text=True, timeout=60,
+                                   user=65534, env={**os.environ, "HOME": "/tmp"})
+            assert other.returncode == 2 and "belongs to uid 0" in other.stderr, other.stderr
+        assert job.poll() is None
+    finally:
+        job.kill()
+        job.wait()
+
+
+@pytest.mark.parametrize(("scope", "root", "child", "words"), [
+    (3, True, False, "ptrace is disabled on this machine"),
+    (2, False, False, "needs CAP_SYS_PTRACE"),
+    (1, False, False, "limited to your own child processes"),
+    (1, False, True, None),
+    (1, True, False, None),
+    (0, False, False, None),
+])
+def test_yama_ptrace_scope_is_read_as_the_kernel_does(monkeypatch, scope, root, child, words):
+    """Yama's ptrace_scope, whatever this machine's is (CI has no Yama): the kernel's rule for each value."""
+    monkeypatch.setattr(target.procinfo, "read_file", lambda path: f"{scope}\n".encode())
+    monkeypatch.setattr(target, "_ancestors", lambda pid: {os.getpid()} if child else set())
+    if words is None:
+        target._ptrace_allowed(1234, 0 if root else 1000)
+    else:
+        with pytest.raises(target.Refused, match=words):
+            target._ptrace_allowed(1234, 0 if root else 1000)
+
+
+def test_the_bootstrap_binds_nothing_in_the_jobs_main_module(tmp_path):
+    """The code run at the job's safe point is one expression: the job's __main__ gains no name."""
+    code = __import__("tuimon.inject", fromlist=["bootstrap"]).bootstrap(str(tmp_path / "r"), str(tmp_path))
+    ns = {"__builtins__": __builtins__}
+    compile(code, "<boot>", "exec")
+    assert code.startswith("exec(") and code.count("\n") == 1
+    exec(code.replace("threading.Thread(target=_load", "(lambda **k: None)(target=_load"), ns)  # (not started)
+    assert set(ns) == {"__builtins__"}

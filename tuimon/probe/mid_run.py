@@ -1,0 +1,111 @@
+"""The probe loaded into a job that is already running (`tuimon inject`, `tuimon attach --inject`).
+
+The injector's bootstrap (tuimon/inject/boot.py) runs on the job's main thread at a safe point and
+only starts a thread; that thread runs prepare(): it imports the probe (tens of milliseconds of
+Python, interleaved with the loop by the interpreter's switch interval rather than stopping it),
+then asks the interpreter to call install() on the main thread, between two bytecodes: the hooks
+go in there, never from another thread while the loop may be iterating the very hook dictionaries
+they join. Everything is caught: on any failure the job goes on untouched, and the result file says
+what failed.
+
+What a probe loaded mid-run sees: hooks on the modules and optimizers that already exist (torch's
+global module hooks, the optimizer classes' steps), DataLoader iterators already running (their
+class's __next__), the process group's collectives, CUDA events, syncs, the op counter, the line
+sampler, captures, stalls and the step in progress. Steps are counted from the first whole step
+after the load (Probe.mid_run). A job that has compiled with torch.compile keeps its graphs: no
+global module hook is added (dynamo guards on them), and compiled modules are timed at their own
+boundary."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_callbacks: list = []  # the pending calls' ctypes callbacks: kept for good (C calls through them)
+
+
+def say(result: str, text: str) -> None:
+    """Write the result file the injector waits for (once: an existing file is left alone)."""
+    try:
+        fd = os.open(result, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError:
+        return
+    try:
+        os.write(fd, text.encode(errors="replace")[:4000])
+    finally:
+        os.close(fd)
+
+
+def prepare(result: str, shm_dir: str | None) -> None:
+    """(tuimon's loading thread) The probe imported; install() asked of the main thread."""
+    try:
+        if "torch" not in sys.modules:
+            return say(result, "failed: the process has not imported torch")
+        from . import api, torch_hooks  # noqa: F401 - imported here, off the main thread
+        from .state import probe
+
+        if probe is not None:
+            return say(result, f"failed: the probe already runs in this process ({api.status().path})")
+        _schedule(result, shm_dir, RETRIES)
+    except BaseException as e:  # noqa: BLE001 - never into the job
+        say(result, f"failed: {type(e).__name__}: {e}")
+
+
+RETRIES = 100  # install() put off while the main thread imports: asked again every RETRY_S, this often at most
+RETRY_S = 0.2
+
+
+def _schedule(result: str, shm_dir: str | None, tries: int) -> None:
+    """Have the interpreter call install() on its main thread at its next safe point."""
+    import ctypes
+
+    callback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(lambda _: install(result, shm_dir, tries))
+    _callbacks.append(callback)
+    add = ctypes.pythonapi.Py_AddPendingCall
+    add.argtypes, add.restype = [type(callback), ctypes.c_void_p], ctypes.c_int
+    if add(callback, None) != 0:
+        say(result, "failed: the interpreter's queue of pending calls is full; try again")
+
+
+def install(result: str, shm_dir: str | None, tries: int = 0) -> int:
+    """(the main thread, between two bytecodes) Install the probe; 0 whatever happens (a pending call
+    that returns -1 raises into whatever the main thread runs next). Not inside an import (torch's
+    own, half done, would be patched half-made): put off, then asked again from a thread."""
+    try:
+        if _importing():
+            if tries <= 0:
+                say(result, "failed: the job's main thread was importing modules all along; try again")
+                return 0
+            import threading
+            import time
+
+            def later() -> None:
+                time.sleep(RETRY_S)
+                try:
+                    _schedule(result, shm_dir, tries - 1)
+                except BaseException as e:  # noqa: BLE001
+                    say(result, f"failed: {type(e).__name__}: {e}")
+
+            threading.Thread(target=later, name="tuimon-load", daemon=True).start()
+            return 0
+        from . import api
+
+        status = api.instrument(directory=shm_dir, mid_run=True)
+        if status.enabled:
+            say(result, f"ok {status.path}")
+        else:
+            say(result, f"failed: {status.reason}")
+    except BaseException as e:  # noqa: BLE001
+        say(result, f"failed: {type(e).__name__}: {e}")
+    return 0
+
+
+def _importing() -> bool:
+    """Whether this thread is inside an import: a module's top-level code (other than __main__'s,
+    where a loop written at module level runs) on its stack."""
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name == "<module>" and f.f_globals.get("__name__") != "__main__":
+            return True
+        f = f.f_back
+    return False
