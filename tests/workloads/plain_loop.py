@@ -75,7 +75,7 @@ def main() -> None:
         t4 = time.monotonic()
         spin(5)
         t5 = time.monotonic()
-        for k, (a, b) in zip(spent, ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5))):
+        for k, (a, b) in zip(spent, ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5)), strict=True):
             spent[k] += b - a
         ends.append(t5)
     total = sum(spent.values())
