@@ -8,7 +8,7 @@ from rich.text import Text
 
 from ...capture.client import window_steps
 from ...capture.cost import BUDGET, describe, expected_pause
-from ...channel.text import safe_text
+from ...channel.text import count, safe_text
 from ...monitor.state import View
 from ..format import human_bytes
 
@@ -31,7 +31,7 @@ def capture_panel(view: View, steps: int, refused: Refusal | None = None) -> Tex
         return Text(safe_text(why) if why else "captures need a live job with the probe (tuimon attach / run)",
                     "red" if why else "dim")
     kind = safe_text(t.capture_kind or "torch.profiler", 40)
-    what = f"{steps} steps" if t.steps > 0 else "10 s (no steps seen)"
+    what = count(steps, "step") if t.steps > 0 else "10 s (no steps seen)"
     if c.busy:
         out.append(f"capture {c.seq} {c.state}", "bold yellow")
         covered = window_steps(c.state, c.first_step, c.last_step)
