@@ -48,3 +48,14 @@ def test_one_step_is_one_step(job):
     cost = WindowCost(normal_steps=1, worst_normal_ms=10.0, typical_ms=10.0, window_steps=5, steps=6, worst_ms=40.0,
                       worst_step=7, over=1, ratio=4.0, lost_ms=500.0)
     assert expected_pause(cost, 1) == "a window of 1 step will pause this job ~100 ms (4.0x its worst step last time)"
+
+
+def test_a_reader_that_leaves_record_to_standard_output_ends_it_quietly(sleeper):
+    """`tuimon record PID -o - | head -1`, as `--plain | head`."""
+    p = subprocess.Popen(tuimon_cmd("record", sleeper.pid, "-o", "-", "--interval", 0.2), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().startswith('{"format":"tuimon-recording"')
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=30) == 0, err
+    assert [line for line in err.splitlines() if "recording without GPU metrics" not in line] == [], err

@@ -58,6 +58,8 @@ def record(pid: int, path: str, seconds: float, interval: float, note: str = "",
     finally:
         with contextlib.suppress(OSError):
             out.close()  # (rec.close() flushed and synced: this only lets go of the file)
+    if failed and isinstance(failed[0], BrokenPipeError):
+        raise failed[0]  # the reader left (`record -o - | head`): main() ends quietly, as `--plain | head` does
     if failed:
         print(f"tuimon: recording stopped after {n} cycles: cannot write {path}: "
               f"{failed[0].strerror or failed[0]} (what was written before is kept)", file=sys.stderr)
