@@ -2,6 +2,8 @@
 leaves `record -o -` ends it quietly, metrics served on every interface are said to be. Real
 commands and a real job."""
 
+import os
+import signal
 import subprocess
 import sys
 
@@ -59,3 +61,24 @@ def test_a_reader_that_leaves_record_to_standard_output_ends_it_quietly(sleeper)
     err = p.stderr.read()
     assert p.wait(timeout=30) == 0, err
     assert [line for line in err.splitlines() if "recording without GPU metrics" not in line] == [], err
+
+
+@pytest.mark.parametrize("addr, warned", [("0.0.0.0", True), ("::", True), ("127.0.0.1", False)])
+def test_metrics_on_every_interface_are_said_to_be(addr, warned):
+    p = subprocess.Popen(tuimon_cmd("export", "--port", 0, "--addr", addr), stderr=subprocess.PIPE, text=True,
+                         stdout=subprocess.DEVNULL)
+    try:
+        said = []
+        for line in p.stderr:
+            said.append(line)
+            if "serving" in line or "cannot serve" in line:
+                break
+        if "cannot serve" in said[-1] and addr == "::" and not os.path.exists("/proc/net/if_inet6"):
+            pytest.skip("no IPv6 here")
+        port = said[-1].split("]:" if addr == "::" else f"{addr}:")[1].split("/")[0]
+        warning = (f"tuimon: warning: metrics are served on every interface ({addr}): whoever reaches port {port} "
+                   "of this machine reads them, unauthenticated (--addr 127.0.0.1: this machine only)\n")
+        assert (warning in said) == warned, said
+    finally:
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=30)
