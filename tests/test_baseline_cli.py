@@ -89,7 +89,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_measuring(tmp_path, 
     folder.mkdir()
     for output, force, says in (("/nonexistent/dir/x.json", False, "cannot write /nonexistent/dir/x.json: No such file"),
                                 ("", False, "-o is empty"),
-                                (str(folder), True, f"{folder} is a folder: -o names the baseline file"),
+                                (str(folder), True, f"{folder} is a folder: -o names a file"),
                                 (str(folder), False, f"{folder} is a folder")):
         p = tm("baseline", "save", job.pid, "-o", output, "--seconds", 600, *(["--force"] if force else []))
         assert p.returncode == 2 and says in p.stderr and "measuring" not in p.stderr, (output, p.stderr)
@@ -148,15 +148,14 @@ def test_text_outputs_say_the_baseline_is_of_another_program(tmp_path, loop):
     """`--once` and `--plain` carry the notes the TUI and JSON show, the ranks among them (while
     collecting too: a fresh job is in its warm-up)."""
     from tuimon.model import BASELINE_VERSION, Baseline, StepTimes
-    from tuimon.monitor.baseline import save
+    from tuimon.monitor.baseline import dumps
 
-    base = str(tmp_path / "ddp.json")
-    save(Baseline(version=BASELINE_VERSION, created="2026-01-01T00:00:00+0000", source="PID 1 for 30 s",
+    base = tmp_path / "ddp.json"
+    base.write_text(dumps(Baseline(version=BASELINE_VERSION, created="2026-01-01T00:00:00+0000", source="PID 1 for 30 s",
                   step_ms=[80.0 + i % 3 for i in range(200)],
                   command=["python", "train_ddp.py"], rank=0, world_size=2, steps=200,
                   step_time_ms=StepTimes(p50=81.0, p95=82.0, p99=82.0, mean=81.0, last=80.0),
-                  batch_steps=[12] * 16, batch_ms=[972.0] * 16),
-         base)
+                  batch_steps=[12] * 16, batch_ms=[972.0] * 16)))
     job = loop()
     notes = "(baseline of another program: train_ddp.py) (baseline: 2 ranks; this job: 1 process)"
     p = tm("attach", job.pid, "--once", "--window", 3, "--baseline", base)

@@ -3,6 +3,8 @@ broken pipes, replays of odd files, strings from the job in JSON. Real commands,
 
 import json
 import os
+import pty
+import select
 import signal
 import subprocess
 import sys
@@ -42,6 +44,42 @@ def test_without_a_terminal_top_and_replay_refuse_and_attach_goes_plain(tmp_path
     assert "no terminal here: one line per interval instead" in err
     text = out.read_text()
     assert text.startswith(f"pid {sleeper.pid} | no channel") and "\x1b[" not in text
+
+
+def on_a_pty(args, env, until: bytes, timeout=20.0):
+    """(what tuimon wrote to its terminal, its stderr, its exit code): run on a pseudo-terminal
+    until it writes `until` (or timeout), then Ctrl-C'd as a signal."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen(tuimon_cmd(*args), stdin=slave, stdout=slave, stderr=subprocess.PIPE, env=env)
+    os.close(slave)
+    out, end = b"", time.monotonic() + timeout
+    try:
+        while time.monotonic() < end and until not in out and p.poll() is None:
+            if select.select([master], [], [], 0.2)[0]:
+                try:
+                    out += os.read(master, 65536)
+                except OSError:  # (EIO: it closed its end)
+                    break
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+        err = p.communicate(timeout=20)[1].decode()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(master)
+    return out, err, p.returncode
+
+
+def test_term_dumb_gets_plain_lines_not_the_screen(sleeper):
+    """TERM=dumb (Emacs's shell, some CI logs) cannot draw a screen: attach follows in plain lines,
+    top refuses (issue 43, item 21)."""
+    env = {**os.environ, "TERM": "dumb"}
+    out, err, _ = on_a_pty(("attach", sleeper.pid, "--interval", "0.2"), env, until=b"| no channel")
+    assert f"pid {sleeper.pid} | no channel".encode() in out and b"\x1b[" not in out, out[:300]
+    assert "tuimon: TERM=dumb: this terminal cannot draw a screen: one line per interval instead (--plain)" in err
+    out, err, code = on_a_pty(("top",), env, until=b"\x1b[")
+    assert code == 2 and b"\x1b[" not in out and "top needs a terminal that can draw a screen (TERM=dumb" in err
 
 
 # 2. which process is shown --------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -41,9 +42,20 @@ def check_request(pid: int, alive: bool, steps: int | None, seconds: float | Non
 
 
 def check_free_space() -> str:
-    """The captures folder, when it has room for a window. Raises CaptureRefused."""
-    folder = captures_dir()
-    if free_bytes(folder) < capture_floor_bytes():
+    """The captures folder, when it can be written and has room for a window (made if missing).
+    Raises CaptureRefused: a folder that cannot be used is said as such, never raised as it came."""
+    folder = captures_dir(create=False)
+    name = f"the captures folder {folder}" + (" (TUIMON_CAPTURE_DIR)" if os.environ.get("TUIMON_CAPTURE_DIR") else "")
+    try:
+        captures_dir()
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise CaptureRefused(f"{name} cannot be written: no permission")
+        free = free_bytes(folder)
+    except (FileExistsError, NotADirectoryError):
+        raise CaptureRefused(f"{name} is not a folder") from None
+    except OSError as e:
+        raise CaptureRefused(f"{name} cannot be used: {e.strerror or e}") from None
+    if free < capture_floor_bytes():
         raise CaptureRefused(f"less than {capture_floor_bytes() >> 20} MiB free in {folder}")
     return folder
 

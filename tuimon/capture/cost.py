@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from ..channel import layout as L
+from ..channel.text import count
 from ..model import WindowCost
 
 BUDGET = 1.2  # the worst step of a window's / the worst normal step (docs/DESIGN.md, performance budgets)
@@ -74,7 +75,7 @@ def window_cost(steps: Iterable[tuple[int, int, int]], first: int, last: int, do
 def describe(c: WindowCost) -> str:
     """'the window cost the job one step of 64 ms, 2.1x its worst (30 ms, 50 steps before it);
     0.41 s lost'."""
-    before = f"{_ms(c.worst_normal_ms)} in the {c.normal_steps} steps before it"
+    before = f"{_ms(c.worst_normal_ms)} in the {count(c.normal_steps, 'step')} before it"
     lost = f"{_seconds(c.lost_ms)} lost"
     if c.over == 0:
         return f"within budget: its worst step {_ms(c.worst_ms)}, {c.ratio:.2f}x the worst before it ({before}); {lost}"
@@ -89,7 +90,7 @@ def expected_pause(c: WindowCost, steps: int) -> str | None:
     if c.ratio <= BUDGET or c.window_steps <= 0:
         return None
     pause = c.lost_ms * steps / c.window_steps
-    return f"a window of {steps} steps will pause this job ~{_seconds(pause)} ({c.ratio:.1f}x its worst step last time)"
+    return f"a window of {count(steps, 'step')} will pause this job ~{_seconds(pause)} ({c.ratio:.1f}x its worst step last time)"
 
 
 def _ms(ms: float) -> str:

@@ -10,6 +10,11 @@ _UNSAFE = [*range(0x00, 0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *rang
 _ESCAPES = {c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in _UNSAFE}
 
 
+def count(n: int, word: str) -> str:
+    """'1 step', '10 steps': a number and its word, plural unless it is 1."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def safe_text(s: str, limit: int = 4096) -> str:
     """s with control characters shown as visible escapes (ESC becomes the four characters
     '\\x1b'), cut to limit characters. Markup such as '[bold]' is left as literal characters:

@@ -20,7 +20,7 @@ from ..monitor.state import MonitorState, View
 from ..monitor.target import open_channel
 from ..sources.recording import Recording, RecordingError
 from . import textview
-from .tui import has_terminal, tui
+from .tui import no_screen, tui
 
 if TYPE_CHECKING:
     import argparse
@@ -59,9 +59,10 @@ def cmd_attach(args: argparse.Namespace) -> int:
             print(f"tuimon: baseline {view.baseline.progress}: no decision on the step time yet (a longer "
                   "--window)", file=sys.stderr)
         return REGRESSED if view.baseline is not None and view.baseline.regressed else 0
-    if not args.plain and not has_terminal():
-        print("tuimon: no terminal here: one line per interval instead (--plain); --once --json for one "
-              "snapshot", file=sys.stderr)
+    no_tui = None if args.plain else no_screen()
+    if no_tui:
+        print(f"tuimon: {no_tui}: one line per interval instead (--plain); --once --json for one snapshot",
+              file=sys.stderr)
         args.plain = True
     if args.plain:
         textview.follow(session, args.interval, baseline=args.baseline)
@@ -97,9 +98,10 @@ def cmd_top(args: argparse.Namespace) -> int:
 
             print(top_text(view))
         return 0
-    if not has_terminal():
-        print("tuimon: top needs a terminal; `tuimon top --once` (or --once --json) prints one snapshot",
-              file=sys.stderr)
+    why = no_screen()
+    if why:
+        print(f"tuimon: top needs a terminal that can draw a screen ({why}); `tuimon top --once` (or --once "
+              "--json) prints one snapshot", file=sys.stderr)
         return 2
     return tui(session, f"top, every {args.interval:g} s", top=True)
 
@@ -131,8 +133,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"tuimon: {args.file} has no samples (a header{' and ' + str(rec.skipped) + ' unreadable lines' if rec.skipped else ' only'})",
               file=sys.stderr)
         return 2
-    if not has_terminal():
-        print("tuimon: replay needs a terminal", file=sys.stderr)
+    why = no_screen()
+    if why:
+        print(f"tuimon: replay needs a terminal that can draw a screen ({why})", file=sys.stderr)
         return 2
     return tui(ReplaySession(args.file, args.speed, total=n, skipped=rec.skipped), "replay", baseline=args.baseline)
 

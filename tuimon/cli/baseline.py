@@ -8,9 +8,10 @@ import time
 from typing import TYPE_CHECKING
 
 from ..channel import ChannelError, procinfo
-from ..monitor.baseline import BaselineBuilder, BaselineError, describe, dumps, load, save
+from ..monitor.baseline import BaselineBuilder, BaselineError, describe, dumps, load
 from ..monitor.session import LiveSession, run_cycles
 from ..monitor.target import open_channel
+from . import output
 from .attach import read_recording
 
 if TYPE_CHECKING:
@@ -18,55 +19,38 @@ if TYPE_CHECKING:
 
     from ..model import Cycle
 
-STDOUT = "-"
-
-
 def cmd_baseline_save(args: argparse.Namespace) -> int:
     """Everything that would make the save fail is refused before measuring, not after."""
-    why = _cannot_write(args.output, args.force)
-    if why:
-        print(f"tuimon: {why}", file=sys.stderr)
+    try:
+        output.check(args.output, args.force)
+    except output.OutputError as e:
+        print(f"tuimon: {e}", file=sys.stderr)
         return 2
     builder = _from_recording(args.recording) if args.recording else _from_job(args.pid, args.seconds, args.interval)
     if isinstance(builder, int):
         return builder
     try:
         baseline = builder.build()
-        if args.output == STDOUT:
-            sys.stdout.write(dumps(baseline))
-            sys.stdout.flush()
-        else:
-            save(baseline, args.output, args.force)
+        with output.opened(args.output, args.force) as f:  # (a regular file: written whole or not at all)
+            f.write(dumps(baseline))
     except BaselineError as e:
         print(f"tuimon: no baseline saved: {e}", file=sys.stderr)
         return 1
-    if args.output == STDOUT:  # (the words go beside the file, not into it)
-        print(describe(baseline), file=sys.stderr)
-        print("written to standard output", file=sys.stderr)
-    else:
-        print(describe(baseline))
-        print(f"saved to {args.output}; compare a job with it: tuimon attach PID --baseline {args.output}")
-    return 0
-
-
-def _cannot_write(path: str, force: bool) -> str | None:
-    """Why the baseline could not be written to path, found by trying (a file made and removed
-    beside it: permissions, a missing folder, a read-only disk); None where it can."""
-    if path == STDOUT:
-        return None
-    if not path:
-        return "-o is empty: the baseline file's name, or - for standard output"
-    if os.path.isdir(path):
-        return f"{path} is a folder: -o names the baseline file (e.g. {os.path.join(path, 'baseline.json')})"
-    if os.path.exists(path) and not force:
-        return f"{path} exists: --force to overwrite it, or another -o"
-    tmp = f"{path}.tmp{os.getpid()}"  # (the name save() writes first)
-    try:
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        os.unlink(tmp)
+    except output.OutputError as e:  # (what -o names changed while the job was measured)
+        print(f"tuimon: no baseline saved: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        raise  # (the reader of standard output left: main() ends quietly)
     except OSError as e:
-        return f"cannot write {path}: {e.strerror or e}"
-    return None
+        print(f"tuimon: no baseline saved: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    say = output.words_to(args.output)  # (the words go beside the data, never into it)
+    print(describe(baseline), file=say)
+    if args.output == output.STDOUT:
+        print("written to standard output", file=say)
+    else:
+        print(f"saved to {args.output}; compare a job with it: tuimon attach PID --baseline {args.output}", file=say)
+    return 0
 
 
 def _from_job(pid: int, seconds: float, interval: float) -> BaselineBuilder | int:

@@ -16,7 +16,7 @@ from ..capture.cost import StepLog, describe, expected_pause, window_cost
 from ..capture.summary import summarize
 from ..channel import ChannelError
 from ..channel.control import KIND_MEMORY
-from ..channel.text import safe_text
+from ..channel.text import count, safe_text
 from ..model import CaptureStatus, WindowCost, to_json
 from ..monitor.target import open_channel
 
@@ -61,7 +61,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
             steps, seconds = ((MEMORY_STEPS if memory else 10), None) if steps_seen else (None, 10.0)
         before = client.status()  # the job's last window, whose cost tells what the next one will cost
         seq = client.request(steps=steps, seconds=seconds, kind=KIND_MEMORY if memory else 0)
-        what = f"{seconds:g} s" if seconds is not None else f"{steps} steps"
+        what = f"{seconds:g} s" if seconds is not None else count(steps, "step")
         if seconds is not None and args.seconds is None:
             what += " (no steps seen yet)"
         print(f"asked PID {info.pid} for {'an' if kind == 'nsys' else 'a'} {kind} capture of {what} (request {seq})",

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from ..export.server import Exporter
 
 
+EVERY_INTERFACE = {"0.0.0.0", "::", ""}  # (an address that binds every interface, IPv4 or IPv6)
+
+
 def host_port(addr: str, port: int) -> str:
     """addr:port, an IPv6 address in brackets ([::1]:9400), as a URL writes it."""
     return f"[{addr}]:{port}" if ":" in addr and not addr.startswith("[") else f"{addr}:{port}"
@@ -29,10 +32,15 @@ def start_exporter(port: int, addr: str) -> Exporter | None:
         print(f"tuimon: metrics need prometheus-client ({e}): pip install prometheus-client", file=sys.stderr)
         return None
     try:
-        return Exporter(port, addr)
+        exporter = Exporter(port, addr)
     except OSError as e:
         print(f"tuimon: cannot serve metrics on {host_port(addr, port)}: {e.strerror or e}", file=sys.stderr)
         return None
+    if addr.strip("[]") in EVERY_INTERFACE:
+        print(f"tuimon: warning: metrics are served on every interface ({addr or 'all'}): whoever reaches port "
+              f"{exporter.port} of this machine reads them, unauthenticated (--addr 127.0.0.1: this machine only)",
+              file=sys.stderr)
+    return exporter
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 from typing import TextIO
@@ -26,10 +27,38 @@ def probe_env(base: dict | None = None) -> dict:
 
 
 def command(argv: list[str]) -> list[str]:
-    """A script path alone runs under this Python."""
-    if argv and argv[0].endswith(".py"):
-        return [sys.executable, *argv]
-    return list(argv)
+    """The job's argv as it is run. An executable file runs as it is: the kernel honours its
+    `#!` line, so the job gets its own interpreter and torch (the probe reaches it through
+    PYTHONPATH). Only a `.py` script that cannot be executed so (no x bit, or no `#!` line) gets
+    an interpreter: the python its `#!` line names, else tuimon's own."""
+    if not argv or not argv[0].endswith(".py") or not os.path.isfile(argv[0]):
+        return list(argv)  # (a command: found on PATH as a shell would)
+    script = argv[0] if os.sep in argv[0] else os.path.join(os.curdir, argv[0])  # (train.py: the one here)
+    shebang = _shebang(script)
+    if os.access(script, os.X_OK) and shebang:
+        return [script, *argv[1:]]
+    return [*(shebang if shebang and _names_python(shebang) else [sys.executable]), script, *argv[1:]]
+
+
+def _shebang(path: str) -> list[str]:
+    """The interpreter a script's `#!` line names, and its one argument as the kernel passes it
+    (`#!/usr/bin/env python3` -> ['/usr/bin/env', 'python3']); [] without one."""
+    try:
+        with open(path, "rb") as f:
+            line = f.readline(256)
+    except OSError:
+        return []
+    if not line.startswith(b"#!"):
+        return []
+    return os.fsdecode(line[2:]).strip().split(None, 1)
+
+
+def _names_python(shebang: list[str]) -> bool:
+    """Whether a `#!` line runs a python (`/opt/venv/bin/python`, `/usr/bin/env python3.11`)."""
+    name = os.path.basename(shebang[0])
+    if name == "env":  # (its first word that is no option and no VAR=value: env -S python3 -u)
+        name = next((w for w in " ".join(shebang[1:]).split() if not w.startswith("-") and "=" not in w), "")
+    return re.fullmatch(r"python[\d.]*", os.path.basename(name)) is not None
 
 
 def job_log() -> tuple[TextIO, str]:

@@ -18,7 +18,7 @@ from ..monitor.session import LiveSession
 from . import launch, textview
 from .export import start_exporter
 from .supervise import StopMonitoring, Supervisor, dies_with_parent, serve_as_init, tell, under_init
-from .tui import has_terminal, tui
+from .tui import no_screen, tui
 
 if TYPE_CHECKING:
     import argparse
@@ -55,8 +55,9 @@ def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, de
         exporter = start_exporter(*metrics)
         if exporter is None:
             return 2
-    if not headless and not plain and not has_terminal():
-        print("tuimon: no terminal here: following the job in plain text (--plain); "
+    why = None if headless or plain else no_screen()
+    if why:
+        print(f"tuimon: {why}: following the job in plain text (--plain); "
               "--headless runs it with no monitor", file=sys.stderr)
         plain = True
     cmd = launch.command(cmd)

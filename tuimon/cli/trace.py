@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -15,6 +14,7 @@ from ..channel.text import safe_text
 from ..monitor.chrome_trace import chrome_trace
 from ..monitor.timeline import Timeline, from_live, from_recording
 from ..sources.recording import RecordingError
+from . import output
 
 if TYPE_CHECKING:
     import argparse
@@ -24,8 +24,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if (args.pid is None) == (args.recording is None):
         print("tuimon: trace a live job (PID) or a recording (--recording FILE): one of them", file=sys.stderr)
         return 2
-    if args.output != "-" and os.path.isfile(args.output) and not args.force:
-        print(f"tuimon: {args.output} exists: --force to overwrite it, or another -o", file=sys.stderr)
+    try:
+        output.check(args.output, args.force)  # (refused before the job's rings are read)
+    except output.OutputError as e:
+        print(f"tuimon: {e}", file=sys.stderr)
         return 2
     try:
         tl = from_recording(args.recording) if args.recording else from_live(args.pid, args.minutes * 60)
@@ -39,29 +41,35 @@ def cmd_trace(args: argparse.Namespace) -> int:
         print(f"tuimon: no steps in {tl.source}" + (f" ({'; '.join(tl.notes)})" if tl.notes else ""), file=sys.stderr)
         return 1
     try:
-        write(chrome_trace(tl), args.output)
+        write(chrome_trace(tl), args.output, args.force)
+    except output.OutputError as e:
+        print(f"tuimon: {e}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         raise  # (the reader of standard output left: main() ends quietly)
     except OSError as e:
         print(f"tuimon: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
         return 1
-    say = sys.stderr if args.output == "-" else sys.stdout
+    say = output.words_to(args.output)
     print(describe(tl, args.output), file=say)
     for note in tl.notes:
         print("  " + safe_text(note, 300), file=say)
     return 0
 
 
-def write(trace: dict, path: str) -> None:
-    """JSON (gzip when the name ends in .gz); '-': standard output."""
-    if path == "-":
+def write(trace: dict, path: str, force: bool = False) -> None:
+    """JSON (gzip when the name ends in .gz); '-': standard output. Where it goes: cli/output.py."""
+    if path == output.STDOUT:
         json.dump(trace, sys.stdout, separators=(",", ":"))
         sys.stdout.write("\n")
         return
-    tmp = path + ".tmp"
-    with (gzip.open(tmp, "wt", encoding="utf-8") if path.endswith(".gz") else open(tmp, "w", encoding="utf-8")) as f:
-        json.dump(trace, f, separators=(",", ":"))
-    os.replace(tmp, path)
+    gz = path.endswith(".gz")
+    with output.opened(path, force, binary=gz) as f:
+        if gz:
+            with gzip.open(f, "wt", encoding="utf-8") as z:  # (closes its gzip stream, not f)
+                json.dump(trace, z, separators=(",", ":"))
+        else:
+            json.dump(trace, f, separators=(",", ":"))
 
 
 def describe(tl: Timeline, path: str) -> str:

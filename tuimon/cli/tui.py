@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -32,13 +33,19 @@ _import_asyncio_without_ssl()
 import asyncio  # noqa: E402
 
 
-def has_terminal() -> bool:
-    """A TUI needs both ends on a terminal (redirected, it would write escape codes to a file and
-    spin reading a closed input)."""
+def no_screen() -> str | None:
+    """Why the full-screen TUI cannot run here; None where it can. It needs both ends on a terminal
+    (redirected, it would write escape codes to a file and spin reading a closed input) that can
+    draw a screen: TERM=dumb (Emacs's shell, some CI logs) says it cannot move the cursor."""
     try:
-        return sys.stdin.isatty() and sys.stdout.isatty()
+        tty = sys.stdin.isatty() and sys.stdout.isatty()
     except (AttributeError, ValueError):
-        return False
+        tty = False
+    if not tty:
+        return "no terminal here"
+    if os.environ.get("TERM") == "dumb":
+        return "TERM=dumb: this terminal cannot draw a screen"
+    return None
 
 
 def tui(session: Session | None, label: str, top: bool = False, quit_stops_job: bool = False,

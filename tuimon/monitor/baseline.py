@@ -6,7 +6,6 @@ File: {"format": "tuimon-baseline", <a Baseline as JSON (tuimon/model/baseline.p
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import deque
 
@@ -154,26 +153,6 @@ def _round(v: float | None, digits: int) -> float | None:
 def dumps(baseline: Baseline) -> str:
     """The file's text: one line of JSON."""
     return json.dumps({"format": FORMAT, **to_json(baseline)}, separators=(",", ":")) + "\n"
-
-
-def save(baseline: Baseline, path: str, force: bool = False) -> None:
-    """Written whole or not at all (a temporary file renamed into place): a full disk or a crash
-    never leaves half a baseline where a good one was."""
-    if os.path.exists(path) and not force:
-        raise BaselineError(f"{path} exists: --force to overwrite it, or another -o")
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(dumps(baseline))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise BaselineError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def load(path: str) -> Baseline:

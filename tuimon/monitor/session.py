@@ -18,6 +18,7 @@ from ..capture.cost import window_cost
 from ..channel import ChannelError, NoSegment, SegmentReader
 from ..channel.control import KIND_MEMORY
 from ..channel.paths import segment_path
+from ..channel.text import count
 from ..model import (
     NA,
     CaptureStatus,
@@ -399,7 +400,7 @@ class LiveSession:
             raise CaptureRefused("this job's windows are its nsys session's here: `tuimon capture PID --memory` asks "
                                  "its probe for a memory window")
         seq = self.captures.request(steps=steps, seconds=seconds, kind=KIND_MEMORY if memory else 0)
-        return f"{'memory ' if memory else ''}capture {seq} asked: {f'{steps} steps' if steps else f'{seconds:g} s'}"
+        return f"{'memory ' if memory else ''}capture {seq} asked: {count(steps, 'step') if steps else f'{seconds:g} s'}"
 
     # -- lifetime ---------------------------------------------------------------------------------
 

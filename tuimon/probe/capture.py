@@ -39,6 +39,7 @@ from ..channel.control import (
 )
 from ..channel.fileview import MappedView
 from ..channel.paths import capture_floor_bytes, captures_dir, free_bytes, program_name, safe_file_part
+from ..channel.text import count
 from . import graphs
 
 
@@ -296,7 +297,7 @@ class Capturer:
         self.length = req.steps if mode == L.CAPTURE_STEPS else req.seconds
         if mode == L.CAPTURE_STEPS:
             self.pending = req
-            self._set(L.STATE_ARMED, message=f"opens at the next step, for {req.steps} steps")
+            self._set(L.STATE_ARMED, message=f"opens at the next step, for {count(req.steps, 'step')}")
         else:
             self._open(self.probe.step_no)
 
@@ -384,7 +385,7 @@ class Capturer:
                 self.pending = None
                 self._set(L.STATE_FAILED, message=f"the job ended at step {done}, before the window opened")
             elif self.window is not None:
-                asked = f"{self.length} steps" if self.mode == L.CAPTURE_STEPS else f"{self.length:g} s"
+                asked = count(int(self.length), "step") if self.mode == L.CAPTURE_STEPS else f"{self.length:g} s"
                 self._close(done, on_loop=False, ended=f"the job ended inside the window at step {done} (asked: {asked}); ")
         exporting = self.exporting
         if exporting is not None:

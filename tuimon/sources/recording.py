@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TextIO
+from typing import IO
 
 from ..model import BadValue, Cycle, GpuSample, ProcessSample, TrainingSnapshot, from_json, to_json
 
@@ -32,7 +32,7 @@ class RecordingError(Exception):
 
 
 class Recorder:
-    def __init__(self, path_or_file: str | TextIO, note: str = "") -> None:
+    def __init__(self, path_or_file: str | IO[str], note: str = "") -> None:
         """path_or_file: a path (created or overwritten) or an open text file (standard output)."""
         self._f = open(path_or_file, "w", encoding="utf-8") if isinstance(path_or_file, str) else path_or_file
         self._write({"format": FORMAT, "version": VERSION, "created": time.time(),

@@ -23,6 +23,7 @@ from ..model import Cycle
 from ..monitor.session import EarlyStart, Session
 from ..monitor.state import MonitorState, View
 from . import partial_updates, screens
+from .panels.capture import Refusal
 
 if TYPE_CHECKING:
     from textual.await_complete import AwaitComplete
@@ -67,6 +68,7 @@ class TuimonApp(App):
         self.state = state or MonitorState()
         self.paused = False
         self.capture_steps = 10
+        self.capture_refused: Refusal | None = None  # (shown on the capture line)
         self.on_view = on_view
         self.early = early
 
@@ -222,8 +224,12 @@ class TuimonApp(App):
         steps = self.state.training.steps if self.state.training else 0
         try:  # (the capture panel follows it from here: no toast over it)
             self.session.request_capture(self.capture_steps if steps else None, None if steps else 10.0)
+            self.capture_refused = None
         except (CaptureRefused, ChannelError) as e:
+            c = self.state.capture
+            self.capture_refused = Refusal(str(e), c.seq, c.state) if c is not None else None
             self.notify(str(e), title="capture refused", severity="warning", timeout=5)
+        self.redraw()
 
     def action_memory(self) -> None:
         self.push_screen(screens.MemoryScreen())

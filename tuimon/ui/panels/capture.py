@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.text import Text
 
 from ...capture.client import window_steps
 from ...capture.cost import BUDGET, describe, expected_pause
-from ...channel.text import safe_text
+from ...channel.text import count, safe_text
 from ...monitor.state import View
 from ..format import human_bytes
 
 
-def capture_panel(view: View, steps: int) -> Text:
+@dataclass(frozen=True)
+class Refusal:
+    """Why `c` took no capture, said on the capture line while the captures stay as they were
+    then (a window that ends, or a new one, makes it old news)."""
+    message: str
+    seq: int
+    state: str
+
+
+def capture_panel(view: View, steps: int, refused: Refusal | None = None) -> Text:
     """Which capture `c` takes, or how the current one is going, and what the last one found."""
     t, c = view.training, view.capture
     out = Text()
@@ -20,7 +31,7 @@ def capture_panel(view: View, steps: int) -> Text:
         return Text(safe_text(why) if why else "captures need a live job with the probe (tuimon attach / run)",
                     "red" if why else "dim")
     kind = safe_text(t.capture_kind or "torch.profiler", 40)
-    what = f"{steps} steps" if t.steps > 0 else "10 s (no steps seen)"
+    what = count(steps, "step") if t.steps > 0 else "10 s (no steps seen)"
     if c.busy:
         out.append(f"capture {c.seq} {c.state}", "bold yellow")
         covered = window_steps(c.state, c.first_step, c.last_step)
@@ -35,6 +46,9 @@ def capture_panel(view: View, steps: int) -> Text:
     warn = _expected_pause(view, steps) if t.steps > 0 else None
     if warn:
         out.append("\n" + warn, "yellow")  # (said before the window: measured on this job's last one)
+    if refused is not None and (refused.seq, refused.state) == (c.seq, c.state):
+        out.append("\nc refused: ", "bold red")
+        out.append(safe_text(refused.message, 160))
     if c.state == "idle" and c.kind == "nsys" and c.message:
         out.append("\n" + safe_text(c.message, 120), "dim")  # (what a window costs the job, said before the first)
     if c.state == "failed":

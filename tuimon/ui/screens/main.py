@@ -127,7 +127,8 @@ class MainScreen(Screen):
             self._breakdown_for = (window, bd.text_width, plain)  # (drawn from the window view alone)
             bd.show(breakdown_panel(window, bd.text_width, plain=plain))
         q("#process", Panel).show(process_panel(view, window=window))
-        q("#capture", Panel).show(capture_panel(view, cast("TuimonApp", self.app).capture_steps))
+        app = cast("TuimonApp", self.app)
+        q("#capture", Panel).show(capture_panel(view, app.capture_steps, app.capture_refused))
 
 
 def _baseline_state(view: View) -> tuple | None:
