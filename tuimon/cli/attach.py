@@ -4,6 +4,7 @@ recording, and which processes have a channel."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from ..monitor.report import view_json
 from ..monitor.session import LiveSession, ReplaySession
 from ..monitor.state import MonitorState, View
 from ..monitor.target import open_channel
+from ..sources import pyspy
 from ..sources.recording import Recording, RecordingError
 from . import textview
 from .tui import has_terminal, tui
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     import argparse
 
 ONCE_MIN_WINDOW_S = 0.5  # CPU % and GPM activity are rates: they need two samples this far apart
+OUTSIDE_POLL_S = 0.2  # `--once` on a process without the probe: how often to look whether its lines came
 REGRESSED = 3  # `attach --once --baseline`'s exit status when the job is measurably slower (2: bad input)
 
 
@@ -37,7 +40,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
         except ChannelError as e:
             print(f"tuimon: {e}", file=sys.stderr)
             return 2
-    session = LiveSession(args.pid, args.interval, gpus=args.gpus, outside=True)
+    session = LiveSession(args.pid, args.interval, gpus=args.gpus, outside=True,
+                          outside_first_s=outside_round_s(args.window) if args.once else pyspy.FIRST_ROUND_S)
     if args.once:
         view = once(session, args.window, args.baseline)
         if args.json:
@@ -64,16 +68,30 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return tui(session, f"attached, every {args.interval:g} s", baseline=args.baseline)
 
 
+def outside_round_s(window: float) -> int:
+    """`--once` without the probe: py-spy's first round covers the window (whole seconds, and at
+    least the screen's first round: the lines it shows first)."""
+    return max(pyspy.FIRST_ROUND_S, math.ceil(window))
+
+
 def once(session: LiveSession, window: float, baseline: tuple[str, Baseline] | None = None) -> View:
-    """One view over `window` seconds (at least ONCE_MIN_WINDOW_S), from the cycles the TUI draws."""
+    """One view over `window` seconds (at least ONCE_MIN_WINDOW_S), from the cycles the TUI draws.
+    A process sampled from outside (no probe): also until its first round of lines came, or py-spy
+    said why not (it ends a round it cannot finish GRACE_S after its end)."""
     state = MonitorState(baseline=baseline)
-    end = time.monotonic() + max(window, ONCE_MIN_WINDOW_S)
+    started = time.monotonic()
+    end = started + max(window, ONCE_MIN_WINDOW_S)
+    last_wait = started + session.outside_first_s + pyspy.GRACE_S + 5.0  # (py-spy hung and not yet killed)
     try:
         while True:
-            state.apply(session.poll())
-            left = end - time.monotonic()
+            c = session.poll()
+            state.apply(c)
+            now = time.monotonic()
+            left = end - now
             if left <= 0:
-                break
+                if c.outside is None or c.outside.state != "starting" or now >= last_wait:
+                    break
+                left = OUTSIDE_POLL_S  # (the window is over; the lines from outside are not in yet)
             time.sleep(min(left, 1.0))
     finally:
         session.stop()
