@@ -20,12 +20,15 @@ from ..monitor.session import LiveSession, ReplaySession
 from ..monitor.state import MonitorState, View
 from ..monitor.target import open_channel
 from ..sources import pyspy
+from ..sources.nvml import DeviceSampler
 from ..sources.recording import Recording, RecordingError
 from . import textview
 from .tui import has_terminal, tui
 
 if TYPE_CHECKING:
     import argparse
+
+    from ..sources.gpu_python import GpuPython
 
 ONCE_MIN_WINDOW_S = 0.5  # CPU % and GPM activity are rates: they need two samples this far apart
 OUTSIDE_POLL_S = 0.2  # `--once` on a process without the probe: how often to look whether its lines came
@@ -150,14 +153,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return tui(ReplaySession(args.file, args.speed, total=n, skipped=rec.skipped), "replay", baseline=args.baseline)
 
 
-def cmd_ls(args: argparse.Namespace) -> int:
+def cmd_ls(args: argparse.Namespace, devices: DeviceSampler | None = None) -> int:
+    """The channels of this user's processes; below them, this user's Python processes that hold a
+    GPU context (NVML) and have no channel, with how to put the probe in. Without NVML, the
+    channels alone (quietly: `tuimon doctor` says why NVML is missing). devices: NVML (tests)."""
     rows = list_segments()
     if not rows:
         print("no tuimon channels of yours are open")
-        return 0
-    print(f"{'PID':>8}  {'STATE':<8}  {'RANK':<6}  {'COMMAND':<48}  JOB OUTPUT")
+    else:
+        print(f"{'PID':>8}  {'STATE':<8}  {'RANK':<6}  {'COMMAND':<48}  JOB OUTPUT")
+    probed = set()
     for pid, path in rows:
         state, rank, command, log = segment_state(path), "", "", ""
+        if state != "reused":  # (a reused PID is another process: it has no channel)
+            probed.add(pid)
         try:
             with SegmentReader(path) as r:
                 meta = r.info.meta
@@ -167,4 +176,24 @@ def cmd_ls(args: argparse.Namespace) -> int:
         except ChannelError as e:
             command = f"(unreadable: {safe_text(str(e), 60)})"
         print(f"{pid:>8}  {state:<8}  {rank:<6}  {command:<48}  {log}")
+    unprobed = gpu_python_without_probe(probed, devices)
+    if unprobed:
+        print("\nyour Python processes on a GPU without the probe:")
+        print(f"{'PID':>8}  {'GPU':<8}  {'COMMAND':<48}  TO PUT THE PROBE IN")
+        for p in unprobed:
+            gpus = safe_text(",".join(map(str, p.gpus)), 8)
+            print(f"{p.pid:>8}  {gpus:<8}  {safe_text(p.command, 48):<48}  tuimon attach {p.pid} --inject")
     return 0
+
+
+def gpu_python_without_probe(probed: set[int], devices: DeviceSampler | None = None) -> list[GpuPython]:
+    """This user's Python processes on a GPU (NVML's compute processes) that have no channel;
+    none without NVML."""
+    from ..sources.gpu_python import without_probe  # (psutil: imported by ls alone)
+
+    devices = devices or DeviceSampler()
+    try:
+        gpu_pids = {} if devices.error else devices.compute_pids()
+    finally:
+        devices.close()
+    return without_probe(gpu_pids, probed) if gpu_pids else []
