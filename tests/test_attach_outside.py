@@ -127,6 +127,53 @@ def test_attach_names_the_hot_line_of_a_loop_without_the_probe(tmp_path):
     assert abs(measured - expected) <= 0.1, (measured, expected)
 
 
+PLAIN_LOOP = ("def hot():\n"
+              "    x = 0\n"
+              "    for i in range(100000):\n"
+              "        x += i * i  # the hot line\n"
+              "    return x\n"
+              "print('ready', flush=True)\n"
+              "while True:\n"
+              "    hot()\n")
+PLAIN_HOT = "plain_loop.py:4 in hot"
+
+
+def start_plain_loop(tmp_path):
+    """A CPU loop in plain python: no tuimon in its environment, no probe, no channel."""
+    script = tmp_path / "plain_loop.py"
+    script.write_text(PLAIN_LOOP)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("TUIMON")}
+    job = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    assert job.stdout.readline().strip() == "ready"
+    return job
+
+
+def skip_if_ptrace_denied(snap):
+    out = snap["outside"]
+    if out["state"] == "failed" and "(ptrace denied)" in out["why"]:
+        pytest.skip(f"py-spy cannot read a process here: {out['why']}")
+
+
+def test_once_waits_for_its_window_of_outside_samples(tmp_path):
+    """`--once` on a job without the probe prints after py-spy's lines of its --window came, as the
+    screen has them: not `hot_lines: []` because the window ended before py-spy's first round."""
+    needs_pyspy()
+    job = start_plain_loop(tmp_path)
+    try:
+        snap = attach_json(job.pid, 3)
+        skip_if_ptrace_denied(snap)
+        text = subprocess.run(tuimon_cmd("attach", job.pid, "--once"), capture_output=True, text=True, timeout=120)
+    finally:
+        job.kill()
+        job.wait()
+    assert snap["channel"]["na"] and snap["outside"]["state"] == "sampling", snap["outside"]
+    assert snap["outside"]["seconds"] >= 3 and snap["samples"] >= 20, snap["outside"]  # the window's samples
+    assert any(PLAIN_HOT in h["line"] and "x += i * i" in h["line"] for h in snap["hot_lines"]), snap["hot_lines"]
+    # the default window (0.5 s) too: at least the screen's first round, in the text form
+    assert text.returncode == 0 and "Traceback" not in text.stderr, text.stderr
+    assert "main thread" in text.stdout and PLAIN_HOT in text.stdout, (text.stdout, text.stderr)
+
+
 @pytest.mark.asyncio
 async def test_the_tui_shows_the_lines_from_outside_and_h_lists_them(tmp_path):
     needs_pyspy()

@@ -4,6 +4,7 @@ recording, and which processes have a channel."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -18,6 +19,8 @@ from ..monitor.report import view_json
 from ..monitor.session import LiveSession, ReplaySession
 from ..monitor.state import MonitorState, View
 from ..monitor.target import open_channel
+from ..sources import pyspy
+from ..sources.nvml import DeviceSampler
 from ..sources.recording import Recording, RecordingError
 from . import textview
 from .tui import no_screen, tui
@@ -25,7 +28,10 @@ from .tui import no_screen, tui
 if TYPE_CHECKING:
     import argparse
 
+    from ..sources.gpu_python import GpuPython
+
 ONCE_MIN_WINDOW_S = 0.5  # CPU % and GPM activity are rates: they need two samples this far apart
+OUTSIDE_POLL_S = 0.2  # `--once` on a process without the probe: how often to look whether its lines came
 REGRESSED = 3  # `attach --once --baseline`'s exit status when the job is measurably slower (2: bad input)
 
 
@@ -42,7 +48,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
         except ChannelError as e:
             print(f"tuimon: {e}", file=sys.stderr)
             return 2
-    session = LiveSession(args.pid, args.interval, gpus=args.gpus, outside=True)
+    session = LiveSession(args.pid, args.interval, gpus=args.gpus, outside=True,
+                          outside_first_s=outside_round_s(args.window) if args.once else pyspy.FIRST_ROUND_S)
     if args.once:
         view = once(session, args.window, args.baseline)
         if args.json:
@@ -70,16 +77,30 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return tui(session, f"attached, every {args.interval:g} s", baseline=args.baseline)
 
 
+def outside_round_s(window: float) -> int:
+    """`--once` without the probe: py-spy's first round covers the window (whole seconds, and at
+    least the screen's first round: the lines it shows first)."""
+    return max(pyspy.FIRST_ROUND_S, math.ceil(window))
+
+
 def once(session: LiveSession, window: float, baseline: tuple[str, Baseline] | None = None) -> View:
-    """One view over `window` seconds (at least ONCE_MIN_WINDOW_S), from the cycles the TUI draws."""
+    """One view over `window` seconds (at least ONCE_MIN_WINDOW_S), from the cycles the TUI draws.
+    A process sampled from outside (no probe): also until its first round of lines came, or py-spy
+    said why not (it ends a round it cannot finish GRACE_S after its end)."""
     state = MonitorState(baseline=baseline)
-    end = time.monotonic() + max(window, ONCE_MIN_WINDOW_S)
+    started = time.monotonic()
+    end = started + max(window, ONCE_MIN_WINDOW_S)
+    last_wait = started + session.outside_first_s + pyspy.GRACE_S + 5.0  # (py-spy hung and not yet killed)
     try:
         while True:
-            state.apply(session.poll())
-            left = end - time.monotonic()
+            c = session.poll()
+            state.apply(c)
+            now = time.monotonic()
+            left = end - now
             if left <= 0:
-                break
+                if c.outside is None or c.outside.state != "starting" or now >= last_wait:
+                    break
+                left = OUTSIDE_POLL_S  # (the window is over; the lines from outside are not in yet)
             time.sleep(min(left, 1.0))
     finally:
         session.stop()
@@ -140,14 +161,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return tui(ReplaySession(args.file, args.speed, total=n, skipped=rec.skipped), "replay", baseline=args.baseline)
 
 
-def cmd_ls(args: argparse.Namespace) -> int:
+def cmd_ls(args: argparse.Namespace, devices: DeviceSampler | None = None) -> int:
+    """The channels of this user's processes; below them, this user's Python processes that hold a
+    GPU context (NVML) and have no channel, with how to put the probe in. Without NVML, the
+    channels alone (quietly: `tuimon doctor` says why NVML is missing). devices: NVML (tests)."""
     rows = list_segments()
     if not rows:
         print("no tuimon channels of yours are open")
-        return 0
-    print(f"{'PID':>8}  {'STATE':<8}  {'RANK':<6}  {'COMMAND':<48}  JOB OUTPUT")
+    else:
+        print(f"{'PID':>8}  {'STATE':<8}  {'RANK':<6}  {'COMMAND':<48}  JOB OUTPUT")
+    probed = set()
     for pid, path in rows:
         state, rank, command, log = segment_state(path), "", "", ""
+        if state != "reused":  # (a reused PID is another process: it has no channel)
+            probed.add(pid)
         try:
             with SegmentReader(path) as r:
                 meta = r.info.meta
@@ -157,4 +184,24 @@ def cmd_ls(args: argparse.Namespace) -> int:
         except ChannelError as e:
             command = f"(unreadable: {safe_text(str(e), 60)})"
         print(f"{pid:>8}  {state:<8}  {rank:<6}  {command:<48}  {log}")
+    unprobed = gpu_python_without_probe(probed, devices)
+    if unprobed:
+        print("\nyour Python processes on a GPU without the probe:")
+        print(f"{'PID':>8}  {'GPU':<8}  {'COMMAND':<48}  TO PUT THE PROBE IN")
+        for p in unprobed:
+            gpus = safe_text(",".join(map(str, p.gpus)), 8)
+            print(f"{p.pid:>8}  {gpus:<8}  {safe_text(p.command, 48):<48}  tuimon attach {p.pid} --inject")
     return 0
+
+
+def gpu_python_without_probe(probed: set[int], devices: DeviceSampler | None = None) -> list[GpuPython]:
+    """This user's Python processes on a GPU (NVML's compute processes) that have no channel;
+    none without NVML."""
+    from ..sources.gpu_python import without_probe  # (psutil: imported by ls alone)
+
+    devices = devices or DeviceSampler()
+    try:
+        gpu_pids = {} if devices.error else devices.compute_pids()
+    finally:
+        devices.close()
+    return without_probe(gpu_pids, probed) if gpu_pids else []

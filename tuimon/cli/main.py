@@ -193,7 +193,8 @@ def parser() -> argparse.ArgumentParser:
     doc = sub.add_parser("doctor", help="what works on this machine and what does not, with fixes")
     doc.set_defaults(func=_command("doctor", "cmd_doctor"))
 
-    ls = sub.add_parser("ls", help="your processes that have a tuimon channel")
+    ls = sub.add_parser("ls", help="your processes that have a tuimon channel, then your Python processes on a "
+                                  "GPU without one")
     ls.set_defaults(func=cmd_ls)
     return p
 

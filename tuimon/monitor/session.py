@@ -36,7 +36,7 @@ from ..sources.channel import ChannelSource
 from ..sources.nvml import DeviceSampler, target_note
 from ..sources.poller import Poller
 from ..sources.process import ProcessNames, ProcessSampler, host_sample
-from ..sources.pyspy import OutsideSampler
+from ..sources.pyspy import FIRST_ROUND_S, OutsideSampler
 from ..sources.recording import ReplaySource
 from . import ranks as job_ranks
 from .summaries import SummaryWorker
@@ -86,12 +86,13 @@ class LiveSession:
     def __init__(self, pid: int | None, interval: float = 1.0, popen: subprocess.Popen | None = None,
                  devices: DeviceSampler | None = None,
                  summaries: SummaryWorker | None = None, job_log: str | None = None, gpus: list[int] | None = None,
-                 timeline: bool = False, outside: bool = False):
+                 timeline: bool = False, outside: bool = False, outside_first_s: int = FIRST_ROUND_S):
         """job_log: where the output of a job tuimon launched goes (its last lines are shown when it
         exits); gpus: only these GPU indices (None: all); timeline: each cycle carries every
         process's steps since the last one (Cycle.steps: what `tuimon record` keeps); outside: while
         the process shows no channel, sample its main thread from outside (py-spy: `attach` to a job
-        started without the probe)."""
+        started without the probe); outside_first_s: its first round's seconds (the screen's by default;
+        `attach --once` asks for its --window)."""
         self.pid, self.interval, self.timeline = pid, interval, timeline
         self.job_log, self.only_gpus = job_log, gpus
         self._job_tail: list[str] | None = None
@@ -110,7 +111,7 @@ class LiveSession:
         self._want_rank: int | None = None  # the rank the UI asked to see in detail
         self._stacks_at = 0.0  # when the stalled loop's stacks were last asked for
         self._costs: dict[tuple[int, int], WindowCost] = {}  # (pid, capture seq) -> its WindowCost, once known
-        self.outside = outside
+        self.outside, self.outside_first_s = outside, outside_first_s
         self._outside: OutsideSampler | None = None
 
     @property
@@ -204,7 +205,7 @@ class LiveSession:
         if self._outside is None:
             if process is None or not process.alive:
                 return None  # (gone: what its channel left, if anything, is all there is)
-            self._outside = OutsideSampler(self.pid).start()
+            self._outside = OutsideSampler(self.pid, first_round_s=self.outside_first_s).start()
             if self.procs is not None:
                 self.procs.follow_loop(self.pid)  # (the main thread's CPU, from the next cycle on)
         return self._outside.latest()

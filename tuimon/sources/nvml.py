@@ -317,6 +317,22 @@ class DeviceSampler:
         self._proc_util[i] = (now, util)
         return util
 
+    def compute_pids(self) -> dict[int, list[int]]:
+        """pid -> the GPUs (NVML indices) where it holds a compute context
+        (nvmlDeviceGetComputeRunningProcesses): `tuimon ls`. A GPU whose list cannot be read is left
+        out; without NVML, nothing (self.error says why)."""
+        out: dict[int, set[int]] = {}
+        for dev, h in zip(self.devices, self._handles, strict=True):
+            if h is None:
+                continue
+            try:
+                procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(h)
+            except Exception:  # noqa: BLE001 - a lost GPU, an old driver: its processes are not listed
+                continue
+            for p in procs:
+                out.setdefault(p.pid, set()).add(dev["index"])
+        return {pid: sorted(gpus) for pid, gpus in sorted(out.items())}
+
     def close(self) -> None:
         for prev in self._gpm_prev.values():
             try:
