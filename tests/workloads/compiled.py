@@ -1,7 +1,7 @@
 """A compiled model's training loop that prints torch._dynamo's own counters at its end: graph
 breaks, compiled graphs, captured calls. BACKEND (eager | inductor) and HOW (wrap: torch.compile(model);
 inplace: model.compile()) choose the compile; OPTIMIZER=compiled: the optimizer's step compiled too (torch's
-own step has a graph break of its own: torch/optim/optimizer.py); DEVICE (cpu | cuda)."""
+own step has a graph break of its own: torch/optim/optimizer.py); DEVICE (cpu | cuda); STEPS (30)."""
 
 import os
 import time
@@ -36,7 +36,7 @@ def main():
     if os.environ.get("OPTIMIZER") == "compiled":
         step = torch.compile(lambda: opt.step(), backend=backend)
     t0 = time.time()
-    for _ in range(30):
+    for _ in range(int(os.environ.get("STEPS", "30"))):
         x, y = torch.randn(16, 32, device=device), torch.randn(16, 1, device=device)
         loss = nn.functional.mse_loss(run(x), y)
         loss.backward()
@@ -45,7 +45,8 @@ def main():
         loss.item()
         time.sleep(0.01)
     print("graph_breaks", sum(counters["graph_break"].values()), "unique_graphs", counters["stats"]["unique_graphs"],
-          "calls_captured", counters["stats"]["calls_captured"], f"{time.time() - t0:.1f}s", flush=True)
+          "calls_captured", counters["stats"]["calls_captured"], "frames", counters["frames"]["total"],
+          f"{time.time() - t0:.1f}s", flush=True)
 
 
 if __name__ == "__main__":
