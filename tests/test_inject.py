@@ -4,6 +4,7 @@ process as it was."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -11,7 +12,8 @@ import time
 import pytest
 
 from tests.conftest import ROOT, tuimon_cmd, wait_for
-from tuimon.inject import loader_path, target
+from tuimon.inject import NotLoaded, loader_path, target
+from tuimon.inject import inject as do_inject
 
 LOOP = str(ROOT / "tests" / "workloads" / "plain_loop.py")
 pytestmark = pytest.mark.skipif(loader_path() is None, reason="tuimon's loader library was not built (no C compiler)")
@@ -184,3 +186,81 @@ def test_the_bootstrap_binds_nothing_in_the_jobs_main_module(tmp_path):
     assert code.startswith("exec(") and code.count("\n") == 1
     exec(code, ns)  # (its thread not started: the fake threading records it)
     assert set(ns) == {"__builtins__"} and started == ["tuimon-load"]
+
+
+def _pythons():
+    """CPython 3.10 to 3.13 interpreters on this machine (pyenv's), beside the suite's own."""
+    found = {}
+    for root in (os.path.expanduser("~/.pyenv/versions"),):
+        for v in sorted(os.listdir(root)) if os.path.isdir(root) else ():
+            exe = os.path.join(root, v, "bin", "python3")
+            parts = v.split(".")
+            if os.access(exe, os.X_OK) and len(parts) >= 2 and parts[0] == "3" and parts[1].isdigit() \
+                    and 10 <= int(parts[1]) <= 13:
+                found.setdefault(f"3.{parts[1]}", exe)
+    return sorted(found.items())
+
+
+@pytest.mark.parametrize(("version", "exe"), _pythons() or [pytest.param("none", "", marks=pytest.mark.skip(
+    reason="no other CPython 3.10-3.13 here"))])
+def test_the_loader_runs_the_bootstrap_in_each_python(version, exe):
+    """The whole path into an interpreter of each version (none of them has torch: the probe, loaded by
+    path from tuimon's own install into that interpreter, answers that from inside the process)."""
+    job = start(exe, "-c", "import time\nend = time.time() + 30\nwhile time.time() < end: sum(range(20000))")
+    try:
+        time.sleep(0.5)
+        with pytest.raises(NotLoaded, match="the process has not imported torch"):
+            do_inject(job.pid, need_torch=False)
+        time.sleep(0.3)
+        assert job.poll() is None  # running on, untouched
+    finally:
+        job.kill()
+        _, err = job.communicate()
+    assert "tuimon" not in err, err  # nothing of tuimon's in the job's output
+
+
+DDP = str(ROOT / "tests" / "workloads" / "ddp.py")
+
+
+def test_a_torchrun_job_injected_through_its_launcher_shows_both_ranks_and_the_straggler(tmp_path):
+    """torchrun started plainly (two gloo ranks, rank 1 sleeps 60 ms a step): `attach LAUNCHER --inject`
+    loads the probe into both ranks (not into torchrun, not into workers), shows both and names rank 1."""
+    job = start(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", DDP,
+                "--truth", tmp_path, "--seconds", 60, "--min-steps", 200, "--slow-rank", "1", "--slow-ms", "60",
+                "--slow-how", "sleep", start_new_session=True)
+    try:
+        def ready():
+            try:
+                return all(json.loads((tmp_path / f"rank{r}.json").read_text())["steps"] >= 20 for r in (0, 1))
+            except (OSError, ValueError, KeyError):
+                return False
+        wait_for(ready, timeout=120, what="20 steps on both ranks")
+        r = subprocess.run(tuimon_cmd("inject", job.pid), capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and r.stderr.count("probe loaded into") == 2, r.stderr
+        ranks = {json.loads((tmp_path / f"rank{k}.json").read_text())["pid"] for k in (0, 1)}
+        assert {int(w) for w in re.findall(r"probe loaded into (\d+)", r.stderr)} == ranks, (r.stderr, ranks)
+
+        def straggler():
+            p = subprocess.run(tuimon_cmd("attach", job.pid, "--once", "--json", "--window", 2), capture_output=True,
+                               text=True, timeout=60)
+            snap = json.loads(p.stdout)
+            return snap if snap["verdict"]["code"] == "straggler" else None
+        snap = wait_for(straggler, timeout=90, what="the straggler verdict")
+        assert sorted(row["rank"] for row in snap["ranks"]) == [0, 1] and snap["straggler"]["rank"] == 1, snap["ranks"]
+    finally:
+        os.killpg(job.pid, 9)
+        job.communicate()
+
+
+def test_the_loading_thread_leaves_nothing_for_the_main_thread_to_import():
+    """mid_run.MODULES, imported off the main thread, are every module of tuimon's that installing the
+    probe needs (what is left would be imported inside the main thread's pause)."""
+    code = ("import sys, torch, sysconfig\n"
+            "from tuimon.probe import mid_run\n"
+            "mid_run._import_gently()\n"
+            "before = set(sys.modules)\n"
+            "from tuimon.probe import api\n"
+            "st = api.instrument(mid_run=True)\n"
+            "print(st.enabled, sorted(m for m in set(sys.modules) - before if m.startswith('tuimon') or 'sysconfigdata' in m))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "True []", (r.stdout, r.stderr)

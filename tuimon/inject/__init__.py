@@ -88,9 +88,9 @@ threading.Thread(target=_load, name="tuimon-load", daemon=True).start()
     return f"exec({body!r}, {{'__name__': 'tuimon-inject', '__builtins__': __builtins__}})\n"
 
 
-def inject(pid: int, wait_s: float = WAIT_S, directory: str | None = None) -> Injected:
+def inject(pid: int, wait_s: float = WAIT_S, directory: str | None = None, need_torch: bool = True) -> Injected:
     """Load the probe into process pid. Refused (nothing done) or NotLoaded (tried; the job untouched)."""
-    target = check(pid)
+    target = check(pid, need_torch)
     directory = directory or shm_dir()
     work = tempfile.mkdtemp(prefix=f"tuimon-inject-{pid}-")  # (mode 0700: the loader runs only files of ours)
     keep = False

@@ -37,8 +37,9 @@ class Target:
         return "remote_exec" if self.version >= REMOTE_EXEC_VERSION else "ptrace"
 
 
-def check(pid: int) -> Target:
-    """The process as tuimon would inject it, or Refused."""
+def check(pid: int, need_torch: bool = True) -> Target:
+    """The process as tuimon would inject it, or Refused (need_torch=False: any CPython, for the
+    tests that run the loader in interpreters without torch; the probe itself then says no torch)."""
     if pid <= 0 or not os.path.isdir(f"/proc/{pid}"):
         raise Refused(f"no process {pid}")
     if procinfo.is_zombie(pid):
@@ -56,7 +57,7 @@ def check(pid: int) -> Target:
     version = _version(pid, exe, maps)
     if version < MIN_VERSION:
         raise Refused(f"process {pid} runs Python {version[0]}.{version[1]}: the probe needs 3.10 or later")
-    if not any("libtorch_python" in line or "/torch/_C." in line for line in maps):
+    if need_torch and not any("libtorch_python" in line or "/torch/_C." in line for line in maps):
         raise Refused(f"process {pid} has not imported torch: tuimon's probe watches PyTorch loops "
                       "(`tuimon attach` without --inject still shows its GPUs, processes and hot lines)")
     return Target(pid=pid, exe=exe, version=version, uid=uid)

@@ -41,7 +41,8 @@ def prepare(result: str, shm_dir: str | None) -> None:
     try:
         if "torch" not in sys.modules:
             return say(result, "failed: the process has not imported torch")
-        from . import api, torch_hooks  # noqa: F401 - imported here, off the main thread
+        _import_gently()
+        from . import api
         from .state import probe
 
         if probe is not None:
@@ -49,6 +50,29 @@ def prepare(result: str, shm_dir: str | None) -> None:
         _schedule(result, shm_dir, RETRIES)
     except BaseException as e:  # noqa: BLE001 - never into the job
         say(result, f"failed: {type(e).__name__}: {e}")
+
+
+# The probe's modules, each imported before those that import it: one at a time, with a sleep between,
+# so the loop has the GIL back between two (an import holds it for its 1-6 ms; all of them at once
+# would stop a loop that needs the GIL for ~50 ms). tests/test_inject.py checks that nothing is left
+# for the main thread to import.
+MODULES = ("channel.layout", "channel.procinfo", "channel.ring", "channel.errors", "channel.meta", "channel.paths",
+           "channel.writer", "probe.state", "probe.hooks", "probe.anatomy", "channel.fileview", "channel.control",
+           "probe.present", "probe.sampler", "channel.text", "probe.graphs", "probe.capture", "probe.core",
+           "probe.api", "probe.comm", "probe.copies", "probe.torch_hooks", "probe.ops", "probe.gpu_timing")
+IMPORT_GAP_S = 0.02
+
+
+def _import_gently() -> None:
+    import importlib
+    import sysconfig
+    import time
+
+    for name in MODULES:
+        if f"tuimon.{name}" not in sys.modules:
+            importlib.import_module(f"tuimon.{name}")
+            time.sleep(IMPORT_GAP_S)
+    sysconfig.get_paths()  # (the line names' library folders: its first call imports a large module)
 
 
 RETRIES = 100  # install() put off while the main thread imports: asked again every RETRY_S, this often at most
