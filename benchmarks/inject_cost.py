@@ -35,8 +35,11 @@ def run(seconds: float, inject_at: float | None) -> tuple[list[float], float, tu
     with tempfile.TemporaryDirectory() as d:
         truth = Path(d) / "truth.json"
         t_start = time.monotonic()
-        job = subprocess.Popen([sys.executable, str(LOOP), "--seconds", str(seconds), "--truth", str(truth)], env=env(),
-                               stdout=subprocess.DEVNULL)
+        ready = Path(d) / "ready"
+        job = subprocess.Popen([sys.executable, str(LOOP), "--seconds", str(seconds), "--truth", str(truth),
+                                "--ready", str(ready)], env=env(), stdout=subprocess.DEVNULL)
+        while not ready.exists() and job.poll() is None:  # (50 steps done: the loop is in its stride)
+            time.sleep(0.05)
         load = None
         if inject_at is not None:
             time.sleep(inject_at)
@@ -58,7 +61,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=30)
-    ap.add_argument("--inject-at", type=float, default=8)
+    ap.add_argument("--inject-at", type=float, default=5, help="seconds after the loop's 50th step")
     args = ap.parse_args()
     rows = []
     for k in range(args.pairs):
@@ -66,14 +69,17 @@ def main() -> None:
         runs = {}
         for at in order:
             runs[at is not None] = run(args.seconds, at)
-        (ends, t0, load), (plain_ends, p0, _) = runs[True], runs[False]
+        (ends, _, load), (plain_ends, _, _) = runs[True], runs[False]
         assert load is not None
         steps = [(b - a, a, b) for a, b in zip(ends, ends[1:], strict=False)]
         before = [d for d, a, b in steps if b <= load[0]][-50:]
         around = [d for d, a, b in steps if b >= load[0] and a <= load[1] + 1.0]
         pause = max(around) / max(before)
-        span = (load[1] + 2 - t0, args.seconds - 0.5)  # (seconds from each run's start)
-        ratio = rate(ends, t0 + span[0], t0 + span[1]) / rate(plain_ends, p0 + span[0], p0 + span[1])
+        # steps/s from 2 s after the load to the end, against the plain run's over the same span of its steps
+        # (counted from each run's 50th step: the runs' start-up times differ)
+        span = (load[1] + 2 - ends[49], ends[-1] - ends[49])
+        ratio = rate(ends, ends[49] + span[0], ends[49] + span[1]) / rate(plain_ends, plain_ends[49] + span[0],
+                                                                          plain_ends[49] + span[1])
         rows.append((k, load[1] - load[0], max(before) * 1e3, max(around) * 1e3, pause, ratio))
     print("| pair | inject took (s) | worst of 50 before (ms) | worst around the load (ms) | ratio | steps/s injected / plain |")
     print("| --- | --- | --- | --- | --- | --- |")
