@@ -23,7 +23,8 @@ ALLOWED = {
     "capture": ({"channel", "model"}, set()),
     "monitor": ({"channel", "model", "sources", "analysis", "capture"}, set()),
     "export": ({"model", "analysis", "monitor"}, {"prometheus_client"}),  # the view as Prometheus metrics
-    "ui": ({"channel", "model", "sources", "analysis", "capture", "monitor"}, {"textual", "rich", "plotext"}),
+    "ui": ({"channel", "model", "sources", "analysis", "capture", "monitor", "inject"},  # (inject: `i`, lazily)
+           {"textual", "rich", "plotext"}),
     "inject": ({"channel"}, {"pyinjector"}),  # loads the probe into a running process
     "cli": ({"channel", "model", "probe", "sources", "analysis", "capture", "monitor", "ui", "export", "inject"},
             {"textual", "rich", "plotext", "pynvml", "psutil"}),  # everything but torch

@@ -18,7 +18,9 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib.machinery import EXTENSION_SUFFIXES
 
@@ -26,11 +28,15 @@ from ..channel.paths import segment_path, shm_dir
 from . import threads
 from .target import Refused, Target, check
 
-__all__ = ["Injected", "NotLoaded", "Pending", "Refused", "check", "inject", "loader_path"]
+__all__ = ["WHAT_IT_DOES", "Injected", "NotLoaded", "Outcome", "Pending", "Refused", "check", "inject", "load_each",
+           "loader_path"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))  # the folder that holds tuimon/ (its install, not the job's)
 WAIT_S = 15.0
+
+# What loading costs, said before it is done (the TUI's `i` line; docs/injection.md has the numbers behind it)
+WHAT_IT_DOES = "load tuimon's probe (ptrace; a pause of a few ms, then ~1% of step time)"  # (fits 80 columns)
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,33 @@ class NotLoaded(Exception):
 class Pending(NotLoaded):
     """The load is queued in the process but its main thread has run no Python since: it happens
     when that thread comes back to Python (then `tuimon attach PID` shows the probe)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One process's load: loaded, or why not (pending: queued in it, not refused)."""
+    pid: int
+    loaded: Injected | None = None
+    why: str = ""
+    pending: bool = False
+
+
+def load_each(pids: Iterable[int], wait_s: float = WAIT_S, cancel: threading.Event | None = None) -> Iterator[Outcome]:
+    """inject() into each process in turn (a launcher's ranks), an Outcome each as it is known: the
+    one path of `tuimon inject`, `attach --inject` and the TUI's `i`. cancel: as inject's; once set,
+    the processes not yet loaded are left alone."""
+    for pid in pids:
+        if cancel is not None and cancel.is_set():
+            yield Outcome(pid, why="not tried: tuimon stopped first")
+            continue
+        try:
+            done = inject(pid, wait_s, cancel=cancel)
+        except Pending as e:
+            yield Outcome(pid, why=str(e), pending=True)
+        except (Refused, NotLoaded) as e:
+            yield Outcome(pid, why=str(e))
+        else:
+            yield Outcome(pid, loaded=done)
 
 
 def loader_path() -> str | None:
@@ -88,8 +121,12 @@ threading.Thread(target=_load, name="tuimon-load", daemon=True).start()
     return f"exec({body!r}, {{'__name__': 'tuimon-inject', '__builtins__': __builtins__}})\n"
 
 
-def inject(pid: int, wait_s: float = WAIT_S, directory: str | None = None, need_torch: bool = True) -> Injected:
-    """Load the probe into process pid. Refused (nothing done) or NotLoaded (tried; the job untouched)."""
+def inject(pid: int, wait_s: float = WAIT_S, directory: str | None = None,
+           cancel: threading.Event | None = None, need_torch: bool = True) -> Injected:
+    """Load the probe into process pid. Refused (nothing done) or NotLoaded (tried; the job untouched).
+    cancel: once set, stop waiting for the probe to start (Pending: the load stays queued in the job);
+    the load itself, a few milliseconds of ptrace, is never cut short. need_torch=False: any CPython
+    (target.check)."""
     target = check(pid, need_torch)
     directory = directory or shm_dir()
     work = tempfile.mkdtemp(prefix=f"tuimon-inject-{pid}-")  # (mode 0700: the loader runs only files of ours)
@@ -99,7 +136,7 @@ def inject(pid: int, wait_s: float = WAIT_S, directory: str | None = None, need_
         result = os.path.join(work, "result")
         _start(target, work, bootstrap(result, directory))
         try:
-            text = _wait(result, pid, wait_s)
+            text = _wait(result, pid, wait_s, cancel)
         except Pending:
             keep = True  # (the call is queued: its files must be there when the main thread runs it)
             raise
@@ -146,10 +183,11 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
-def _wait(result: str, pid: int, wait_s: float) -> str:
-    """The bootstrap's result, once written; NotLoaded if the process ends or wait_s passes."""
+def _wait(result: str, pid: int, wait_s: float, cancel: threading.Event | None = None) -> str:
+    """The bootstrap's result, once written; NotLoaded if the process ends, Pending once wait_s passes
+    or cancel is set."""
     end = time.monotonic() + wait_s
-    while time.monotonic() < end:
+    while time.monotonic() < end and not (cancel is not None and cancel.is_set()):
         try:
             with open(result) as f:
                 text = f.read()
@@ -160,5 +198,8 @@ def _wait(result: str, pid: int, wait_s: float) -> str:
         if not os.path.exists(f"/proc/{pid}"):
             raise NotLoaded(f"process {pid} ended before the probe ran")
         time.sleep(0.02)
+    if cancel is not None and cancel.is_set():
+        raise Pending("no longer waited for: the load is queued in the job and happens when its main thread runs "
+                      f"Python next (then `tuimon attach {pid}` shows the probe)")
     raise Pending(f"the probe did not start within {wait_s:g} s: the job's main thread has run no Python since "
                   "(blocked in a call: a sync, a collective, a sleep); it loads when that call returns")

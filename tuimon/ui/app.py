@@ -8,10 +8,14 @@ import os
 import select
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable
+from dataclasses import replace
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from textual import work
 from textual.app import App, ScreenStackError
 from textual.binding import Binding
 from textual.css.query import NoMatches
@@ -24,10 +28,13 @@ from ..monitor.session import EarlyStart, Session
 from ..monitor.state import MonitorState, View
 from . import partial_updates, screens
 from .panels.capture import Refusal
+from .panels.probe import CONFIRM_S, LOADED_SHOWN_S, ProbeLoad, loading_words, probe_result
 
 if TYPE_CHECKING:
     from textual.await_complete import AwaitComplete
     from textual.driver import Driver
+
+    from ..inject import Outcome
 
 
 class TuimonApp(App):
@@ -51,6 +58,8 @@ class TuimonApp(App):
         Binding("m", "memory", "memory", show=False),
         Binding("M", "memory_capture", "memory capture", show=False),
         Binding("question_mark", "help", "help"),
+        Binding("i", "load_probe", "load probe"),  # (only while offered: a live process without a channel)
+        Binding("y", "confirm_probe", "yes", show=False),
     ]
 
     def __init__(self, session: Session | None, label: str, state: MonitorState | None = None, ansi_color: bool = True,
@@ -71,6 +80,8 @@ class TuimonApp(App):
         self.capture_refused: Refusal | None = None  # (shown on the capture line)
         self.on_view = on_view
         self.early = early
+        self.probe: ProbeLoad | None = None  # the `i` line: None where it is not offered
+        self._stop_loading = threading.Event()  # (set as the app ends: the load's wait ends then)
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's driver, but on Linux one whose input thread sleeps until there is input
@@ -121,6 +132,7 @@ class TuimonApp(App):
             self.exit()
 
     def on_unmount(self) -> None:
+        self._stop_loading.set()
         if self._previous_sighup is not None:
             try:
                 signal.signal(signal.SIGHUP, self._previous_sighup)
@@ -155,9 +167,11 @@ class TuimonApp(App):
             return
         if not hasattr(screen, "show_view") or not (screen.is_mounted or mounting):
             return
+        view = view if view is not None else self.state.view(self.paused)
+        self._follow_probe(view)
         try:
             with self.batch_update():
-                screen.show_view(view if view is not None else self.state.view(self.paused), self.label)
+                screen.show_view(view, self.label)
         except NoMatches:
             return  # the screen is still composing; the next update draws it
 
@@ -166,11 +180,93 @@ class TuimonApp(App):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """In `top` there is no training process: its keys are off (and out of the footer); `n`
-        only where the job has ranks to switch between."""
+        only where the job has ranks to switch between; `i` only while the probe is offered, `y`
+        while it asks to confirm."""
+        if action == "load_probe":
+            return self.probe is not None and self.probe.state in ("offered", "confirm", "failed")
+        if action == "confirm_probe":
+            return self.probe is not None and self.probe.state == "confirm"
         if action == "next_rank":
             return not self.top and self.session is not None and self.session.ranks_switchable and \
                 len(self.state.ranks) > 1
         return not (self.top and action in self.TRAINING_ACTIONS)
+
+    # -- `i`: the probe loaded into a process attached without it ------------------------------------
+
+    def _follow_probe(self, view: View) -> None:
+        """The `i` line for this view: offered while a live process attached without the probe is
+        alive and has no channel (not in a replay, not in `top`); a load in flight, or just done,
+        stays until it is seen through."""
+        p, now, process = self.probe, time.monotonic(), view.process
+        offer = (not self.top and self.session is not None and self.session.progress() is None
+                 and view.training is None and view.outside is not None and process is not None and process.alive)
+        new: ProbeLoad | None
+        if p is not None and (p.state == "loading" or (p.state == "loaded" and now < p.until)):
+            new = p
+        elif not offer or process is None:
+            new = None
+        elif p is None or p.pid != process.pid or p.state == "loaded" or (p.state == "confirm" and now >= p.until):
+            new = ProbeLoad("offered", process.pid)
+        else:  # offered, a confirmation in time, a refusal or a load queued in the job: as it is
+            new = p
+        self._set_probe(new)
+
+    def _set_probe(self, new: ProbeLoad | None) -> None:
+        old, self.probe = self.probe, new
+        if (old.state if old else None) != (new.state if new else None):
+            self.refresh_bindings()  # (`i` and `y` in the footer, or not)
+
+    def action_load_probe(self) -> None:
+        """A first `i` asks to confirm (what it does and costs on the line); a second, or `y`, loads it."""
+        p = self.probe
+        if p is None or p.state not in ("offered", "confirm", "failed"):
+            return
+        if p.state == "confirm" and time.monotonic() < p.until:
+            self.action_confirm_probe()
+            return
+        self._set_probe(replace(p, state="confirm", words="", until=time.monotonic() + CONFIRM_S))
+        self.set_timer(CONFIRM_S + 0.05, self.redraw)  # (unconfirmed: offered again)
+        self.redraw()
+
+    def action_confirm_probe(self) -> None:
+        p = self.probe
+        if p is None or p.state != "confirm":
+            return
+        self._set_probe(ProbeLoad("loading", p.pid, loading_words([p.pid])))
+        self.redraw()
+        self._load_probe(p.pid)
+
+    @work(thread=True, exclusive=True, group="probe", exit_on_error=False)
+    def _load_probe(self, pid: int) -> None:
+        """(a thread: ptrace, then a wait of up to 15 s for the job's main thread) Load the probe into
+        pid's training processes, its ranks when it is a launcher; what happened goes to the line."""
+        from ..inject import Outcome, load_each
+        from ..inject.ranks import training_processes
+
+        try:
+            targets = training_processes(pid)
+            if targets != [pid]:
+                self._from_thread(self._probe_loading, pid, loading_words(targets))
+            outcomes = list(load_each(targets, cancel=self._stop_loading))
+        except Exception as e:  # noqa: BLE001 - a bug here is said on the line, never a traceback
+            outcomes = [Outcome(pid, why=f"{type(e).__name__}: {e}")]
+        self._from_thread(self._probe_loaded, pid, outcomes)
+
+    def _from_thread(self, fn: Callable[..., object], *args: object) -> None:
+        try:
+            self.call_from_thread(fn, *args)
+        except RuntimeError:
+            pass  # the app is shutting down
+
+    def _probe_loading(self, pid: int, words: str) -> None:
+        if self.probe is not None and self.probe.state == "loading":
+            self._set_probe(ProbeLoad("loading", pid, words))
+            self.redraw()
+
+    def _probe_loaded(self, pid: int, outcomes: list[Outcome]) -> None:
+        done = probe_result(pid, outcomes)
+        self._set_probe(replace(done, until=time.monotonic() + LOADED_SHOWN_S) if done.state == "loaded" else done)
+        self.redraw()
 
     def action_next_rank(self) -> None:
         if self.session is None:

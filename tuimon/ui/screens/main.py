@@ -21,6 +21,7 @@ from ..panels.ended import ended_panel
 from ..panels.gpus import gpus_panel
 from ..panels.header import header
 from ..panels.now import now_line
+from ..panels.probe import probe_line
 from ..panels.process import process_panel
 from ..panels.ranks import ranks_panel
 from ..panels.status import status_line
@@ -44,6 +45,7 @@ class MainScreen(Screen):
         yield Panel(id="header")
         yield Panel(id="status")
         yield Panel(id="verdict")
+        yield Panel(id="probe")  # (`i`: the probe offered to a process attached without it)
         yield Panel(id="now")
         yield Panel(id="ended")
         yield Panel(id="baseline")
@@ -96,6 +98,12 @@ class MainScreen(Screen):
         if drawn is None or drawn[0] is not window.verdict or drawn[1] != verdict.text_width:  # (fitted to the width)
             self._verdict_for = (window.verdict, verdict.text_width)
             verdict.show(verdict_line(window.verdict, verdict.text_width))
+        app = cast("TuimonApp", self.app)
+        probe = q("#probe", Panel)
+        if probe.display != (app.probe is not None):
+            probe.display = app.probe is not None
+        if app.probe is not None:
+            probe.show(probe_line(app.probe, probe.text_width))
         now = q("#now", Panel)
         doing = now_line(view, now.text_width)
         if now.display != bool(doing):
@@ -127,7 +135,6 @@ class MainScreen(Screen):
             self._breakdown_for = (window, bd.text_width, plain)  # (drawn from the window view alone)
             bd.show(breakdown_panel(window, bd.text_width, plain=plain))
         q("#process", Panel).show(process_panel(view, window=window))
-        app = cast("TuimonApp", self.app)
         q("#capture", Panel).show(capture_panel(view, app.capture_steps, app.capture_refused))
 
 
