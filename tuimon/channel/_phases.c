@@ -35,9 +35,12 @@ typedef struct {
     long syncs;
     long period;         /* walk the call site of every period-th sync */
     long countdown;
-    int64_t walk_gap;    /* and none within walk_gap ns of the last walk */
-    int64_t walked_at;   /* when synced() last said to walk */
-    long owed;           /* syncs chosen for a walk since, not walked (too soon): the next walk counts them */
+    int64_t walk_gap;    /* of the chosen syncs, about one walked per walk_gap ns: each with probability 1/every */
+    int64_t window_at;   /* when the current walk_gap window began */
+    long window_chosen;  /* syncs chosen in it: the next window's `every` */
+    long every;
+    uint64_t rng;        /* xorshift64 state (the Python twin draws the same numbers) */
+    long owed;           /* syncs chosen for a walk since the last walk, not walked: the next walk counts them */
     PyObject *spans;     /* sync_spans: this step's syncs' (t0, t1), appended by synced() (a list, or None) */
 } Phases;
 
@@ -130,7 +133,10 @@ static int Phases_init(Phases *p, PyObject *args, PyObject *kw) {
     p->syncs = 0;
     p->period = p->countdown = 1;
     p->walk_gap = walk_gap;
-    p->walked_at = INT64_MIN / 2;
+    p->window_at = INT64_MIN / 2;
+    p->window_chosen = 0;
+    p->every = 1;
+    p->rng = 0x9E3779B97F4A7C15ULL;
     p->owed = 0;
     Py_XSETREF(p->spans, PyList_New(0));
     return p->spans ? 0 : -1;
@@ -274,8 +280,12 @@ static PyObject *Phases_count_sync(Phases *p, PyObject *const *args, Py_ssize_t 
 /* synced(t0, t1=None, timed=False) -> int: count_sync's count, plus what the probe does for every
  * sync in one call (it runs at the sync's return, where the GPU waits for the host): timed (the sync
  * phase was entered at t0), the loop thread leaves it at t1 (now if None); (t0, t1) is appended to
- * sync_spans; returns how many syncs a walk of this call site stands for, 0 for none: a sync chosen
- * by the period is not walked within walk_gap of the last walk, and the next walk counts it. */
+ * sync_spans; returns how many syncs a walk of this call site stands for, 0 for none.
+ * A sync chosen by the period is walked with probability 1/every, every being the number chosen in
+ * the last walk_gap window (about one walk a window). Drawn per sync, not by time: the first sync after
+ * a time gap is, in a periodic loop, always the same one (a loop with an .item() and a synchronize()
+ * named only the second), while a draw per sync gives each call site its share whatever the loop's
+ * period; the syncs since the last walk are what the walk stands for (its weight). */
 static PyObject *Phases_synced(Phases *p, PyObject *const *args, Py_ssize_t nargs) {
     long long t0, t1;
     if (nargs < 1 || nargs > 3 || !p->ring)
@@ -300,11 +310,19 @@ static PyObject *Phases_synced(Phases *p, PyObject *const *args, Py_ssize_t narg
     }
     if (!chosen)
         return PyLong_FromLong(0);
-    if (t1 - p->walked_at < p->walk_gap) {
+    if (t1 - p->window_at >= p->walk_gap) {
+        p->every = p->window_chosen > 1 ? p->window_chosen : 1;
+        p->window_at = t1;
+        p->window_chosen = 0;
+    }
+    p->window_chosen++;
+    p->rng ^= p->rng << 13;
+    p->rng ^= p->rng >> 7;
+    p->rng ^= p->rng << 17;
+    if (p->rng % (uint64_t)p->every != 0) {
         p->owed++;
         return PyLong_FromLong(0);
     }
-    p->walked_at = t1;
     long weight = 1 + p->owed;
     p->owed = 0;
     return PyLong_FromLong(weight);

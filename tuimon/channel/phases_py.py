@@ -10,6 +10,8 @@ from time import monotonic_ns as _now
 from . import layout as L
 from . import ring_py
 
+_MASK = (1 << 64) - 1  # (the xorshift64 draw of synced, as _phases.c makes it with a uint64_t)
+
 MAX_NEST = 64  # open phases tracked (as in _phases.c); deeper ones are counted
 
 
@@ -27,7 +29,8 @@ class Phases:
         self._acc = [0] * self._n
         self.syncs = 0
         self.period = self._countdown = 1
-        self._walk_gap, self._walked_at, self._owed = walk_gap, -(1 << 62), 0
+        self._walk_gap, self._owed = walk_gap, 0
+        self._window_at, self._window_chosen, self._every, self._rng = -(1 << 62), 0, 1, 0x9E3779B97F4A7C15
         self.sync_spans: list[tuple[int, int]] = []
 
     @property
@@ -101,10 +104,18 @@ class Phases:
             self.sync_spans.append((t0, t1))
         if not chosen:
             return 0
-        if t1 - self._walked_at < self._walk_gap:
+        # (walked with probability 1/every, drawn per sync: _phases.c's synced says why)
+        if t1 - self._window_at >= self._walk_gap:
+            self._every, self._window_at, self._window_chosen = max(1, self._window_chosen), t1, 0
+        self._window_chosen += 1
+        x = self._rng
+        x ^= (x << 13) & _MASK
+        x ^= x >> 7
+        x ^= (x << 17) & _MASK
+        self._rng = x
+        if x % self._every:
             self._owed += 1
             return 0
-        self._walked_at = t1
         weight, self._owed = 1 + self._owed, 0
         return weight
 
