@@ -1,5 +1,6 @@
-"""`tuimon trace`: a job's steps and phases as a Chrome/Perfetto trace (JSON): the last minutes of
-a live job (its channels' rings), or a recording (tuimon record). monitor/timeline.py says what
+"""`tuimon trace`: a job's steps and phases as a Chrome/Perfetto trace (JSON): what a live job's
+channels' rings still hold (seconds to minutes: as many steps as 65,536 records make), or a
+recording (tuimon record). monitor/timeline.py says what
 each source gives."""
 
 from __future__ import annotations
