@@ -156,7 +156,7 @@ def parser() -> argparse.ArgumentParser:
     rec.set_defaults(func=_command("record", "cmd_record"))
 
     tr = sub.add_parser("trace", help="a job's steps and phases per rank (and GPU metrics) as a Chrome/Perfetto "
-                                      "trace: the last minutes of a live job, or a recording")
+                                      "trace: the steps a live job's rings still hold, or a recording")
     tr.add_argument("pid", type=int, nargs="?", help="a live job (its ranks on this node, from their channels)")
     tr.add_argument("--recording", metavar="FILE", help="a recording (tuimon record) instead of a live job")
     tr.add_argument("--minutes", type=opt.MINUTES, default=5.0, help="of a live job: the last this many minutes "
