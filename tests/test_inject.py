@@ -264,3 +264,39 @@ def test_the_loading_thread_leaves_nothing_for_the_main_thread_to_import():
             "print(st.enabled, sorted(m for m in set(sys.modules) - before if m.startswith('tuimon') or 'sysconfigdata' in m))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.stdout.strip() == "True []", (r.stdout, r.stderr)
+
+
+def test_python_314_is_asked_through_its_own_sys_remote_exec(tmp_path, monkeypatch):
+    """No 3.14 interpreter here: a stand-in for the job's interpreter records what tuimon asks of it, and
+    runs the bootstrap it was handed in a process of its own (as remote_exec would in the job), so the
+    whole path from the request to the result file is exercised but for PEP 768's own injection."""
+    import tuimon.inject as inj
+
+    asked = tmp_path / "asked.json"
+    fake = tmp_path / "python3.14"
+    fake.write_text(f"""#!{sys.executable}
+import json, sys
+json.dump(sys.argv[1:], open({str(asked)!r}, "w"))
+code = sys.argv[-3]
+assert code == "import sys; sys.remote_exec(int(sys.argv[1]), sys.argv[2])", code
+src = open(sys.argv[-1]).read()
+# what the job's interpreter would run at its safe point: the bootstrap, whose thread reports back
+import threading
+exec(src, {{"__name__": "__main__", "__builtins__": __builtins__}})
+for t in threading.enumerate():
+    if t.name == "tuimon-load":
+        t.join(30)
+""")
+    fake.chmod(0o755)
+    job = start(sys.executable, "-c", "import time; time.sleep(60)")
+    try:
+        time.sleep(0.5)
+        monkeypatch.setattr(inj, "check", lambda pid, need_torch=True: target.Target(pid=pid, exe=str(fake),
+                                                                                       version=(3, 14), uid=os.getuid()))
+        with pytest.raises(NotLoaded, match="has not imported torch"):  # (the stand-in's own process has no torch)
+            inj.inject(job.pid, wait_s=30)
+        argv = json.loads(asked.read_text())
+        assert argv[:3] == ["-I", "-S", "-c"] and argv[4] == str(job.pid) and argv[5].endswith("boot.py")
+    finally:
+        job.kill()
+        job.wait()
