@@ -1,4 +1,4 @@
-"""Segment layout v2: the one source of truth for offsets, sizes and record formats.
+"""Segment layout v3 (LAYOUT_VERSION): the one source of truth for offsets, sizes and record formats.
 
 A segment is one file in /dev/shm, written by the probe inside the training process and read by
 any number of monitors. Everything is little-endian. The layout:

@@ -1,6 +1,6 @@
 """The probe loaded into a job that is already running (`tuimon inject`, `tuimon attach --inject`).
 
-The injector's bootstrap (tuimon/inject/boot.py) runs on the job's main thread at a safe point and
+The injector's bootstrap (tuimon/inject/__init__.py: bootstrap) runs on the job's main thread at a safe point and
 only starts a thread; that thread runs prepare(): it imports the probe (tens of milliseconds of
 Python, interleaved with the loop by the interpreter's switch interval rather than stopping it),
 then asks the interpreter to call install() on the main thread, between two bytecodes: the hooks
