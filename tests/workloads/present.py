@@ -18,7 +18,10 @@ KIND:
   ddp-hang     (torchrun, gloo) DDP; after --steps steps rank 1 sleeps for good before an all_reduce
 GPU only:
   sync-stuck   after --steps steps a kernel that spins for hours, then .item() waits for it
-  oom          allocations that grow each step until CUDA runs out of memory after ~--steps steps
+  oom          allocations that grow each step until CUDA runs out of memory after ~--steps steps; or
+               --mib MiB a step (0: none, a steady control), with --fraction F of the device's memory
+               as the allocator's cap (torch.cuda.set_per_process_memory_fraction) and --step-ms
+               of sleep a step (the loop's tempo)
 """
 
 import argparse
@@ -210,6 +213,9 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--every", type=float, default=60.0)
+    ap.add_argument("--fraction", type=float, help="oom: the allocator's cap, a fraction of the device's memory")
+    ap.add_argument("--mib", type=float, help="oom: MiB kept a step (default: what runs out after ~--steps steps)")
+    ap.add_argument("--step-ms", type=float, default=0.0, help="oom: sleep this long a step")
     a = ap.parse_args()
     torch.set_num_threads(1)
     truth = Truth(a.truth)
@@ -234,7 +240,7 @@ def main():
     elif a.kind == "sync-stuck":
         sync_stuck(truth, a.steps)
     elif a.kind == "oom":
-        oom(truth, a.steps)
+        oom(truth, a.steps, a.fraction, a.mib, a.step_ms)
     else:
         ap.error(f"unknown kind {a.kind}")
 
@@ -256,9 +262,12 @@ def sync_stuck(truth, steps):
         truth.step()
 
 
-def oom(truth, steps):
-    free, _ = torch.cuda.mem_get_info()
-    chunk = int(free / max(1, steps - 1)) // 4 * 4
+def oom(truth, steps, fraction=None, mib=None, step_ms=0.0):
+    if fraction:
+        torch.cuda.set_per_process_memory_fraction(fraction)
+    free, total = torch.cuda.mem_get_info()
+    room = min(free, total * fraction) if fraction else free
+    chunk = int(mib * 2**20 if mib is not None else room / max(1, steps - 1)) // 4 * 4
     model = nn.Linear(1024, 1024).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(256, 1024, device="cuda")
@@ -270,6 +279,8 @@ def oom(truth, steps):
         opt.step()
         opt.zero_grad()
         loss.item()
+        if step_ms:
+            time.sleep(step_ms / 1e3)
         truth.step()
 
 

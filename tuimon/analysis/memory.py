@@ -1,13 +1,14 @@
 """The loop's GPU memory, from the caching allocator's gauges the probe reads every ~0.5 s on its
 control thread (probe/core.py): the latest numbers, the allocator's retries per step over the step
-window, how full the memory is, and what an out-of-memory error's message says. Pure."""
+window, how full the memory is, how fast the live tensors grow and when they reach the cap at that
+rate, and what an out-of-memory error's message says. Pure."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
 
-from ..model import Memory
+from ..model import Memory, MemoryGrowth
 from . import thresholds as T
 
 GIB = 2**30
@@ -32,13 +33,77 @@ def memory(gauges: dict[int, float], history: Mapping[int, Iterable[tuple[int, i
     retries, a, b = rise("cuda.alloc_retries")
     ooms, _, _ = rise("cuda.ooms")
     expandable = get("cuda.expandable_segments")
+    peak = ids.get("cuda.peak_allocated")
     return Memory(allocated=get("cuda.allocated"), reserved=get("cuda.reserved"),
                   peak_allocated=get("cuda.peak_allocated"), alloc_retries=get("cuda.alloc_retries"),
                   ooms=get("cuda.ooms"), inactive_split=get("cuda.inactive_split"), peak_reserved=get("cuda.peak_reserved"),
                   total=get("cuda.total"), limit=get("cuda.limit"),
                   retries_per_step=None if retries is None else round(retries / (b - a), 4),
                   retries_from=a, retries_to=b, ooms_in_window=None if ooms is None else int(ooms),
-                  expandable=None if expandable is None else bool(expandable))
+                  expandable=None if expandable is None else bool(expandable),
+                  growth=growth(history.get(ids["cuda.allocated"], ()), history.get(peak, ()) if peak is not None else ()))
+
+
+def growth(allocated: Iterable[tuple[int, int, float]], peak: Iterable[tuple[int, int, float]] = ()) -> MemoryGrowth | None:
+    """The live tensors' growth over the newest MEMORY_GROWTH_WINDOW of reads: a least-squares
+    line through cuda.allocated against time (and against the step each read came in), how well
+    it fits (R²), and the line through the high-water mark (cuda.peak_allocated) over the window's
+    newest third. (t ns, step, value) reads, oldest first. None with fewer than two reads.
+
+    cuda.allocated, not cuda.reserved: reserved is the allocator's cache, which grows in whole
+    segments ahead of what is asked, stays up after the tensors are freed and rises in a healthy
+    warm-up; the live tensors are what a leak keeps and what the cache is freed for before an
+    out-of-memory error (the retries memory-pressure counts). Both come from one read of
+    torch.cuda.memory_stats() (probe/core.py): there is no job with reserved and not allocated."""
+    reads = list(allocated)
+    if len(reads) < 2:
+        return None
+    since = reads[-1][0] - T.MEMORY_GROWTH_WINDOW.value * 1e9
+    reads = [r for r in reads if r[0] >= since]
+    if len(reads) < 2:
+        return None
+    t0 = reads[0][0]
+    rate, fit = line([(t - t0) / 1e9 for t, _, _ in reads], [v for _, _, v in reads])
+    per_step, _ = line([float(step) for _, step, _ in reads], [v for _, _, v in reads])
+    span = (reads[-1][0] - t0) / 1e9
+    peaks = list(peak)
+    newest = [r for r in peaks if r[0] >= reads[-1][0] - span / 3 * 1e9]
+    peak_rate, _ = line([(t - t0) / 1e9 for t, _, _ in newest], [v for _, _, v in newest])
+    return MemoryGrowth(reads=len(reads), span_s=round(span, 3), rate=_round(rate), fit=round(fit, 4),
+                        per_step=_round(per_step), peak_rate=_round(peak_rate), allocated=int(reads[-1][2]),
+                        peak=int(peaks[-1][2]) if peaks else None)
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 1)
+
+
+def line(xs: list[float], ys: list[float]) -> tuple[float | None, float]:
+    """The least-squares line through (x, y): (its slope, R²); (None, 0) where the x do not vary,
+    R² 0 where the y do not (a flat line: no trend to explain)."""
+    n = len(xs)
+    if n < 2:
+        return None, 0.0
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx <= 0:
+        return None, 0.0
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    syy = sum((y - my) ** 2 for y in ys)
+    return sxy / sxx, (sxy * sxy / (sxx * syy) if syy > 0 else 0.0)
+
+
+def full_in_s(m: Memory) -> float | None:
+    """Seconds until the high-water mark (the newest peak read, else the live bytes) reaches what
+    the allocator may use, at the live tensors' rate; None where they do not grow or a number is
+    missing. 0 once there."""
+    g, cap = m.growth, m.capacity
+    if g is None or g.rate is None or g.rate <= 0 or cap is None:
+        return None
+    level = g.peak if g.peak is not None else g.allocated
+    if level is None:
+        return None
+    return max(0.0, (cap - level) / g.rate)
 
 
 def increase(samples: Iterable[tuple[int, int, float]], first_step: int, last_step: int) -> tuple[float | None, int, int]:

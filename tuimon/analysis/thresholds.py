@@ -11,7 +11,7 @@ from ..model.record import record
 class Threshold:
     value: float
     unit: str  # '' for a share of step time (0..1), '%' for a percentage, 'points' (of a %), 'steps', 's',
-    # 'batches', 'x' (a factor), 'p' (a p-value)
+    # 'batches', 'reads', 'x' (a factor), 'p' (a p-value), 'R²' (a line's fit)
     source: str
 
     def show(self) -> str:
@@ -21,6 +21,8 @@ class Threshold:
             return f"{self.value:.3g}x"
         if self.unit == "p":
             return f"p < {self.value:g}"
+        if self.unit == "R²":
+            return f"{self.value:g}"
         return f"{self.value:g}{'' if self.unit == '%' else ' '}{self.unit}"
 
 
@@ -130,5 +132,37 @@ MEMORY_FULL = Threshold(0.90, "", "vLLM's gpu_memory_utilization defaults to 0.9
                                   "(PyTorch's out-of-memory message: 'If reserved but unallocated memory is large "
                                   "try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
                                   "fragmentation')")
+
+# Memory growing toward the cap (tuimon/analysis/memory.py growth, analysis/verdicts/memory_growth.py).
+# The method is Prometheus's predict_linear (a least-squares line through a window of a gauge,
+# extended to a horizon), as node-exporter's mixin alerts with it on a filesystem filling up
+# (NodeFilesystemSpaceFillingUp); its runbook's caveat, 'a periodic pattern of writing and cleaning
+# up can trick the linear prediction into a false alert', is a training step's allocate-and-free:
+# the fit and the high-water mark below are there for it.
+MEMORY_GROWTH_WINDOW = Threshold(60, "s", "tuimon: the newest minute of the allocator's reads (~120 at one per 0.5 s): "
+                                          "20 steps of a 3 s loop, and enough reads that a step's own allocate-and-"
+                                          "free, read at a random point of it, averages out of the slope; a leak that "
+                                          "starts mid-run fills two thirds of it (the fit below) ~40 s later")
+MEMORY_GROWTH_READS = Threshold(10, "reads", "tuimon: a line through fewer reads is an anecdote; through 10, a fit of "
+                                             "0.9 or more (below) comes by chance from reads without a trend with "
+                                             "p = 3e-5 (the F test of a regression's slope, 1 and 8 degrees of "
+                                             "freedom), below airspeed velocity's 0.002 with room for reads that are "
+                                             "not independent (a step's sawtooth read every 0.5 s)")
+MEMORY_GROWTH_FIT = Threshold(0.9, "R²", "tuimon: one jump (warm-up, the optimizer's state made at its first step, an "
+                                         "evaluation's buffers) fits a straight line with R² = 3f(1-f) at most, 0.75 "
+                                         "for a jump halfway through the window; steady growth fits it near 1; a leak "
+                                         "read at random points of steps that allocate and free a swing S fits it "
+                                         "with R² = rise² / (rise² + S²): 0.9 once the window's rise is 3x the swing")
+MEMORY_GROWTH_PEAK = Threshold(0.5, "x", "tuimon: a job runs out of memory when a step's peak passes the cap, so "
+                                         "growth that ends it raises the high-water mark (cuda.peak_allocated) as fast "
+                                         "as the live bytes; over the window's newest third, a peak rising at under "
+                                         "half their rate is growth that stopped (the line still fits what came "
+                                         "before) or a step's allocate-and-free read out of phase (a ~0.5 s step read "
+                                         "every 0.5 s traces a slow false ramp): neither makes new highs")
+MEMORY_GROWTH_HORIZON = Threshold(600, "s", "tuimon: 10 minutes, time to act before the end (save a checkpoint, stop "
+                                            "the job, a memory capture: M), and a line through a minute of reads "
+                                            "trusted 10 minutes ahead, no further (node-exporter's mixin warns 24 h "
+                                            "ahead from 6 h of a filesystem, which moves with its users; a leak moves "
+                                            "with the steps)")
 
 ALL = {name: t for name, t in globals().items() if isinstance(t, Threshold)}

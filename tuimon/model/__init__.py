@@ -21,6 +21,7 @@ from .training import (
     HotLine,
     JobEnd,
     Memory,
+    MemoryGrowth,
     OpCounts,
     PhaseRow,
     RangeRow,
@@ -35,7 +36,7 @@ from .training import (
 from .values import NA, is_na, num, reason
 
 __all__ = [
-    "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PeakMemory", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "CommTimes", "CopyTimes", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "HotLine", "JobEnd", "Memory", "OpCounts",
+    "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PeakMemory", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "CommTimes", "CopyTimes", "Cycle", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "HotLine", "JobEnd", "Memory", "MemoryGrowth", "OpCounts",
     "OUTSIDE_PHASE", "OutsideLines",
     "PhaseRow", "ProcRow", "ProcessSample", "RangeRow", "RankRow", "StepInProgress", "StepTimes", "Straggler", "SyncSite", "Syncs", "TrainingSnapshot",
     "ProcessSteps", "TimelineStep", "WindowCost", "from_json", "is_na", "num", "reason", "to_json",

@@ -171,6 +171,21 @@ class Syncs:
 
 
 @record
+class MemoryGrowth:
+    """The live tensors (cuda.allocated) over the newest reads of the allocator (analysis/memory.py
+    growth: a least-squares line through them), and the high-water mark beside them."""
+
+    reads: int  # of cuda.allocated, in the window
+    span_s: float  # from the first of them to the newest
+    rate: float | None  # bytes/s, the line's slope (None: the reads span no time)
+    fit: float  # R^2 of that line: 1 steady growth, 0 no trend
+    per_step: float | None = None  # bytes a step: the same reads against the step each was read in
+    peak_rate: float | None = None  # bytes/s, the line through cuda.peak_allocated over the window's newest third
+    allocated: int | None = None  # the newest read
+    peak: int | None = None  # the newest read of cuda.peak_allocated
+
+
+@record
 class Memory:
     """The caching allocator's numbers for the loop's GPU (bytes), read every ~0.5 s
     (analysis/memory.py)."""
@@ -190,6 +205,7 @@ class Memory:
     retries_to: int = 0
     ooms_in_window: int | None = None  # out-of-memory errors the job caught and went on after
     expandable: bool | None = None  # PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True
+    growth: MemoryGrowth | None = None  # the live tensors over the newest reads (None: fewer than two)
 
     @property
     def capacity(self) -> int | None:

@@ -10,8 +10,8 @@ from ..model.vocab import VERDICT_CODES, ComparisonState, VerdictCode
 
 # Each verdict's class in words, as the help lists them.
 VERDICT_NAMES: dict[VerdictCode, str] = {
-    "exited": "exited", "stalled": "stalled", "waiting": "not enough data yet", "straggler": "straggler",
-    "memory-pressure": "memory pressure",
+    "exited": "exited", "stalled": "stalled", "waiting": "not enough data yet", "memory-growth": "memory growth",
+    "straggler": "straggler", "memory-pressure": "memory pressure",
     "input-bound": "input-bound", "copy-bound": "copy-bound", "comm-bound": "comm-bound",
     "memory-bound": "GPU memory-bound", "compute-bound": "compute-bound", "healthy": "healthy", "cpu-bound": "CPU-bound",
     "sync-bound": "sync-bound", "host-bound": "host-bound", "mixed": "no single bottleneck"}

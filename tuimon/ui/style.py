@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..model.vocab import ComparisonState, VerdictCode
 
 VERDICT_STYLE: dict[VerdictCode, str] = {
-    "exited": "bold red", "stalled": "bold red", "waiting": "dim", "straggler": "bold yellow",
+    "exited": "bold red", "stalled": "bold red", "waiting": "dim", "memory-growth": "bold red", "straggler": "bold yellow",
     "input-bound": "bold yellow", "copy-bound": "bold yellow", "comm-bound": "bold yellow",
     "memory-bound": "bold magenta", "compute-bound": "bold green", "healthy": "bold green", "cpu-bound": "bold yellow",
     "sync-bound": "bold red", "host-bound": "bold red", "mixed": "bold", "memory-pressure": "bold red"}

@@ -8,6 +8,8 @@ side by side. VERDICTS, below, is the order they are tried in; the first rule th
   exited           the process has ended: how and why, as far as tuimon can know
   stalled          no step far beyond the loop's own history (analysis/stall.py): where it waits
   waiting          not enough data
+  memory-growth    the live tensors rise along a line that reaches the cap within 10 minutes: the
+                   job is about to die of out-of-memory, which outranks how fast it runs
   outside          (no probe, `attach`) the GPU's activity (NVML) and the main thread's hot lines
                    (py-spy): the GPU's unit, or where the host holds it back
   straggler        (2+ ranks) one rank's own work is >= 1.43x the others': they wait for it
@@ -51,6 +53,7 @@ from . import (
     host,
     input,
     memory,
+    memory_growth,
     mixed,
     outside,
     stalled,
@@ -79,6 +82,10 @@ VERDICTS: Mapping[RuleCode, VerdictClass] = MappingProxyType({
     "exited": exited.CLASS,
     "stalled": stalled.CLASS,
     "waiting": waiting.CLASS,
+    # A job that will die of out-of-memory within the horizon loses its work whatever its speed: before
+    # every bottleneck class. After exited (its OOM death is said there, with this as what it ran as),
+    # stalled (a hang says why no memory moves) and waiting (too few steps to trust the job's numbers).
+    "memory-growth": memory_growth.CLASS,
     "outside": outside.CLASS,
     "straggler": straggler.CLASS,
     "memory-pressure": memory.CLASS,

@@ -73,7 +73,7 @@ class GpuEvidence:
     busy_events: float | None = None  # share of step time, a lower bound from CUDA events
     power_share: float | None = None  # power over the limit, 0..1
     cuda: bool | None = None  # the job runs CUDA work (its CUDA events or allocator, or NVML sees it on a GPU)
-    memory: Memory | None = None  # the caching allocator's gauges
+    memory: Memory | None = None  # the caching allocator's gauges; .growth: the live bytes' line (memory-growth)
 
 
 @record
