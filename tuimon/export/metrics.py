@@ -220,8 +220,8 @@ def _baseline(f: _Families, view: View, labels: dict[str, str]) -> None:
     if c.state == "collecting" and not c.regressed:
         return
     f.add("tuimon_regression", f"1 while the job is measurably slower than its baseline (mean step time "
-          f"{T.REGRESSION_FACTOR.show()} and a Welch t-test on batch means at {T.REGRESSION_P.show()}) or its peak "
-          f"memory grew {T.PEAK_MEMORY_FACTOR.show()}", labels, int(c.regressed))
+          f"{T.REGRESSION_FACTOR.show()} and a Welch t-test on batch means at {T.REGRESSION_P.show()}), its peak "
+          f"memory grew {T.PEAK_MEMORY_FACTOR.show()}, or it makes no progress (stalled)", labels, int(c.regressed))
     if c.state == "collecting":
         return
     f.add("tuimon_baseline_step_time_ratio", "Mean step time of the recent steps over the baseline's (1.3: 30% "

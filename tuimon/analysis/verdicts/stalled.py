@@ -83,7 +83,7 @@ def stalled_words(e: Evidence, gpu_words: str) -> tuple[str, str, str]:
     else:
         step = (f"the loop thread is busy{where} and has made no step: a long computation (a checkpoint, an "
                 "evaluation) or a loop that never ends; t shows every thread's stack")
-    return f"stalled: in {phase}", evidence, step
+    return (f"stalled: in {phase}" if phase != "?" else "stalled: no step"), evidence, step
 
 
 def _power(e: Evidence) -> str:
