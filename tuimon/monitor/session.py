@@ -153,7 +153,7 @@ class LiveSession:
             try:
                 view.poll()
                 training = view.snapshot()
-                self._ask_stacks_if_stalled(view, training)
+                self._ask_stacks_if_stalled(view, training, process)
             except ChannelError as e:  # truncated, overwritten: say so, keep what was read, reopen
                 problems["channel"] = f"{e} (showing the last numbers read; reopening)"
                 self._drop_channel()
@@ -162,7 +162,9 @@ class LiveSession:
             if training is not None:
                 capture = self._capture(view, problems)
                 if self.procs is not None and training.pid == self.pid:
-                    self.procs.follow_loop(training.loop_tid)  # its CPU is read from the next cycle on
+                    # its CPU is read from the next cycle on; before the first step, the main thread's
+                    # (the probe's loop thread until a step says otherwise: tid = pid)
+                    self.procs.follow_loop(training.loop_tid if training.loop_tid is not None else training.pid)
         outside = self._outside_lines(view, process)
         if outside is not None and outside.state == "failed":
             problems["py-spy"] = outside.why
@@ -210,10 +212,11 @@ class LiveSession:
                 self.procs.follow_loop(self.pid)  # (the main thread's CPU, from the next cycle on)
         return self._outside.latest()
 
-    def _ask_stacks_if_stalled(self, view: TrainingView, training: TrainingSnapshot) -> None:
+    def _ask_stacks_if_stalled(self, view: TrainingView, training: TrainingSnapshot,
+                               process: ProcessSample | None) -> None:
         """A stalled loop: ask its probe for every thread's stack (answered by the next cycle), again
         every STACKS_EVERY_S while it stays stalled."""
-        check = loop_stall.check(training)
+        check = loop_stall.check(training, process)
         if check is None or not check.stalled or time.monotonic() - self._stacks_at < STACKS_EVERY_S:
             return
         self._stacks_at = time.monotonic()

@@ -291,7 +291,7 @@ class MonitorState:
                     nvml_memory=self._nvml_memory(), host=self.host, job_log=self.job_log,
                     job_tail=list(self.job_tail), baseline=comparison, ranks=list(self.ranks),
                     straggler=straggler, comm_share=comm_share, job_end=ended,
-                    stall=loop_stall.check(self.training), outside=self.outside,
+                    stall=loop_stall.check(self.training, self._live_process), outside=self.outside,
                     memory_history={k: list(v) for k, v in self._memory_hist.items()})
 
     def _job_end(self) -> JobEnd | None:
