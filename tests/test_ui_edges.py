@@ -142,6 +142,31 @@ async def test_a_replay_says_where_it_is_and_counts_bad_lines(tmp_path):
         assert await until(pilot, lambda: "end, 9 cycles" in text(app, "#header"))
 
 
+@pytest.mark.asyncio
+async def test_at_120_columns_a_replay_keeps_its_tag_and_t_promises_no_probe(tmp_path):
+    """Issue 43 item 24: at 120 columns the header left out its [replay · ...] tag (after a bad line
+    was skipped the tag grew and went first): what is shown could pass for a live job. And t said
+    "tuimon asks for them when the loop stalls (t: now); the probe answers within a second" of a
+    recording, with no probe behind it."""
+    lines = open(V2).read().splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines[:6] + ["{not json"] + lines[6:]) + "\n")
+    session = ReplaySession(str(bad), speed=1000)
+    app = make_app(session, "replay")
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert await until(pilot, lambda: "1 bad line skipped" in app.label and "end, " in app.label)
+        await pilot.pause(0.1)
+        head = text(app, "#header")
+        assert "  [replay · " in head and head.rstrip().endswith("]") and len(head) <= 118, head
+        assert "ms/step" in head  # (the step time is kept too)
+        await pilot.press("t")
+        assert await until(pilot, lambda: app.screen.__class__.__name__ == "StacksScreen")
+        await pilot.pause(0.1)
+        shown = text(app, "#stacks")
+        assert "probe answers" not in shown and shown.startswith("no stacks in the recording up to here"), shown
+        assert app.screen.check_action("again", ()) is False and not app.live
+
+
 def test_a_recording_without_gpus_says_so_instead_of_waiting():
     state = MonitorState()
     state.apply(Cycle(t=1, process=ProcessSample(pid=100, t=1), gpus=[]))

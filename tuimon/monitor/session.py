@@ -60,6 +60,7 @@ class Session(Protocol):
     MonitorState, never from the session."""
 
     ranks_switchable: bool  # `n` can show another rank in detail (live: a recording holds one rank's)
+    live: bool  # a running process behind it, whose probe can be asked (a replay has none)
 
     def start(self, on_cycle: Callable[[Cycle], None], on_end: Callable[[], None] | None = None) -> None:
         """Hand each cycle to on_cycle from a thread of its own; on_end when there are no more."""
@@ -72,6 +73,9 @@ class Session(Protocol):
     def next_rank(self) -> str:
         """Show the next rank in detail; what to tell the user; raises CaptureRefused."""
 
+    def request_stacks(self) -> None:
+        """Ask the probe for every thread's stack (shown from the next cycle); raises CaptureRefused."""
+
     def progress(self) -> str | None:
         """Where a replay is ('12/36'); None for a live session."""
 
@@ -82,6 +86,7 @@ class LiveSession:
     fails is reported in the cycle's problems, with the reason, and tried again next cycle."""
 
     ranks_switchable = True
+    live = True
 
     def __init__(self, pid: int | None, interval: float = 1.0, popen: subprocess.Popen | None = None,
                  devices: DeviceSampler | None = None,
@@ -498,6 +503,7 @@ class ReplaySession:
     unreadable lines, when the caller counted them first."""
 
     ranks_switchable = False  # a recording holds the detail of the rank it showed
+    live = False  # (no process: the stacks shown are the ones it recorded)
 
     def __init__(self, path: str, speed: float = 1.0, total: int | None = None, skipped: int = 0):
         self.source = ReplaySource(path, speed)
@@ -537,6 +543,9 @@ class ReplaySession:
 
     def next_rank(self) -> str:
         raise CaptureRefused("a replay shows the rank it recorded")
+
+    def request_stacks(self) -> None:
+        raise CaptureRefused("a replay has no process to ask: the stacks shown are the ones it recorded")
 
 
 def run_cycles(session: LiveSession, interval: float, on_cycle: Callable[[Cycle], object],

@@ -180,12 +180,23 @@ class TuimonApp(App):
         except CaptureRefused as e:
             self.notify(str(e), title="ranks", severity="warning", timeout=3)
 
+    @property
+    def live(self) -> bool:
+        """A running process behind the screen, whose probe can be asked (not a replay, nor a
+        recording's frames drawn without a session)."""
+        return self.session is not None and self.session.live
+
+    @property
+    def replaying(self) -> bool:
+        """A replay session: its header keeps its [replay · ...] tag at any width."""
+        return self.session is not None and not self.session.live
+
     def action_stacks(self) -> None:
-        """Every thread's stack: asked of the probe now (answered within a second), shown on their screen."""
-        ask = getattr(self.session, "request_stacks", None)
-        if ask is not None:
+        """Every thread's stack: asked of the probe now (answered within a second), shown on their
+        screen; a replay shows the ones it recorded."""
+        if self.session is not None and self.live:
             try:
-                ask()
+                self.session.request_stacks()
             except (CaptureRefused, ChannelError, OSError) as e:
                 self.notify(str(e), title="threads", severity="warning", timeout=4)
         if not isinstance(self.screen, screens.StacksScreen):

@@ -86,7 +86,8 @@ class MainScreen(Screen):
         q = self.query_one
         window = self._window_view(view)
         head = q("#header", Panel)
-        head.show(header(view, label, window=window, width=head.text_width))
+        head.show(header(view, label, window=window, width=head.text_width,
+                         keep_label=cast("TuimonApp", self.app).replaying))
         status, problems = q("#status", Panel), status_line(view)
         if status.display != bool(problems):
             status.display = bool(problems)  # (a change of display lays the screen out again)
