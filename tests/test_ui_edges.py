@@ -4,6 +4,7 @@ roles, a replay's position and bad lines, a job that ended, NO_COLOR, narrow ter
 import getpass
 import os
 import re
+import threading
 
 import pytest
 from rich.text import Text
@@ -165,6 +166,69 @@ async def test_at_120_columns_a_replay_keeps_its_tag_and_t_promises_no_probe(tmp
         shown = text(app, "#stacks")
         assert "probe answers" not in shown and shown.startswith("no stacks in the recording up to here"), shown
         assert app.screen.check_action("again", ()) is False and not app.live
+
+
+class CaptureStub:
+    """A live session in outline: the H100 recording's cycles, then, once `c` asks, its window armed."""
+
+    ranks_switchable, live = False, True
+
+    def __init__(self):
+        from tuimon.sources.recording import Recording
+
+        self.cycles, self.on_cycle, self.asked = list(Recording(V2).cycles()), None, 0
+
+    def start(self, on_cycle, on_end=None):
+        self.on_cycle = on_cycle
+        threading.Thread(target=lambda: [on_cycle(c) for c in self.cycles], daemon=True).start()
+
+    def stop(self):
+        pass
+
+    def request_capture(self, steps, seconds, memory=False):
+        from dataclasses import replace
+
+        from tuimon.model import CaptureStatus
+
+        self.asked += 1
+        last = self.cycles[-1]
+        armed = replace(last, t=last.t + 1, capture=CaptureStatus(seq=1, state="armed", kind="torch.profiler",
+                                                                  message="opens at the next step, for 10 steps"))
+        threading.Thread(target=self.on_cycle, args=(armed,), daemon=True).start()  # (from the session's thread)
+        return "capture 1 asked"
+
+    def next_rank(self):
+        raise AssertionError("not asked")
+
+    def request_stacks(self):
+        pass
+
+    def progress(self):
+        return None
+
+
+def in_view(app, wid):
+    """Whether the widget's first line is inside the scrolling body's window on the screen."""
+    body, panel = app.screen.query_one("#body"), app.screen.query_one(wid)
+    return body.region.y <= panel.region.y < body.region.bottom
+
+
+@pytest.mark.asyncio
+async def test_at_80x24_c_brings_the_capture_line_into_view():
+    """Issue 43 item 19: at 80x24 the capture line is below the fold, so `c` seemed to do nothing."""
+    session = CaptureStub()
+    app = make_app(session, "test")
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert await until(pilot, lambda: app.state.cycles == len(session.cycles))  # (the recording played)
+        assert await until(pilot, lambda: "c: capture 10 steps" in text(app, "#capture"))
+        assert not in_view(app, "#capture")  # (below the fold, as the issue found it)
+        await pilot.press("c")
+        assert await until(pilot, lambda: "capture 1 armed" in text(app, "#capture"))
+        await pilot.pause(0.1)
+        assert session.asked == 1 and in_view(app, "#capture"), (app.screen.query_one("#body").region,
+                                                                 app.screen.query_one("#capture").region)
+        assert "Where the step goes" not in text(app, "#verdict")  # (header and verdict stay where they were)
+        assert "PID" in text(app, "#header")
 
 
 def test_a_recording_without_gpus_says_so_instead_of_waiting():

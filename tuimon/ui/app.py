@@ -233,7 +233,7 @@ class TuimonApp(App):
             self.notify("nothing to capture here", title="capture", severity="warning")
             return
         steps = self.state.training.steps if self.state.training else 0
-        try:  # (the capture panel follows it from here: no toast over it)
+        try:  # (the capture panel follows it from here, brought into view: no toast over it)
             self.session.request_capture(self.capture_steps if steps else None, None if steps else 10.0)
             self.capture_refused = None
         except (CaptureRefused, ChannelError) as e:
@@ -241,6 +241,8 @@ class TuimonApp(App):
             self.capture_refused = Refusal(str(e), c.seq, c.state) if c is not None else None
             self.notify(str(e), title="capture refused", severity="warning", timeout=5)
         self.redraw()
+        if isinstance(self.screen, screens.MainScreen):
+            self.call_after_refresh(self.screen.reveal_capture)
 
     def action_memory(self) -> None:
         self.push_screen(screens.MemoryScreen())

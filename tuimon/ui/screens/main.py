@@ -62,6 +62,10 @@ class MainScreen(Screen):
     def on_mount(self) -> None:
         cast("TuimonApp", self.app).redraw(mounting=True)
 
+    def reveal_capture(self) -> None:
+        """The capture line into view: below the fold at 80x24, `c` seemed to do nothing."""
+        self.query_one("#capture", Panel).scroll_visible(animate=False)
+
     def action_body(self, action: str) -> None:
         getattr(self.query_one("#body", VerticalScroll), f"action_{action}")()
 
