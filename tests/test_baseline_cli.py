@@ -1,6 +1,7 @@
 """`tuimon baseline save/show` and `--baseline` on the command line: what each refuses, in words."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -174,3 +175,43 @@ def test_text_outputs_say_the_baseline_is_of_another_program(tmp_path, loop):
         plain.wait()
     doc = json.loads(tm("attach", job.pid, "--once", "--json", "--window", 3, "--baseline", base).stdout)
     assert doc["baseline"]["notes"] == ["baseline of another program: train_ddp.py", "baseline: 2 ranks; this job: 1 process"]
+
+
+def _hung_job(shm_dir, pid, quiet_s):
+    """A channel for process pid (a sleeper) whose loop made 60 steps of 0.1 s, the last ending
+    quiet_s ago, and none since: a job hung mid-run, as the monitor reads it."""
+    import os
+
+    from tests.conftest import seg_path
+    from tuimon.channel import SegmentWriter, procinfo
+    from tuimon.channel import layout as L
+    from tuimon.channel.meta import JobMeta
+
+    w = SegmentWriter.create(JobMeta(argv=("python", "-m", "tuimon.workloads.demo_train")), 1 << 10)
+    L.U32.pack_into(w._mm, 52, pid)  # (relabelled as the sleeper's: test_cli's _segment_for)
+    L.U64.pack_into(w._mm, 56, procinfo.start_ticks(pid))
+    os.rename(w.path, seg_path(shm_dir, pid))
+    last = time.monotonic_ns() - int(quiet_s * 1e9)
+    for k in range(1, 61):
+        w.emit(L.STEP, 0, 0, 1, k, last - (61 - k) * 10**8, last - (60 - k) * 10**8, 0.0)
+    w.set_steps(60, last)
+    return w
+
+
+def test_a_hung_job_fails_the_gate_with_the_stall_named(tmp_path, shm_dir, sleeper):
+    """Issue 43 item 11: a job stalled 107 s, measured for 2 s against a good baseline, said
+    'collecting ... a longer --window' and exited 0 (no finished step in the window: no decision):
+    it exits 3, and the JSON and stderr name the stall."""
+    from tests.test_ui import h100_baseline
+    from tuimon.monitor.baseline import dumps
+
+    good = tmp_path / "good.json"
+    good.write_text(dumps(h100_baseline()))
+    w = _hung_job(shm_dir, sleeper.pid, 107)
+    p = tm("attach", sleeper.pid, "--once", "--json", "--window", 2, "--baseline", good)
+    doc = json.loads(p.stdout)
+    assert p.returncode == 3, (p.returncode, p.stderr)
+    assert doc["verdict"]["code"] == "stalled" and doc["baseline"]["halted"].startswith("stalled: ")
+    assert re.search(r"no step for 1\d\d s \(bar 20 s\)", doc["baseline"]["halted"]), doc["baseline"]
+    assert "tuimon: baseline: the job makes no progress: stalled: " in p.stderr and "a longer --window" not in p.stderr
+    w.unlink()

@@ -4,6 +4,7 @@ protocol and its refusals, and the nsys command line."""
 import gzip
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -208,6 +209,44 @@ def test_a_window_in_seconds_for_a_loop_without_steps(shm_dir):
     finally:
         job.kill()
         job.wait()
+
+
+def test_a_window_of_steps_that_would_wait_for_good_is_refused_at_once(shm_dir, capture_dir):
+    """Issue 43 item 22: on a loop without steps, --steps waited until --timeout (armed: opens at the
+    next step) and a time window then waited 15 s for the steps past it that tell its cost: a
+    window of steps is refused at once (exit 2) with --seconds suggested, and a time window that
+    covered no step waits for no cost."""
+    job = subprocess.Popen([sys.executable, "-c", NO_STEPS], stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "up"
+        p = subprocess.run(tuimon_cmd("capture", job.pid, "--wait", "--steps", 3, "--timeout", 5),
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stdout, p.stderr)
+        assert p.stderr.startswith(f"tuimon: PID {job.pid} has counted no steps (its probe saw no optimizer.step()")
+        assert "--seconds 10 takes a time window" in p.stderr and len(p.stderr.splitlines()) == 1
+        p = subprocess.run(tuimon_cmd("capture", job.pid, "--wait", "--seconds", 0.5), capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert "  cost: not known (the window covered no step: a window's cost is read from the job's step times)" \
+            in p.stdout.splitlines(), p.stdout
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_a_window_of_steps_of_a_stalled_loop_is_refused_at_once(shm_dir, capture_dir, sleeper):
+    """...and on a loop whose last step ended past the stall bar (107 s ago; steps of 0.1 s)."""
+    from tests.test_baseline_cli import _hung_job
+
+    w = _hung_job(shm_dir, sleeper.pid, 107)
+    for args in ((), ("--steps", 3)):  # (the default there is 10 steps: the loop has counted steps)
+        p = subprocess.run(tuimon_cmd("capture", sleeper.pid, "--wait", "--timeout", 3, *args), capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stdout, p.stderr)
+        assert re.match(rf"tuimon: PID {sleeper.pid} has made no step for 1\d\d s \(the stall bar: 20 s\): a window "
+                        r"of \d+ steps opens at its next step and would wait for it; --seconds 10 takes a time window$",
+                        p.stderr), p.stderr
+    w.unlink()
 
 
 def test_capture_refusals_from_the_cli(shm_dir):

@@ -78,6 +78,42 @@ def test_the_baseline_series():
                                                                 "tuimon_baseline_peak_memory_ratio"}
 
 
+def test_a_hang_serves_no_steps_per_second_and_an_exit_its_verdict_and_cause():
+    """Issue 43 item 15: tuimon_steps_per_second held its last window's 43 through a 25 s hang, and
+    once the job exited every tuimon_verdict series went, so verdict="exited" was never 1 and the
+    cause was not served. The rate is 0 once no step has completed for longer than its window's
+    span (100 steps at 43/s: 2.3 s) or the stall bar, whichever is shorter; after the exit the
+    verdict, how it ended and, against a baseline, tuimon_regression stay."""
+    from tests.test_ui import h100_baseline
+
+    def served(since_s):
+        state = MonitorState()
+        state.apply(Cycle(t=1, process=ProcessSample(pid=1, procs=[]), training=TrainingSnapshot(
+            pid=1, steps=500, window_steps=100, steps_per_s=43.0, since_step_s=since_s, longest_step_ms=30.0)))
+        return samples(state.view()).get(("tuimon_steps_per_second", ("pid", "1"), ("rank", "")))
+
+    assert served(0.02) == served(2.0) == 43.0  # (steps coming, or a pause shorter than the window's span)
+    assert served(2.5) == served(25.0) == 0.0
+    state = MonitorState(baseline=("good.json", h100_baseline()))
+    state.apply(Cycle(t=1, process=ProcessSample(pid=1, procs=[]), training=TrainingSnapshot(
+        pid=1, steps=500, window_steps=100, steps_per_s=43.0, since_step_s=0.02, longest_step_ms=30.0)))
+    state.apply(Cycle(t=2, process=ProcessSample(pid=1, alive=False, exit_code=1, procs=[]), training=TrainingSnapshot(
+        pid=1, state="exited", steps=500, window_steps=100, steps_per_s=43.0, since_step_s=0.5,
+        end="exception", end_text="RuntimeError: boom\n  at train.py:3 in main")))
+    got = samples(state.view())
+    job = (("pid", "1"), ("rank", ""))
+    verdicts = {dict(k[1:])["verdict"]: v for k, v in got.items() if k[0] == "tuimon_verdict"}
+    assert set(verdicts) == set(VERDICT_CODES) and verdicts["exited"] == 1 and sum(verdicts.values()) == 1
+    end = [dict(k[1:]) for k in got if k[0] == "tuimon_job_end_info"]
+    assert end == [{"pid": "1", "rank": "", "how": "exception", "cause": "exited with code 1: RuntimeError: boom"}]
+    assert got[("tuimon_job_exit_code", *job)] == 1 and got[("tuimon_regression", *job)] == 1
+    assert ("tuimon_steps_per_second", *job) not in got and got[("tuimon_steps_total", *job)] == 500
+    killed = MonitorState()
+    killed.apply(Cycle(t=1, process=ProcessSample(pid=1, alive=False, exit_code=-9, procs=[])))
+    got = samples(killed.view())  # (a job with no channel: its end is served all the same)
+    assert got[("tuimon_job_exit_code", *job)] == 137 and got[("tuimon_verdict", *job, ("verdict", "exited"))] == 1
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -225,8 +261,12 @@ def test_export_without_nvml_says_so_and_a_job_that_ended_has_no_live_series(shm
         job.wait()
         ended = wait_for(lambda: (x := scrape_series(port)).get(f'tuimon_process_up{{pid="{job.pid}"}}') == 0 and x,
                          timeout=30, what="the job's end")
-        assert not [k for k in ended if k.startswith(("tuimon_steps_per_second", "tuimon_verdict", "tuimon_phase_ratio",
+        assert not [k for k in ended if k.startswith(("tuimon_steps_per_second", "tuimon_phase_ratio",
                                                       "tuimon_step_time_seconds", "tuimon_process_cpu_ratio"))], ended
+        verdicts = {k: v for k, v in ended.items() if k.startswith("tuimon_verdict")}  # (the exited verdict stays)
+        assert verdicts[f'tuimon_verdict{{pid="{job.pid}",rank="",verdict="exited"}}'] == 1 and sum(verdicts.values()) == 1
+        end = [k for k in ended if k.startswith("tuimon_job_end_info")]  # (killed, and not tuimon's child here)
+        assert len(end) == 1 and 'how="unknown"' in end[0] and "without a clean exit" in end[0], end
         steps = ended[f'tuimon_steps_total{{pid="{job.pid}",rank=""}}']  # a counter keeps its final value
         assert steps >= live[f'tuimon_steps_total{{pid="{job.pid}",rank=""}}'] > 0
     finally:

@@ -8,7 +8,7 @@ from tuimon.analysis import thresholds as T
 from tuimon.analysis.ending import exception_in, job_end
 from tuimon.analysis.stall import Stall, check, culprits, limit_s, rank_check
 from tuimon.analysis.verdicts import diagnose
-from tuimon.model import RankRow, StepInProgress, TrainingSnapshot
+from tuimon.model import ProcessSample, RankRow, StepInProgress, TrainingSnapshot
 
 
 def snap(**kw):
@@ -35,14 +35,38 @@ def test_a_loop_is_stalled_past_its_bar(since, longest, stalled):
     assert s.stalled is stalled and s.quiet_s == since and not s.first_step
 
 
-def test_before_its_first_step_only_a_wait_is_a_stall():
-    """Loading a dataset or compiling for minutes is work; waiting that long for data, the GPU or a
-    collective before any step is a hang."""
+def test_before_its_first_step_a_wait_or_an_idle_loop_thread_is_a_stall():
+    """Loading a dataset or compiling for minutes is work (the loop's thread busy); waiting that long
+    for data, the GPU or a collective before any step is a hang, and so is a loop thread idle that
+    long in any phase (issue 43 item 17: a lock, input(), a sleep read 'not enough data yet' for good)."""
+    busy = ProcessSample(pid=1, loop_cpu=98.0)
+    crowded = ProcessSample(pid=1, loop_cpu=6.0, loop_cpu_wait=60.0)  # (computing on a busy machine)
+    idle = ProcessSample(pid=1, loop_cpu=0.0, loop_cpu_wait=0.0)
     for phase, stalled in (("data", True), ("comm", True), ("sync", True), ("other", False), ("forward", False)):
-        s = check(snap(steps=0, since_step_s=None, now=now(phase=phase, phase_s=25.0, step_s=None)))
-        assert s.stalled is stalled and s.first_step, phase
-    assert check(snap(steps=0, now=None)) is None
+        for process in (None, busy, crowded):
+            s = check(snap(steps=0, since_step_s=None, uptime_s=30.0, now=now(phase=phase, phase_s=25.0, step_s=None)),
+                      process)
+            assert s.stalled is stalled and s.first_step and not s.idle, (phase, process)
+    for phase in ("other", "forward"):
+        s = check(snap(steps=0, uptime_s=30.0, now=now(phase=phase, phase_s=25.0, step_s=None)), idle)
+        assert s.stalled and s.idle and s.quiet_s == 25.0, phase
+    short = check(snap(steps=0, uptime_s=19.0, now=now(phase="other", phase_s=19.0, step_s=None)), idle)
+    assert not short.stalled and short.limit_s == T.STALL_FLOOR.value  # (the same floor as the stall bar)
+    young = check(snap(steps=0, uptime_s=15.0, now=now(phase="other", phase_s=400.0, step_s=None)), idle)
+    assert young.quiet_s == 15.0 and not young.stalled  # (never longer than the probe has run)
+    assert check(snap(steps=0, now=None), idle) is None
     assert check(snap(state="exited", since_step_s=100.0)) is None
+
+
+def test_a_loop_blocked_before_its_first_step_names_the_line_it_waits_on():
+    stall = check(snap(steps=0, uptime_s=40.0, now=now(phase="other", phase_s=38.0, step_s=None,
+                                                      where="train.py:12 in setup")),
+                  ProcessSample(pid=1, loop_cpu=0.0))
+    v = diagnose(Evidence(steps=0, stall=stall, now=now(phase="other", phase_s=38.0, step_s=None,
+                                                        where="train.py:12 in setup"), loop_cpu=0.0))
+    assert v.code == "stalled" and v.headline == "stalled: blocked before its first step at train.py:12 in setup"
+    assert v.evidence.startswith("no step yet, blocked for 38 s (bar 20 s) at train.py:12 in setup")
+    assert "a lock, input(), a sleep" in v.next_step
 
 
 def test_ranks_that_hold_the_others_are_the_ones_outside_the_collective():

@@ -148,6 +148,29 @@ def test_a_rank_sleeping_before_its_all_reduce_is_named_and_the_other_waits_in_i
     assert ranks[1]["now"]["phase"] == "other" and "present.py" in ranks[1]["now"]["where"]
 
 
+def test_a_loop_blocked_before_its_first_step_is_stalled_at_its_line_and_one_computing_is_not(tmp_path):
+    """Issue 43 item 17: a loop blocked on a lock before its first step read 'not enough data yet' for
+    good. Past the stall bar's floor with its thread idle it is stalled, at the line it waits on; a
+    loop computing as long before its first step (a dataset made in Python) is not."""
+    lock, busy = Job(tmp_path / "lock", "lock-first"), Job(tmp_path / "busy", "busy-first", "--every", 600)
+    try:
+        wait_for(lambda: (t := lock.truth()) and t["stuck"], timeout=60, what="the lock")
+        busy_from = wait_for(lambda: (t := busy.truth()) and t.get("busy_from"), timeout=60, what="the work")
+        doc = wait_for(lambda: (d := lock.once(window=1))["verdict"]["code"] == "stalled" and d, timeout=120,
+                       what="STALLED before the first step")
+        v = doc["verdict"]
+        print(f"STALLED: {v['headline']} · {v['evidence']}")
+        assert doc["steps"] == 0 and v["headline"].startswith("stalled: blocked before its first step at ")
+        assert "present.py:" in v["headline"] and v["headline"].endswith(" in before_first_step"), v["headline"]
+        assert "no step yet, blocked for" in v["evidence"] and "a lock, input(), a sleep" in v["next_step"]
+        wait_for(lambda: time.monotonic() - busy_from > T.STALL_FLOOR.value + 2, timeout=60, what="the floor")
+        doc = busy.once(window=1)
+        assert doc["steps"] == 0 and doc["verdict"]["code"] == "waiting", doc["verdict"]  # (work, not a stall)
+    finally:
+        lock.stop()
+        busy.stop()
+
+
 def test_the_step_in_progress_of_a_loop_of_3_s_steps(shm_dir):
     """Read (in this process, to compare at one moment) beside the loop's own truth: the same step
     number and phase, its time in the phase within 0.5 s of the loop's own (the probe says it every

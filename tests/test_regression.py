@@ -27,6 +27,7 @@ from tuimon.monitor.baseline import BaselineBuilder, BaselineError, describe, du
 from tuimon.sources.recording import Recording
 
 H100 = str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl")
+STUCK = str(ROOT / "tests" / "fixtures" / "h100_sync_stuck.jsonl")
 GIB = 2**30
 
 
@@ -305,6 +306,35 @@ def test_the_h100_job_against_its_own_first_half_is_the_same_job():
         state.apply(c)
         seen.append(state.view().baseline.state)
     assert seen[:6] == ["collecting"] * 6 and set(seen[7:]) == {"same"}, seen
+
+
+def test_a_job_that_makes_no_progress_fails_against_any_baseline():
+    """Issue 43 item 11: a hung job had no finished step in the window, so its comparison kept
+    'collecting' (exit 0): a stalled job, or one that ended other than cleanly, is a regression
+    with the stall (or the end) named; a clean end and a job still stepping are not."""
+    from dataclasses import replace
+
+    from tuimon.analysis.ending import job_end
+    from tuimon.analysis.regression import no_progress
+    from tuimon.monitor.state import MonitorState
+
+    state = MonitorState(baseline=("good.json", h100_baseline()))
+    for c in Recording(STUCK).cycles():
+        state.apply(c)
+    view = state.view()
+    assert view.verdict.code == "stalled" and view.baseline.state == "collecting"
+    assert view.baseline.regressed and view.baseline.halted.startswith("stalled: waiting for the GPU: no step for 3")
+    state = MonitorState(baseline=("good.json", h100_baseline()))
+    for c in Recording(H100).cycles():  # (a job stepping along: nothing halted)
+        state.apply(c)
+    view = state.view()
+    assert view.baseline.halted is None and not view.baseline.regressed
+    died = job_end(exit_code=1, probe_end="exception", probe_text="RuntimeError: boom", log=None, log_tail=[])
+    exited = replace(view.verdict, code="exited", headline="exited (code 1): RuntimeError")
+    halted = no_progress(view.baseline, exited, died).halted
+    assert halted == "exited (code 1): RuntimeError: exited with code 1: RuntimeError: boom"
+    clean = job_end(exit_code=0, probe_end="clean", probe_text="", log=None, log_tail=[])
+    assert no_progress(view.baseline, replace(exited, headline="exited: finished"), clean).halted is None
 
 
 def test_too_few_steps_make_no_baseline():

@@ -15,11 +15,12 @@ DDP_FIXTURE = str(ROOT / "tests" / "fixtures" / "h200x2_ddp_straggler.jsonl")  #
 @pytest.mark.parametrize("cls", [LiveSession, ReplaySession])
 def test_both_sessions_keep_the_protocol(cls):
     members = {n for n in dir(Session) if not n.startswith("_")} | set(Session.__annotations__)
-    assert members == {"ranks_switchable", "start", "stop", "request_capture", "next_rank", "progress"}
-    for name in members - {"ranks_switchable"}:
+    assert members == {"ranks_switchable", "live", "start", "stop", "request_capture", "next_rank", "request_stacks",
+                       "progress"}
+    for name in members - {"ranks_switchable", "live"}:
         want = list(inspect.signature(getattr(Session, name)).parameters)
         assert list(inspect.signature(getattr(cls, name)).parameters) == want, name
-    assert isinstance(cls.ranks_switchable, bool)
+    assert isinstance(cls.ranks_switchable, bool) and cls.live is (cls is LiveSession)
 
 
 async def until(pilot, cond, turns=200):

@@ -4,6 +4,7 @@ roles, a replay's position and bad lines, a job that ended, NO_COLOR, narrow ter
 import getpass
 import os
 import re
+import threading
 
 import pytest
 from rich.text import Text
@@ -140,6 +141,94 @@ async def test_a_replay_says_where_it_is_and_counts_bad_lines(tmp_path):
         assert await until(pilot, lambda: "end, 9 cycles" in app.label)
         assert "2 bad lines skipped" in app.label
         assert await until(pilot, lambda: "end, 9 cycles" in text(app, "#header"))
+
+
+@pytest.mark.asyncio
+async def test_at_120_columns_a_replay_keeps_its_tag_and_t_promises_no_probe(tmp_path):
+    """Issue 43 item 24: at 120 columns the header left out its [replay · ...] tag (after a bad line
+    was skipped the tag grew and went first): what is shown could pass for a live job. And t said
+    "tuimon asks for them when the loop stalls (t: now); the probe answers within a second" of a
+    recording, with no probe behind it."""
+    lines = open(V2).read().splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines[:6] + ["{not json"] + lines[6:]) + "\n")
+    session = ReplaySession(str(bad), speed=1000)
+    app = make_app(session, "replay")
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert await until(pilot, lambda: "1 bad line skipped" in app.label and "end, " in app.label)
+        await pilot.pause(0.1)
+        head = text(app, "#header")
+        assert "  [replay · " in head and head.rstrip().endswith("]") and len(head) <= 118, head
+        assert "ms/step" in head  # (the step time is kept too)
+        await pilot.press("t")
+        assert await until(pilot, lambda: app.screen.__class__.__name__ == "StacksScreen")
+        await pilot.pause(0.1)
+        shown = text(app, "#stacks")
+        assert "probe answers" not in shown and shown.startswith("no stacks in the recording up to here"), shown
+        assert app.screen.check_action("again", ()) is False and not app.live
+
+
+class CaptureStub:
+    """A live session in outline: the H100 recording's cycles, then, once `c` asks, its window armed."""
+
+    ranks_switchable, live = False, True
+
+    def __init__(self):
+        from tuimon.sources.recording import Recording
+
+        self.cycles, self.on_cycle, self.asked = list(Recording(V2).cycles()), None, 0
+
+    def start(self, on_cycle, on_end=None):
+        self.on_cycle = on_cycle
+        threading.Thread(target=lambda: [on_cycle(c) for c in self.cycles], daemon=True).start()
+
+    def stop(self):
+        pass
+
+    def request_capture(self, steps, seconds, memory=False):
+        from dataclasses import replace
+
+        from tuimon.model import CaptureStatus
+
+        self.asked += 1
+        last = self.cycles[-1]
+        armed = replace(last, t=last.t + 1, capture=CaptureStatus(seq=1, state="armed", kind="torch.profiler",
+                                                                  message="opens at the next step, for 10 steps"))
+        threading.Thread(target=self.on_cycle, args=(armed,), daemon=True).start()  # (from the session's thread)
+        return "capture 1 asked"
+
+    def next_rank(self):
+        raise AssertionError("not asked")
+
+    def request_stacks(self):
+        pass
+
+    def progress(self):
+        return None
+
+
+def in_view(app, wid):
+    """Whether the widget's first line is inside the scrolling body's window on the screen."""
+    body, panel = app.screen.query_one("#body"), app.screen.query_one(wid)
+    return body.region.y <= panel.region.y < body.region.bottom
+
+
+@pytest.mark.asyncio
+async def test_at_80x24_c_brings_the_capture_line_into_view():
+    """Issue 43 item 19: at 80x24 the capture line is below the fold, so `c` seemed to do nothing."""
+    session = CaptureStub()
+    app = make_app(session, "test")
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert await until(pilot, lambda: app.state.cycles == len(session.cycles))  # (the recording played)
+        assert await until(pilot, lambda: "c: capture 10 steps" in text(app, "#capture"))
+        assert not in_view(app, "#capture")  # (below the fold, as the issue found it)
+        await pilot.press("c")
+        assert await until(pilot, lambda: "capture 1 armed" in text(app, "#capture"))
+        await pilot.pause(0.1)
+        assert session.asked == 1 and in_view(app, "#capture"), (app.screen.query_one("#body").region,
+                                                                 app.screen.query_one("#capture").region)
+        assert "Where the step goes" not in text(app, "#verdict")  # (header and verdict stay where they were)
+        assert "PID" in text(app, "#header")
 
 
 def test_a_recording_without_gpus_says_so_instead_of_waiting():

@@ -5,7 +5,8 @@ many steps it made. No tuimon import: run them under `tuimon run`.
 
 The truth (JSON, rewritten at every phase change and step): `steps` (completed), `phase` (the
 loop's own: data, forward, backward, optimizer, other), `phase_t0` and `step_t0` (time.monotonic(),
-the clock tuimon's probe uses too), `pid`, and `stuck` once the planted hang began.
+the clock tuimon's probe uses too), `pid`, `stuck` once the planted hang began, and `busy_from` once
+busy-first began its work.
 
 KIND:
   data-stuck   DataLoader with 2 workers, 20 ms batches; after --steps batches every read blocks for good
@@ -16,6 +17,8 @@ KIND:
   raise        raises RuntimeError after --steps steps
   checkpoint   30 ms steps; every --every s a 10 s checkpoint write (a real torch.save, then waiting on it)
   ddp-hang     (torchrun, gloo) DDP; after --steps steps rank 1 sleeps for good before an all_reduce
+  lock-first   blocked for good on a lock before its first step (its model and optimizer made)
+  busy-first   computes on the loop's thread for --every s before its first step (a dataset made), then steps
 GPU only:
   sync-stuck   after --steps steps a kernel that spins for hours, then .item() waits for it
   oom          allocations that grow each step until CUDA runs out of memory after ~--steps steps; or
@@ -28,6 +31,7 @@ import argparse
 import json
 import os
 import tempfile
+import threading
 import time
 
 import torch
@@ -237,6 +241,8 @@ def main():
         checkpoint(truth, a.every)
     elif a.kind == "ddp-hang":
         ddp_hang(truth, a.steps, a.device)
+    elif a.kind in ("lock-first", "busy-first"):
+        before_first_step(truth, a.kind, a.every)
     elif a.kind == "sync-stuck":
         sync_stuck(truth, a.steps)
     elif a.kind == "oom":
@@ -282,6 +288,21 @@ def oom(truth, steps, fraction=None, mib=None, step_ms=0.0):
         if step_ms:
             time.sleep(step_ms / 1e3)
         truth.step()
+
+
+def before_first_step(truth, kind, seconds):
+    model = nn.Linear(32, 1)  # (train_with_optimizer makes its optimizer)
+    if kind == "lock-first":
+        truth.stuck("a lock, before the first step")
+        lock = threading.Lock()
+        lock.acquire()
+        lock.acquire()  # (never released)
+    truth.state["busy_from"] = time.monotonic()  # (work, not a hang)
+    truth.write()
+    end, n = time.monotonic() + seconds, 0
+    while time.monotonic() < end:  # (a dataset made in Python: the loop's thread busy)
+        n += sum(i * i for i in range(1000))
+    train_with_optimizer(truth, loader(20, workers=0), model)
 
 
 if __name__ == "__main__":

@@ -19,12 +19,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from ..model import Baseline, Comparison, PeakMemory, PhaseDelta, TrainingSnapshot
+from ..model import Baseline, Comparison, JobEnd, PeakMemory, PhaseDelta, TrainingSnapshot
 from ..model.vocab import ComparisonState
 from . import thresholds as T
 from .batches import StepBatches, batched
 from .summary import percentile
+
+if TYPE_CHECKING:
+    from .verdicts import Verdict
 
 
 class Reference:
@@ -182,6 +187,20 @@ def compare(baseline: Baseline, file: str, t: TrainingSnapshot | None, batches: 
         data_wait_share=t.data_wait_share if t is not None else None,
         baseline_data_wait_share=baseline.data_wait_share, gpu_step_ms=gpu_ms,
         baseline_gpu_step_ms=baseline.gpu_step_ms, peak_memory=memory, notes=notes)
+
+
+def no_progress(c: Comparison, verdict: Verdict, end: JobEnd | None) -> Comparison:
+    """A job that makes no progress fails against any baseline, whatever its finished steps say:
+    one the verdict calls stalled (no step far past its own bar, a stopped process, ranks stalled:
+    verdicts/stalled.py), or one that ended other than cleanly (an exception, an exit code, a
+    signal, an end tuimon cannot tell from a crash). Its step time is unbounded; the window of
+    finished steps would otherwise keep 'collecting' (a hang from the start) or say the last
+    steps' verdict ('same') for as long as it hangs."""
+    if verdict.code == "stalled":
+        return replace(c, halted=f"{verdict.headline}: {verdict.evidence}")
+    if end is not None and end.how != "clean":
+        return replace(c, halted=f"{verdict.headline}: {end.headline}" if verdict.code == "exited" else end.headline)
+    return c
 
 
 def _round(v: float | None, digits: int) -> float | None:

@@ -1,12 +1,15 @@
 """Is the loop still making progress? A loop is stalled when the time since its last step is far
 beyond its own history of steps: more than STALL_FACTOR times its longest step so far (its
 warm-up left out), and never under STALL_FLOOR. Before its first step, a loop is stalled when it
-has waited that long in one phase that waits on something else: data, a device-to-host sync, a
-collective. Pure: snapshots in, a Stall out. (thresholds.py says where each number comes from.)"""
+has been that long in one open phase (at most the probe's age) and either that phase waits on
+something else (data, a device-to-host sync, a collective) or the loop's thread is idle there
+(under STALL_IDLE_CPU of a core, waiting for a core counted as use): blocked on a lock, input(),
+a sleep, a read. Loading a dataset or compiling before the first step keeps the thread busy: work,
+not a stall. Pure: snapshots in, a Stall out. (thresholds.py says where each number comes from.)"""
 
 from __future__ import annotations
 
-from ..model import RankRow, TrainingSnapshot
+from ..model import ProcessSample, RankRow, TrainingSnapshot
 from ..model.record import record
 from . import thresholds as T
 
@@ -22,6 +25,7 @@ class Stall:
     first_step: bool = False  # no step yet: quiet_s is the open phase's time
     phase: str | None = None  # the open phase, where known
     phase_s: float | None = None
+    idle: bool = False  # before the first step: the loop's thread was idle in its open phase
 
 
 def limit_s(longest_step_ms: float | None) -> float:
@@ -30,8 +34,10 @@ def limit_s(longest_step_ms: float | None) -> float:
     return max(T.STALL_FACTOR.value * longest, T.STALL_FLOOR.value)
 
 
-def check(t: TrainingSnapshot | None) -> Stall | None:
-    """The loop's progress, for a live process (None: exited, or nothing known yet)."""
+def check(t: TrainingSnapshot | None, process: ProcessSample | None = None) -> Stall | None:
+    """The loop's progress, for a live process (None: exited, or nothing known yet). process: the
+    job's processes, whose loop thread's CPU tells a blocked loop from a busy one before its first
+    step (unknown: only a wait counts there)."""
     if t is None or t.state != "alive":
         return None
     now = t.now
@@ -42,8 +48,18 @@ def check(t: TrainingSnapshot | None) -> Stall | None:
                      phase_s=phase_s)
     if now is None:
         return None
-    return Stall(stalled=now.phase in WAITS and now.phase_s > bar, quiet_s=now.phase_s, limit_s=bar,
-                 first_step=True, phase=phase, phase_s=phase_s)
+    quiet = min(now.phase_s, t.uptime_s) if t.uptime_s > 0 else now.phase_s  # (no older than the probe)
+    idle = loop_idle(process)
+    return Stall(stalled=quiet > bar and (now.phase in WAITS or idle), quiet_s=quiet, limit_s=bar,
+                 first_step=True, phase=phase, phase_s=phase_s, idle=idle and now.phase not in WAITS)
+
+
+def loop_idle(process: ProcessSample | None) -> bool:
+    """The loop's thread used under STALL_IDLE_CPU of a core, time waiting for a core counted as
+    use (a busy machine's computing thread is not idle); False when it was not read."""
+    if process is None or not process.alive or process.loop_cpu is None:
+        return False
+    return process.loop_cpu + (process.loop_cpu_wait or 0.0) < T.STALL_IDLE_CPU.value
 
 
 def rank_check(r: RankRow) -> bool:

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 ONCE_MIN_WINDOW_S = 0.5  # CPU % and GPM activity are rates: they need two samples this far apart
 OUTSIDE_POLL_S = 0.2  # `--once` on a process without the probe: how often to look whether its lines came
-REGRESSED = 3  # `attach --once --baseline`'s exit status when the job is measurably slower (2: bad input)
+REGRESSED = 3  # `attach --once --baseline`'s exit status when the job is measurably slower, or stalled or
+# ended other than cleanly (2: bad input)
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
@@ -62,10 +63,13 @@ def cmd_attach(args: argparse.Namespace) -> int:
                 print(f"tuimon: no channel: {safe_text(view.channel.reason, 500)}", file=sys.stderr)
             for source, why in view.problems.items():
                 print(f"tuimon: {source}: {safe_text(why, 500)}", file=sys.stderr)
-        if view.baseline is not None and view.baseline.state == "collecting":
-            print(f"tuimon: baseline {view.baseline.progress}: no decision on the step time yet (a longer "
+        c = view.baseline
+        if c is not None and c.halted is not None:
+            print(f"tuimon: baseline: the job makes no progress: {safe_text(c.halted, 500)}", file=sys.stderr)
+        elif c is not None and c.state == "collecting":
+            print(f"tuimon: baseline {c.progress}: no decision on the step time yet (a longer "
                   "--window)", file=sys.stderr)
-        return REGRESSED if view.baseline is not None and view.baseline.regressed else 0
+        return REGRESSED if c is not None and c.regressed else 0
     no_tui = None if args.plain else no_screen()
     if no_tui:
         print(f"tuimon: {no_tui}: one line per interval instead (--plain); --once --json for one snapshot",

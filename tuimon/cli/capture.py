@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ..analysis import stall
 from ..capture import nsys_session
 from ..capture.client import MEMORY_STEPS, CaptureClient, CaptureRefused, window_steps
 from ..capture.cost import StepLog, describe, expected_pause, window_cost
@@ -59,6 +60,10 @@ def cmd_capture(args: argparse.Namespace) -> int:
         steps, seconds = args.steps, args.seconds
         if steps is None and seconds is None:  # as `c` does: steps if the loop has them, else 10 s
             steps, seconds = ((MEMORY_STEPS if memory else 10), None) if steps_seen else (None, 10.0)
+        if steps is not None and (why := no_steps_coming(reader, log)):
+            print(f"tuimon: PID {info.pid} {why}: a window of {count(steps, 'step')} opens at its next step and "
+                  "would wait for it; --seconds 10 takes a time window", file=sys.stderr)
+            return 2
         before = client.status()  # the job's last window, whose cost tells what the next one will cost
         seq = client.request(steps=steps, seconds=seconds, kind=KIND_MEMORY if memory else 0)
         what = f"{seconds:g} s" if seconds is not None else count(steps, "step")
@@ -90,8 +95,10 @@ def cmd_capture(args: argparse.Namespace) -> int:
             return 1
         cost = _cost(st, log, drain, reader)
         st = replace(st, cost=cost)
+        covered = window_steps(st.state, st.first_step, st.last_step)
         print("  cost: " + (describe(cost) if cost is not None else "not known (the job's steps just past the "
-                            "window did not come in time)"), file=out, flush=True)
+                            "window did not come in time)" if covered else "not known (the window covered no step: "
+                            "a window's cost is read from the job's step times)"), file=out, flush=True)
         if kind == "nsys" and not session and not _wait_for_report(st.path, min(args.timeout, 15)):
             print(safe_text(st.path, 1000), file=out)
             print("nsys writes the report when the job exits; then: nsys stats --report nvtx_sum <report>", file=out)
@@ -129,9 +136,33 @@ def cmd_capture(args: argparse.Namespace) -> int:
             reader.close()
 
 
+def no_steps_coming(reader: SegmentReader, log: StepLog) -> str | None:
+    """Why a window of steps would wait for good, in words: the probe has seen nothing that marks
+    a step (no step source: no optimizer.step(), tuimon.step(), backward(), model call or DataLoader
+    batch), or the loop has made no step for longer than the stall bar (analysis/stall.py: 5x its
+    longest step, at least 20 s); None while steps come, or the first one is under way."""
+    now = reader.now()
+    if reader.steps == 0 and (now is None or now.source == "none"):
+        return ("has counted no steps (its probe saw no optimizer.step(), tuimon.step(), backward(), model call "
+                "or DataLoader batch)")
+    last_ns = reader.heartbeat_ns if reader.steps else (now.step_t0_ns if now is not None else 0)
+    if not last_ns:
+        return None
+    longest_ms = max([(now.longest_ns if now is not None else 0) / 1e6] +
+                     [(t1 - t0) / 1e6 for _, t0, t1 in log.steps])
+    quiet_s, bar = (time.monotonic_ns() - last_ns) / 1e9, stall.limit_s(longest_ms)
+    if quiet_s <= bar:
+        return None
+    return (f"has made no step for {quiet_s:,.0f} s (the stall bar: {bar:,.0f} s)" if reader.steps else
+            f"has been in its first step for {quiet_s:,.0f} s (the stall bar: {bar:,.0f} s)")
+
+
 def _cost(st: CaptureStatus, log: StepLog, drain: Callable[[], None], reader: SegmentReader) -> WindowCost | None:
     """What the done window cost the job, from its step times (waits for the steps just past its
-    end, COST_WAIT_S at most, or less when the job stops)."""
+    end, COST_WAIT_S at most, or less when the job stops). A window that covered no step (a time
+    window over a loop without steps) has no cost to find: none is waited for."""
+    if not 1 <= st.first_step <= st.last_step:
+        return None
     end = time.monotonic() + COST_WAIT_S
     while True:
         drain()

@@ -4,16 +4,23 @@ labels for what varies (gpu, phase, quantile). Pure: a View in, families out; wh
 read is left out (Prometheus has no 'n/a': an absent series is the honest answer), and
 `tuimon_source_up` says which source is missing and why.
 
-Once the job's process has exited, its gauges (rates, shares, the verdict) are no longer served
-(Prometheus marks them stale, so graphs end where the job ended); `tuimon_process_up 0` and the
-counters' final values stay. The same for a rank that exited: only `tuimon_rank_up 0`."""
+Once the job's process has exited, its gauges (rates, shares) are no longer served (Prometheus
+marks them stale, so graphs end where the job ended); `tuimon_process_up 0`, the counters' final
+values, the verdict (`exited` 1), how it ended (`tuimon_job_end_info`, `tuimon_job_exit_code`) and,
+with a baseline, `tuimon_regression` (1 unless it ended cleanly) stay. A rank that exited: only
+`tuimon_rank_up 0`.
+
+`tuimon_steps_per_second` is the rate over the window of the last steps while steps come; once no
+step has completed for longer than that window's span or the stall bar, whichever is shorter, it is
+0: no window of that length ending now holds a step (a hang read 43 steps/s, its last window's)."""
 
 from __future__ import annotations
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..analysis import thresholds as T
-from ..model import NA
+from ..analysis.stall import limit_s
+from ..model import NA, TrainingSnapshot
 from ..model.vocab import VERDICT_CODES
 from ..monitor.state import View
 
@@ -118,14 +125,18 @@ def _job(f: _Families, view: View) -> None:
             f.add("tuimon_process_resident_memory_bytes", "RSS of the job's processes, summed (shared pages counted "
                   "per process)", labels, p.rss)
     if t is None:
+        if p is not None and ended:
+            _ended(f, view, {"pid": str(p.pid), "rank": ""})
         return
     labels = {"pid": str(t.pid), "rank": "" if t.rank is None else str(t.rank)}
     f.add("tuimon_steps_total", "Steps the job has finished", labels, t.steps, counter=True)
     f.add("tuimon_records_dropped_total", "Channel records overwritten before the monitor read them", labels,
           t.dropped, counter=True)
     if ended:
+        _ended(f, view, labels)
         return _ranks_up(f, view)
-    f.add("tuimon_steps_per_second", "Steps per second over the window", labels, t.steps_per_s)
+    f.add("tuimon_steps_per_second", "Steps per second over the window of the last steps; 0 once no step has "
+          "completed for longer than that window's span or the stall bar", labels, steps_per_second(t))
     if t.state == "alive":
         f.add("tuimon_seconds_since_last_step", "Time since the loop's last step ended (a stall grows it)", labels,
               t.since_step_s)
@@ -170,10 +181,43 @@ def _job(f: _Families, view: View) -> None:
         f.add("tuimon_torch_memory_capacity_bytes", "What the caching allocator may use: the job's per-process cap, "
               "else the device's memory", labels, t.memory.capacity)
     _ranks(f, view, labels)
+    _verdict(f, view, labels)
+    _baseline(f, view, labels)
+
+
+def steps_per_second(t: TrainingSnapshot) -> float | None:
+    """The rate over the window of the last steps, or 0 once the loop has gone without a step for
+    longer than that window's span (its steps over their rate) or the stall bar, whichever is
+    shorter: a rate that held through a hang said the job ran at its last window's speed."""
+    rate = t.steps_per_s
+    if not rate or t.since_step_s is None or t.state != "alive":
+        return rate
+    span_s = t.window_steps / rate if t.window_steps else 0.0
+    quiet_after = min(span_s, limit_s(t.longest_step_ms)) if span_s > 0 else limit_s(t.longest_step_ms)
+    return 0.0 if t.since_step_s > quiet_after else rate
+
+
+def _verdict(f: _Families, view: View, labels: dict[str, str]) -> None:
     code = view.verdict.code
     for c in VERDICT_CODES:  # a state set: exactly one is 1
         f.add("tuimon_verdict", "The diagnosis: 1 for the current verdict", {**labels, "verdict": c}, int(c == code))
-    _baseline(f, view, labels)
+
+
+def _ended(f: _Families, view: View, labels: dict[str, str]) -> None:
+    """A job that exited: its verdict (exited), how it ended and, against a baseline, whether that
+    fails it (anything but a clean end does)."""
+    _verdict(f, view, labels)
+    end = view.job_end
+    if end is not None:
+        f.add("tuimon_job_end_info", "1 once the job ended: how (exception, exit code, signal, clean, unknown) and "
+              "why, in words (its exit code or signal, the exception's last line)",
+              {**labels, "how": end.how, "cause": end.headline[:200]}, 1)
+        code = end.exit_code
+        f.add("tuimon_job_exit_code", "The job's exit code where tuimon started it (128+N: killed by signal N, as a "
+              "shell says it)", labels, None if code is None else code if code >= 0 else 128 - code)
+    c = view.baseline
+    if c is not None and c.regressed:
+        f.add("tuimon_regression", REGRESSION_DOC, labels, 1)
 
 
 def _ranks(f: _Families, view: View, labels: dict[str, str]) -> None:
@@ -207,6 +251,11 @@ def _ranks_up(f: _Families, view: View) -> None:
               {"pid": str(r.pid), "rank": "" if r.rank is None else str(r.rank)}, int(r.state == "alive"))
 
 
+REGRESSION_DOC = (f"1 while the job is measurably slower than its baseline (mean step time {T.REGRESSION_FACTOR.show()} "
+                  f"and a Welch t-test on batch means at {T.REGRESSION_P.show()}), its peak memory grew "
+                  f"{T.PEAK_MEMORY_FACTOR.show()}, or it makes no progress (stalled, or ended other than cleanly)")
+
+
 def _baseline(f: _Families, view: View, labels: dict[str, str]) -> None:
     """Only with --baseline. While the step time is collecting (no decision yet), no step time
     ratio; tuimon_regression is there once anything is decided (a peak memory that grew is)."""
@@ -219,9 +268,7 @@ def _baseline(f: _Families, view: View, labels: dict[str, str]) -> None:
               f"regression from {T.PEAK_MEMORY_FACTOR.show()})", labels, c.peak_memory.ratio)
     if c.state == "collecting" and not c.regressed:
         return
-    f.add("tuimon_regression", f"1 while the job is measurably slower than its baseline (mean step time "
-          f"{T.REGRESSION_FACTOR.show()} and a Welch t-test on batch means at {T.REGRESSION_P.show()}) or its peak "
-          f"memory grew {T.PEAK_MEMORY_FACTOR.show()}", labels, int(c.regressed))
+    f.add("tuimon_regression", REGRESSION_DOC, labels, int(c.regressed))
     if c.state == "collecting":
         return
     f.add("tuimon_baseline_step_time_ratio", "Mean step time of the recent steps over the baseline's (1.3: 30% "

@@ -91,8 +91,12 @@ class Comparison:
     peak_memory: PeakMemory | None = None  # None: no allocator numbers on one side (a CPU job)
     notes: list[str] = field(default_factory=list)  # why the comparison may not be like for like
     since_s: float | None = None  # a regression: how long it has held
+    halted: str | None = None  # the job makes no progress (stalled, or ended other than cleanly), in words
 
     @property
     def regressed(self) -> bool:
-        """Slower (step time), or a peak memory that grew: what exits 3 and raises the alert."""
-        return self.state == "regression" or (self.peak_memory is not None and self.peak_memory.grew)
+        """Slower (step time), a peak memory that grew, or no progress at all (a job that hangs or
+        died has no step time to compare, and is no run as good as its baseline): what exits 3 and
+        raises the alert."""
+        return (self.state == "regression" or (self.peak_memory is not None and self.peak_memory.grew)
+                or self.halted is not None)

@@ -92,7 +92,7 @@ def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_
         comm=CommEvidence(share=job_comm_share if ranks else (t.comm.share if t.comm else None),
                           mb=t.comm.mb_per_step if t.comm else None, gpu=bool(t.comm and t.comm.gpu_ms is not None)),
         ranks=_ranks(ranks, straggler, rows or []),
-        present=PresentEvidence(job_end=job_end, stall=stall.check(t), step=t.now),
+        present=PresentEvidence(job_end=job_end, stall=stall.check(t, process), step=t.now),
     )
 
 

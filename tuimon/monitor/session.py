@@ -60,6 +60,7 @@ class Session(Protocol):
     MonitorState, never from the session."""
 
     ranks_switchable: bool  # `n` can show another rank in detail (live: a recording holds one rank's)
+    live: bool  # a running process behind it, whose probe can be asked (a replay has none)
 
     def start(self, on_cycle: Callable[[Cycle], None], on_end: Callable[[], None] | None = None) -> None:
         """Hand each cycle to on_cycle from a thread of its own; on_end when there are no more."""
@@ -72,6 +73,9 @@ class Session(Protocol):
     def next_rank(self) -> str:
         """Show the next rank in detail; what to tell the user; raises CaptureRefused."""
 
+    def request_stacks(self) -> None:
+        """Ask the probe for every thread's stack (shown from the next cycle); raises CaptureRefused."""
+
     def progress(self) -> str | None:
         """Where a replay is ('12/36'); None for a live session."""
 
@@ -82,6 +86,7 @@ class LiveSession:
     fails is reported in the cycle's problems, with the reason, and tried again next cycle."""
 
     ranks_switchable = True
+    live = True
 
     def __init__(self, pid: int | None, interval: float = 1.0, popen: subprocess.Popen | None = None,
                  devices: DeviceSampler | None = None,
@@ -153,7 +158,7 @@ class LiveSession:
             try:
                 view.poll()
                 training = view.snapshot()
-                self._ask_stacks_if_stalled(view, training)
+                self._ask_stacks_if_stalled(view, training, process)
             except ChannelError as e:  # truncated, overwritten: say so, keep what was read, reopen
                 problems["channel"] = f"{e} (showing the last numbers read; reopening)"
                 self._drop_channel()
@@ -162,7 +167,9 @@ class LiveSession:
             if training is not None:
                 capture = self._capture(view, problems)
                 if self.procs is not None and training.pid == self.pid:
-                    self.procs.follow_loop(training.loop_tid)  # its CPU is read from the next cycle on
+                    # its CPU is read from the next cycle on; before the first step, the main thread's
+                    # (the probe's loop thread until a step says otherwise: tid = pid)
+                    self.procs.follow_loop(training.loop_tid if training.loop_tid is not None else training.pid)
         outside = self._outside_lines(view, process)
         if outside is not None and outside.state == "failed":
             problems["py-spy"] = outside.why
@@ -210,10 +217,11 @@ class LiveSession:
                 self.procs.follow_loop(self.pid)  # (the main thread's CPU, from the next cycle on)
         return self._outside.latest()
 
-    def _ask_stacks_if_stalled(self, view: TrainingView, training: TrainingSnapshot) -> None:
+    def _ask_stacks_if_stalled(self, view: TrainingView, training: TrainingSnapshot,
+                               process: ProcessSample | None) -> None:
         """A stalled loop: ask its probe for every thread's stack (answered by the next cycle), again
         every STACKS_EVERY_S while it stays stalled."""
-        check = loop_stall.check(training)
+        check = loop_stall.check(training, process)
         if check is None or not check.stalled or time.monotonic() - self._stacks_at < STACKS_EVERY_S:
             return
         self._stacks_at = time.monotonic()
@@ -495,6 +503,7 @@ class ReplaySession:
     unreadable lines, when the caller counted them first."""
 
     ranks_switchable = False  # a recording holds the detail of the rank it showed
+    live = False  # (no process: the stacks shown are the ones it recorded)
 
     def __init__(self, path: str, speed: float = 1.0, total: int | None = None, skipped: int = 0):
         self.source = ReplaySource(path, speed)
@@ -534,6 +543,9 @@ class ReplaySession:
 
     def next_rank(self) -> str:
         raise CaptureRefused("a replay shows the rank it recorded")
+
+    def request_stacks(self) -> None:
+        raise CaptureRefused("a replay has no process to ask: the stacks shown are the ones it recorded")
 
 
 def run_cycles(session: LiveSession, interval: float, on_cycle: Callable[[Cycle], object],

@@ -13,7 +13,7 @@ from ..analysis import stall as loop_stall
 from ..analysis import thresholds as T
 from ..analysis.batches import StepBatches
 from ..analysis.ending import job_end
-from ..analysis.regression import Reference, compare
+from ..analysis.regression import Reference, compare, no_progress
 from ..analysis.verdicts import Verdict, diagnose
 from ..model import (
     NA,
@@ -277,17 +277,21 @@ class MonitorState:
                 for i in sorted(self.gpus)]
         straggler, comm_share = job_ranks.straggler(self.ranks), job_ranks.comm_share(self.ranks)
         ended = self._job_end()
+        verdict = self._verdict(straggler, comm_share, ended)
+        comparison = self._comparison
+        if comparison is not None:  # (a job that hangs or died fails against its baseline)
+            comparison = no_progress(comparison, verdict, ended)
         return View(training=self.training, process=self.process, gpus=gpus, step_ms=list(self._step_ms),
-                    verdict=self._verdict(straggler, comm_share, ended), target_gpus=self.target_gpus(),
+                    verdict=verdict, target_gpus=self.target_gpus(),
                     gpu_note=self.gpu_note, paused=paused, capture=self.capture,
                     captures=[self.captures[k] for k in sorted(self.captures)], problems=dict(self.problems),
                     channel=self.channel, shown_why=self.shown_why,
                     step_columns=self._series(self._done_steps, lambda c: c.step_ms.value),
                     gpu_step_columns=self._series(self._done_gpu_steps, lambda c: c.gpu_step_ms.value),
                     nvml_memory=self._nvml_memory(), host=self.host, job_log=self.job_log,
-                    job_tail=list(self.job_tail), baseline=self._comparison, ranks=list(self.ranks),
+                    job_tail=list(self.job_tail), baseline=comparison, ranks=list(self.ranks),
                     straggler=straggler, comm_share=comm_share, job_end=ended,
-                    stall=loop_stall.check(self.training), outside=self.outside,
+                    stall=loop_stall.check(self.training, self._live_process), outside=self.outside,
                     memory_history={k: list(v) for k, v in self._memory_hist.items()})
 
     def _job_end(self) -> JobEnd | None:

@@ -276,12 +276,23 @@ class TuimonApp(App):
         except CaptureRefused as e:
             self.notify(str(e), title="ranks", severity="warning", timeout=3)
 
+    @property
+    def live(self) -> bool:
+        """A running process behind the screen, whose probe can be asked (not a replay, nor a
+        recording's frames drawn without a session)."""
+        return self.session is not None and self.session.live
+
+    @property
+    def replaying(self) -> bool:
+        """A replay session: its header keeps its [replay · ...] tag at any width."""
+        return self.session is not None and not self.session.live
+
     def action_stacks(self) -> None:
-        """Every thread's stack: asked of the probe now (answered within a second), shown on their screen."""
-        ask = getattr(self.session, "request_stacks", None)
-        if ask is not None:
+        """Every thread's stack: asked of the probe now (answered within a second), shown on their
+        screen; a replay shows the ones it recorded."""
+        if self.session is not None and self.live:
             try:
-                ask()
+                self.session.request_stacks()
             except (CaptureRefused, ChannelError, OSError) as e:
                 self.notify(str(e), title="threads", severity="warning", timeout=4)
         if not isinstance(self.screen, screens.StacksScreen):
@@ -318,7 +329,7 @@ class TuimonApp(App):
             self.notify("nothing to capture here", title="capture", severity="warning")
             return
         steps = self.state.training.steps if self.state.training else 0
-        try:  # (the capture panel follows it from here: no toast over it)
+        try:  # (the capture panel follows it from here, brought into view: no toast over it)
             self.session.request_capture(self.capture_steps if steps else None, None if steps else 10.0)
             self.capture_refused = None
         except (CaptureRefused, ChannelError) as e:
@@ -326,6 +337,8 @@ class TuimonApp(App):
             self.capture_refused = Refusal(str(e), c.seq, c.state) if c is not None else None
             self.notify(str(e), title="capture refused", severity="warning", timeout=5)
         self.redraw()
+        if isinstance(self.screen, screens.MainScreen):
+            self.call_after_refresh(self.screen.reveal_capture)
 
     def action_memory(self) -> None:
         self.push_screen(screens.MemoryScreen())

@@ -94,7 +94,9 @@ def baseline_words(c: Comparison) -> str:
             step += f", the GPU's work grew {c.gpu_grown.baseline_ms:.1f} -> {c.gpu_grown.now_ms:.1f} ms"
         if c.grown is not None:
             step += f", {safe_text(c.grown.name, 24)} grew {c.grown.baseline_ms:.1f} -> {c.grown.now_ms:.1f} ms"
-    if grew and c.state != "regression":  # (a regression of its own)
+    if c.halted is not None:  # (no progress: a regression whatever the steps before it said)
+        words = f"{COMPARISON_WORDS['regression']}: no progress: {safe_text(c.halted, 200)}; step time {step}"
+    elif grew and c.state != "regression":  # (a regression of its own)
         words = f"{COMPARISON_WORDS['regression']}: {memory}; step time {step}"
     else:
         words = (f"{COMPARISON_WORDS['collecting']}: " if c.state == "collecting" else "") + step + (f", {memory}" if grew else "")

@@ -13,10 +13,14 @@ def rule(c: Context) -> Rule:
     e, s = c.e, c.e.present.stall
     what = "time in its open phase, no step yet" if s and s.first_step else "time since the last step"
     bar = f"{s.limit_s:,.1f} s: " if s is not None else ""
+    before = (f", waiting (data, sync, comm) or the loop thread idle (< {T.STALL_IDLE_CPU.show()} CPU)"
+              if s is not None and s.first_step else "")
     checks = [Check(what=what, value="n/a" if s is None else f"{s.quiet_s:,.1f} s",
-                    test=f"> {bar}{T.STALL_FACTOR.show()} the longest step so far, at least {T.STALL_FLOOR.show()}",
+                    test=f"> {bar}{T.STALL_FACTOR.show()} the longest step so far, at least {T.STALL_FLOOR.show()}"
+                         + before,
                     passed=None if s is None else s.stalled,
-                    source=f"{T.STALL_FACTOR.source}; floor: {T.STALL_FLOOR.source}")]
+                    source=f"{T.STALL_FACTOR.source}; floor: {T.STALL_FLOOR.source}"
+                           + (f"; idle: {T.STALL_IDLE_CPU.source}" if before else ""))]
     if e.ranks.count >= 2:
         checks.append(Check(what="ranks stalled", value=str(len(e.ranks.stalled)), test=">= 1",
                             passed=bool(e.ranks.stalled)))
@@ -29,7 +33,8 @@ def rule(c: Context) -> Rule:
     elif s is None:
         why = "the loop has not said what it is doing yet"
     elif s.first_step:
-        why = f"no step yet; {s.phase or 'its phase'} for {s.quiet_s:,.1f} s"
+        why = f"no step yet; {s.phase or 'its phase'} for {s.quiet_s:,.1f} s" + \
+              (", the loop thread idle" if s.idle else "")
     else:
         why = f"{s.quiet_s:,.1f} s since the last step; the bar is {s.limit_s:,.1f} s"
     return Rule(code="stalled", title="Stalled (no progress far beyond the loop's own steps)", fired=fired,
@@ -48,7 +53,9 @@ def stalled_words(e: Evidence, gpu_words: str) -> tuple[str, str, str]:
     """(headline, evidence, next step) of a stalled loop, or of stalled ranks."""
     s, now = e.present.stall, e.present.step
     phase = (s.phase if s else None) or (now.phase if now else None) or "?"
-    if s is not None and s.first_step:
+    if s is not None and s.first_step and s.idle:
+        quiet = f"no step yet, blocked for {s.quiet_s:,.0f} s (bar {s.limit_s:,.0f} s)"
+    elif s is not None and s.first_step:
         quiet = f"no step yet, {phase} for {s.quiet_s:,.0f} s"
     elif s is not None:
         quiet = f"no step for {s.quiet_s:,.0f} s (bar {s.limit_s:,.0f} s)" + \
@@ -76,14 +83,18 @@ def stalled_words(e: Evidence, gpu_words: str) -> tuple[str, str, str]:
         return ("stalled: in a collective", f"{evidence} · {gpu_words}" + _power(e),
                 "a collective waits for a rank that never reached it (a rank that died, diverged, or is on "
                 "another node): look at every rank's open phase (tuimon attach <torchrun PID>)")
-    idle = e.host.loop_cpu is not None and e.host.loop_cpu < 10
+    if s is not None and s.first_step and s.idle and s.stalled:  # (blocked before its first step: where)
+        return (f"stalled: blocked before its first step{where}", evidence,
+                f"the loop thread waits{where}{waiting} and has made no step: a lock, input(), a sleep, a read or a "
+                "queue that never returns; t shows every thread's stack")
+    idle = e.host.loop_cpu is not None and e.host.loop_cpu < T.STALL_IDLE_CPU.value
     if idle:
         step = (f"the loop thread is blocked{where} ({now.waiting_in if now and now.waiting_in else 'a call'}): "
                 "a lock, a sleep, a read that never returns; t shows every thread's stack")
     else:
         step = (f"the loop thread is busy{where} and has made no step: a long computation (a checkpoint, an "
                 "evaluation) or a loop that never ends; t shows every thread's stack")
-    return f"stalled: in {phase}", evidence, step
+    return (f"stalled: in {phase}" if phase != "?" else "stalled: no step"), evidence, step
 
 
 def _power(e: Evidence) -> str:

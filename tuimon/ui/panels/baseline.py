@@ -27,14 +27,17 @@ def baseline_panel(c: Comparison, width: int = 0) -> Text:
     room = (width - len(head) - 4) if width else 10**6
     name = os.path.basename(c.file) or c.file
     held = "" if not c.since_s else f" for {c.since_s:.0f} s" if c.since_s < 120 else f" for {duration(c.since_s)}"
-    memory = ""
+    alert = ""
     if memory_grew:
-        memory = f"{peak_memory_words(c)} from {name}{held} (bar: {T.PEAK_MEMORY_FACTOR.show()}); step time: "
+        alert = f"{peak_memory_words(c)} from {name}{held} (bar: {T.PEAK_MEMORY_FACTOR.show()}); step time: "
+        held = ""
+    if c.halted is not None:  # (no progress: said first, the step time's state after it)
+        alert = f"no progress, against {name}: {safe_text(c.halted, 200)}; step time: "
         held = ""
     if c.state == "collecting":
-        lead = memory or f"{name}: "
+        lead = alert or f"{name}: "
         line = fit(lead + c.progress + _warmup_words(c), room)
-        out.append(line[:len(lead)], "bold" if memory else "dim")
+        out.append(line[:len(lead)], "bold" if alert else "dim")
         out.append(line[len(lead):], "dim")
         # (a second line, as every state has: the panel keeps its height when the comparison starts)
         base = (f"mean step {step_time(c.baseline_mean_ms)} over {c.baseline_steps:,} steps"
@@ -46,11 +49,11 @@ def baseline_panel(c: Comparison, width: int = 0) -> Text:
     assert c.ratio is not None and c.mean_ms is not None and c.baseline_mean_ms is not None  # (decided: set)
     change = c.ratio - 1
     if c.state == "regression":
-        lead = memory + f"{change:.0%} slower than {name}{held}: "
+        lead = alert + f"{change:.0%} slower than {name}{held}: "
     elif c.state == "faster":
-        lead = memory + f"{-change:.0%} faster than {name}: "
+        lead = alert + f"{-change:.0%} faster than {name}: "
     else:
-        lead = memory or f"no regression from {name} (bar {T.REGRESSION_FACTOR.show()}, {T.REGRESSION_P.show()}): "
+        lead = alert or f"no regression from {name} (bar {T.REGRESSION_FACTOR.show()}, {T.REGRESSION_P.show()}): "
     rest = (f"mean step {vs(c.mean_ms, c.baseline_mean_ms)} ({change:+.0%}; last {c.window_s:.0f} s, "
             f"{c.window_steps:,} steps{p_words(c)})")
     line = fit(lead + rest, room)

@@ -64,6 +64,10 @@ class MainScreen(Screen):
     def on_mount(self) -> None:
         cast("TuimonApp", self.app).redraw(mounting=True)
 
+    def reveal_capture(self) -> None:
+        """The capture line into view: below the fold at 80x24, `c` seemed to do nothing."""
+        self.query_one("#capture", Panel).scroll_visible(animate=False)
+
     def action_body(self, action: str) -> None:
         getattr(self.query_one("#body", VerticalScroll), f"action_{action}")()
 
@@ -88,7 +92,8 @@ class MainScreen(Screen):
         q = self.query_one
         window = self._window_view(view)
         head = q("#header", Panel)
-        head.show(header(view, label, window=window, width=head.text_width))
+        head.show(header(view, label, window=window, width=head.text_width,
+                         keep_label=cast("TuimonApp", self.app).replaying))
         status, problems = q("#status", Panel), status_line(view)
         if status.display != bool(problems):
             status.display = bool(problems)  # (a change of display lays the screen out again)
