@@ -1,12 +1,18 @@
 """More than two GPUs: a line each (nvitop's compact mode), their blocks on `g` (issue 43, item 6).
 Render functions at the panel widths of 120 and 80 columns (115 and 75: the body's padding and
-scrollbar) and at the terminal widths themselves; the main screen of a 4-GPU job at 120x40."""
+scrollbar) and at the terminal widths themselves; the main screen of a 4-GPU job and `tuimon top` on 8
+GPUs at 120x40."""
+
+import os
 
 import pytest
 
 from tests.conftest import ROOT
+from tests.fake_nvml import FakeNvml
 from tuimon.model import NA, GpuProcess, GpuSample
+from tuimon.monitor.session import LiveSession
 from tuimon.monitor.state import GpuView, View
+from tuimon.sources.nvml import DeviceSampler
 from tuimon.ui.app import make_app
 from tuimon.ui.panels.gpus import (
     COMPACT_COLUMNS,
@@ -17,8 +23,9 @@ from tuimon.ui.panels.gpus import (
     gpus_title,
     short_name,
 )
+from tuimon.ui.panels.top import top_header, top_panel
 from tuimon.ui.replay_frames import state_from_recording
-from tuimon.ui.screens import GpuScreen, MainScreen
+from tuimon.ui.screens import GpuScreen, MainScreen, TopScreen
 from tuimon.ui.widgets import Panel
 
 FOUR = str(ROOT / "tests" / "fixtures" / "h200x4_ddp_synthetic.jsonl")  # the 2-rank DDP recording made 4 ranks
@@ -123,6 +130,17 @@ def test_one_or_two_gpus_keep_their_blocks_and_more_say_where_the_detail_is():
     assert "g: detail" not in gpus_title(mostly_idle)
 
 
+@pytest.mark.parametrize("width", [115, 75])
+def test_top_on_8_gpus_a_line_each_then_one_table_of_processes(width):
+    v = view([gpu(i, uses_target=None) for i in range(8)], targets=[])
+    lines = top_panel(v, width).plain.split("\n")
+    assert [line.split()[:2] for line in lines[:8]] == [["GPU", str(i)] for i in range(8)]
+    assert lines[8] == "" and lines[9].split() == ["GPU", "PID", "USER", "GPU", "MEM", "SM", "COMMAND"]
+    assert [line.split()[:3] for line in lines[10:]] == [[str(i), str(4200 + i), "ana"] for i in range(8)]
+    assert all(len(line) <= width for line in lines) and "◆" not in lines[0]
+    assert "(g: detail)" in top_header(v, "top", 120).plain
+
+
 async def settle(app, pilot):
     await pilot.pause()
     app.redraw()
@@ -152,3 +170,27 @@ async def test_a_4_gpu_job_at_120x40_shows_verdict_ranks_every_gpu_and_the_step_
         await settle(app, pilot)
         assert isinstance(app.screen, GpuScreen)
         assert "SM active" in app.screen.query_one("#gpu-summary", Panel)._last.plain
+
+
+@pytest.mark.asyncio
+async def test_top_on_8_gpus_at_120x40():
+    fake = FakeNvml(gpus=8)
+    fake.processes[0].pid = os.getpid()  # a process /proc can name: this test's own
+    app = make_app(LiveSession(None, 0.1, devices=DeviceSampler(fake)), "top", top=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(100):
+            await pilot.pause(0.05)
+            shown = app.screen.query_one("#gpus", Panel)._last
+            if shown is not None and "GPU 7" in shown.plain:
+                break
+        assert isinstance(app.screen, TopScreen)
+        lines = shown.plain.split("\n")
+        assert [line.split()[:3] for line in lines[:8]] == [["GPU", str(i), "H200"] for i in range(8)]
+        assert all(line.endswith("  throttle") for line in lines[:8])  # (the fake's clock events)
+        assert len([line for line in lines if line.strip().startswith(tuple("01234567"))]) == 8  # a process each
+        assert "8 GPUs (g: detail)" in app.screen.query_one("#header", Panel)._last.plain
+        gpus = app.screen.query_one("#gpus", Panel)
+        assert gpus.region.bottom <= app.size.height - 1 and max(map(len, lines)) <= gpus.text_width
+        await pilot.press("g")
+        await settle(app, pilot)
+        assert isinstance(app.screen, GpuScreen)
