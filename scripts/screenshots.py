@@ -19,6 +19,7 @@ from tuimon.ui.replay_frames import state_from_recording  # noqa: E402
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "h100_demo_v2.jsonl")
 STUCK_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "h100_sync_stuck.jsonl")  # a kernel that spins, then .item()
 DDP_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "h200x2_ddp_straggler.jsonl")  # 2 ranks, rank 1 planted slow
+FOUR_GPUS = os.path.join(ROOT, "tests", "fixtures", "h200x4_ddp_synthetic.jsonl")  # that job made 4 ranks (synthetic)
 OUT = os.path.join(ROOT, "screenshots")
 
 
@@ -58,6 +59,7 @@ def main():
     asyncio.run(shoot((120, 40), [([], "main-baseline-120x40")], baseline=first_half_baseline()))
     asyncio.run(shoot((120, 40), [([], "main-ranks-120x40")], fixture=DDP_FIXTURE))
     asyncio.run(shoot((120, 40), [([], "main-stalled-120x40")], fixture=STUCK_FIXTURE))
+    asyncio.run(shoot((120, 40), [([], "main-4gpu-120x40")], fixture=FOUR_GPUS))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from tuimon.ui.replay_frames import state_from_recording
 FIXTURE = str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl")  # the demo on an H100, with its anatomy
 V1_FIXTURE = str(ROOT / "tests" / "fixtures" / "h200_demo.jsonl")  # an older probe: no phases
 DDP_FIXTURE = str(ROOT / "tests" / "fixtures" / "h200x2_ddp_straggler.jsonl")  # DDP on 2 H200s, rank 1 planted slow
+FOUR_GPUS = str(ROOT / "tests" / "fixtures" / "h200x4_ddp_synthetic.jsonl")  # that DDP job made 4 ranks (synthetic)
 STUCK_FIXTURE = str(ROOT / "tests" / "fixtures" / "h100_sync_stuck.jsonl")  # H100: .item() behind a kernel that spins
 
 
@@ -41,6 +42,10 @@ def test_a_job_stalled_behind_a_gpu_kernel(snap_compare, keys):
 
 def test_every_rank_of_a_ddp_job(snap_compare):
     assert snap_compare(app(DDP_FIXTURE), terminal_size=(120, 40), run_before=redraw)
+
+
+def test_a_four_gpu_job_a_line_per_gpu(snap_compare):
+    assert snap_compare(app(FOUR_GPUS), terminal_size=(120, 40), run_before=redraw)
 
 
 def test_a_regression_against_a_baseline(snap_compare):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..analysis.anatomy import how_of
 from ..channel.text import safe_text
-from ..model import NA, Comparison, GpuSample, HostSample, HotLine, num
+from ..model import NA, Comparison, GpuProcess, GpuSample, HostSample, HotLine, num
 from ..model.vocab import VERDICT_CODES, ComparisonState, VerdictCode
 
 # Each verdict's class in words, as the help lists them.
@@ -158,6 +158,9 @@ def gpu_line(s: GpuSample) -> str:
     return f"GPU {s.index} {safe_text(name, 40)}  {act}{power}  mem {gib(s.mem_used)}/{gib(s.mem_total)} GiB{temp}"
 
 
+PROCESS_HEADER = f"{'PID':>8}  {'USER':<10}  {'GPU MEM':>9}  {'SM':>4}  COMMAND"
+
+
 def gpu_process_rows(s: GpuSample) -> list[str]:
     """A GPU's processes as table rows: PID, user, GPU memory, SM share, command."""
     procs = s.processes
@@ -165,13 +168,27 @@ def gpu_process_rows(s: GpuSample) -> list[str]:
         return [f"processes: {procs.reason}"]
     if not procs:
         return ["no processes"]
-    rows = [f"{'PID':>8}  {'USER':<10}  {'GPU MEM':>9}  {'SM':>4}  COMMAND"]
-    for p in procs:
-        mem = f"{gib(p.gpu_mem)} GiB" if p.gpu_mem is not None else "n/a"
-        sm = f"{p.sm_util}%" if p.sm_util is not None else ""
-        cmd = safe_text(p.command or p.name or "(not visible: another user's, or another PID namespace)", 200)
-        rows.append(f"{p.pid:>8}  {safe_text(p.user or '?', 10):<10}  {mem:>9}  {sm:>4}  {cmd}")
-    return rows
+    return [PROCESS_HEADER, *map(process_row, procs)]
+
+
+def all_process_rows(samples: list[GpuSample]) -> list[str]:
+    """Every GPU's processes in one table, each row led by its GPU (`top` with a line per GPU)."""
+    rows = []
+    for s in samples:
+        if s.lost is not None:
+            continue  # (its line says so)
+        if isinstance(s.processes, NA):
+            rows.append(f"{s.index:>3}  processes: {s.processes.reason}")
+        else:
+            rows += [f"{s.index:>3}  {process_row(p)}" for p in s.processes]
+    return [f"{'GPU':>3}  {PROCESS_HEADER}", *rows] if rows else ["no processes on any GPU"]
+
+
+def process_row(p: GpuProcess) -> str:
+    mem = f"{gib(p.gpu_mem)} GiB" if p.gpu_mem is not None else "n/a"
+    sm = f"{p.sm_util}%" if p.sm_util is not None else ""
+    cmd = safe_text(p.command or p.name or "(not visible: another user's, or another PID namespace)", 200)
+    return f"{p.pid:>8}  {safe_text(p.user or '?', 10):<10}  {mem:>9}  {sm:>4}  {cmd}"
 
 
 def host_line(h: HostSample) -> str:

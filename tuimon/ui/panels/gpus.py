@@ -1,12 +1,15 @@
-"""The GPUs: numbers, sparklines, processes."""
+"""The GPUs: numbers, sparklines, processes; a line each where more than two are shown."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from rich.text import Text
 
 from ...channel.text import safe_text
-from ...model import NA, num
-from ...monitor.state import GpuView, View
+from ...model import NA, GpuSample, num
+from ...monitor.state import COLUMN_S, GpuView, View
 from ..format import fit, gib, gpu_process_rows, pct, spark
 
 
@@ -85,15 +88,162 @@ def gpu_block(g: GpuView, width: int, is_target: bool, table: bool = False) -> T
     return out
 
 
+GPUS_TITLE = f"GPUs · a column is {COLUMN_S} s"
+COMPACT_ABOVE = 2  # more GPUs shown than this: a line each (nvitop's compact mode), each block on `g`
+SPARK_MIN, SPARK_MAX = 4, 24  # the compact line's SM sparkline, in columns
+VENDOR_WORDS = {"NVIDIA", "Tesla", "GeForce", "Quadro"}
+
+
+def short_name(name: object) -> str:
+    """'NVIDIA H200' -> 'H200', 'NVIDIA A100-SXM4-80GB' -> 'A100', 'NVIDIA GeForce RTX 4090' -> 'RTX 4090'."""
+    if not isinstance(name, str):
+        return "?"
+    words = [w for w in safe_text(name, 60).split() if w not in VENDOR_WORDS] or ["?"]
+    first = words[0].split("-")[0] or words[0]
+    return f"{first} {words[1]}" if first in ("RTX", "GTX", "TITAN") and len(words) > 1 else first
+
+
+@dataclass(frozen=True)
+class _Col:
+    """A column of the compact line: its cells (the gap before it included), where it comes in the
+    order a narrow line drops columns (0: never), and its text for one GPU at that width."""
+
+    width: int
+    drop: int
+    cell: Callable[[GpuView, int], Text]
+
+
+def _label(word: str, value: str, color: str, width: int) -> Text:
+    out = Text(f"{word} ".rjust(width - len(value)), "dim")
+    out.append(value, color)
+    return out
+
+
+def _index(g: GpuView, width: int) -> Text:
+    return Text(f"GPU {g.latest.index}".ljust(width - 2), "bold")  # (the target's mark after it: gpu_row's)
+
+
+def _sm(g: GpuView, width: int) -> Text:
+    """'SM ▂▄▆▇ 97%': its sparkline where the width holds one (GPUs without GPM: NVML's coarse 'util')."""
+    s, h = g.latest, g.columns or g.history
+    word, series, value = ("SM", h["sm_active"], pct(s.sm_active)) if s.gpm else ("util", h["util_gpu"], pct(s.util_gpu))
+    if width == SM_WIDTH:
+        return _label(word, value, "green", width)
+    out = Text(f"{word} ".rjust(SM_WIDTH - len(value)), "dim")  # (the sparkline takes the rest)
+    out.append(spark(series, width - len(out.plain) - len(value) - 1) + " ", "green")
+    out.append(value, "green")
+    return out
+
+
+def _memory(s: GpuSample) -> str:
+    used, total = num(s.mem_used), num(s.mem_total)
+    return "n/a" if used is None and total is None else f"{gib(used):>5}/{gib(total)} GiB"
+
+
+def _power(s: GpuSample) -> str:
+    power, limit = num(s.power_w), num(s.power_limit_w)
+    return f"{power:.0f}/{limit:.0f} W" if power is not None and limit else "n/a W"
+
+
+def _clock(g: GpuView, width: int) -> Text:
+    """The SM clock, or a throttle flag where its clocks are held back (the rest of the line)."""
+    s = g.latest
+    events = [e for e in s.clock_events if e != "GPU idle"] if isinstance(s.clock_events, list) else []
+    if events:  # (its reasons where the line has room; on `g` in any case)
+        reasons = "  throttle: " + ", ".join(events)
+        return Text(reasons if len(reasons) <= width else "  throttle", "bold yellow")
+    clock = num(s.sm_clock_mhz)
+    return Text(f"  {clock:.0f} MHz" if clock is not None else "  n/a MHz", "dim")
+
+
+SM_WIDTH = 8  # "  SM 97%", "util 97%"; a sparkline and its space come on top
+SPARK_DROP = 4  # where the sparkline comes in the order a narrow line drops things
+
+# The compact line, left to right (nvitop's compact mode). A line too narrow for all drops columns in
+# the order of their `drop` (1 first), the SM sparkline at SPARK_DROP among them; the index and the SM % stay.
+COMPACT_COLUMNS: dict[str, _Col] = {
+    "index": _Col(8, 0, _index),
+    "name": _Col(10, 2, lambda g, w: Text(fit(short_name(g.latest.name), w - 1).ljust(w), "bold")),
+    "sm": _Col(SM_WIDTH, 0, _sm),
+    "tensor": _Col(13, 8, lambda g, w: _label("  tensor", pct(g.latest.tensor_active), "magenta", w)),
+    "dram": _Col(11, 7, lambda g, w: _label("  DRAM" if g.latest.gpm else "  mctl", pct(
+        g.latest.dram_bw if g.latest.gpm else g.latest.util_mem), "blue", w)),
+    "power": _Col(12, 5, lambda g, w: _label("", _power(g.latest), "yellow", w)),
+    "mem": _Col(17, 6, lambda g, w: _label("", _memory(g.latest), "", w)),
+    "temp": _Col(6, 3, lambda g, w: _label("", f"{g.latest.temp_c}°C" if num(g.latest.temp_c) is not None
+                                           else "n/a", "", w)),
+    "clock": _Col(10, 1, _clock),
+}
+
+
+def compact_layout(width: int) -> dict[str, int]:
+    """The columns a line of `width` cells holds, each with its width: the SM column's holds its
+    sparkline (SPARK_MIN to SPARK_MAX), the clock's the rest of the line."""
+    widths = {k: c.width for k, c in COMPACT_COLUMNS.items()}
+    widths["sm"] += SPARK_MIN + 1
+    order = sorted([(c.drop, k) for k, c in COMPACT_COLUMNS.items() if c.drop] + [(SPARK_DROP, "spark")])
+    for _, k in order:
+        if sum(widths.values()) <= width:
+            break
+        if k == "spark":
+            widths["sm"] = SM_WIDTH
+        else:
+            del widths[k]
+    if widths["sm"] > SM_WIDTH:
+        widths["sm"] += max(0, min(SPARK_MAX - SPARK_MIN, width - sum(widths.values())))
+    if "clock" in widths:
+        widths["clock"] += max(0, width - sum(widths.values()))
+    return widths
+
+
+def gpu_row(g: GpuView, widths: dict[str, int], is_target: bool) -> Text:
+    """One GPU in one line, in the columns of compact_layout (a lost GPU: its reason in their place)."""
+    out = Text()
+    for k, w in widths.items():
+        if k == "index" or k == "name" or g.latest.lost is None:
+            out.append_text(COMPACT_COLUMNS[k].cell(g, w))
+        if k == "index":
+            out.append("◆ " if is_target else "  ", "cyan")
+    if g.latest.lost is not None:
+        out.append(fit(f"lost: {g.latest.lost.reason}", max(1, sum(widths.values()) - len(out.plain))), "bold red")
+    return out
+
+
+def compact_gpus(gpus: list[GpuView], width: int, targets: list[int]) -> Text:
+    """A line per GPU, never longer than width."""
+    widths = compact_layout(width)
+    out = Text()
+    for k, g in enumerate(gpus):
+        if k:
+            out.append("\n")
+        line = gpu_row(g, widths, g.latest.index in targets)
+        line.truncate(width, overflow="ellipsis")
+        out.append_text(line)
+    return out
+
+
+def gpus_title(view: View) -> str:
+    """The GPU panel's title: its detail a key away, where the panel is compact."""
+    return GPUS_TITLE + (" · g: detail" if len(shown_gpus(view)) > COMPACT_ABOVE else "")
+
+
+def shown_gpus(view: View) -> list[GpuView]:
+    """The target's GPUs (all of them where none is known to be the target's)."""
+    return [g for g in view.gpus if g.latest.index in view.target_gpus] or view.gpus
+
+
 def gpus_panel(view: View, width: int) -> Text:
     if not view.gpus:
         return Text(view.problems.get("gpu") or view.gpu_note or "no GPU data yet", "dim")
-    shown = [g for g in view.gpus if g.latest.index in view.target_gpus] or view.gpus
-    out = Text()
-    for k, g in enumerate(shown):
-        if k:
-            out.append("\n")
-        out.append_text(gpu_block(g, width, g.latest.index in view.target_gpus))
+    shown = shown_gpus(view)
+    if len(shown) > COMPACT_ABOVE:
+        out = compact_gpus(shown, width, view.target_gpus)
+    else:
+        out = Text()
+        for k, g in enumerate(shown):
+            if k:
+                out.append("\n")
+            out.append_text(gpu_block(g, width, g.latest.index in view.target_gpus))
     if view.gpu_note:
         out.append("\n")
         out.append(safe_text(view.gpu_note), "dim")

@@ -18,7 +18,7 @@ from ..panels.baseline import baseline_panel
 from ..panels.breakdown import breakdown_panel
 from ..panels.capture import capture_panel
 from ..panels.ended import ended_panel
-from ..panels.gpus import gpus_panel
+from ..panels.gpus import GPUS_TITLE, gpus_panel, gpus_title
 from ..panels.header import header
 from ..panels.now import now_line
 from ..panels.probe import probe_line
@@ -54,10 +54,10 @@ class MainScreen(Screen):
         with VerticalScroll(id="body"):
             yield Static(Text("Ranks · * in detail below · n: next rank", "bold"), classes="title", id="ranks-title")
             yield Panel(id="ranks", classes="box")
-            for wid, title in (("gpus", f"GPUs · a column is {COLUMN_S} s"),
+            for wid, title in (("gpus", GPUS_TITLE),  # (gpus_title's, as the GPUs come)
                                ("steps", f"Step time · a column is the mean of {COLUMN_S} s"),
                                ("breakdown", "Where the step goes"), ("process", "Process"), ("capture", "Capture")):
-                yield Static(Text(title, "bold"), classes="title")
+                yield Static(Text(title, "bold"), classes="title", id=f"{wid}-title")
                 yield Panel(id=wid, classes="box")
         yield Keys()
 
@@ -75,6 +75,7 @@ class MainScreen(Screen):
     _window_at = 0.0
     _verdict_for: tuple[Verdict, int] | None = None  # (verdict, width) the verdict panel shows
     _breakdown_for: tuple[View, int, bool] | None = None  # (window view, width, plain) the breakdown shows
+    _gpus_title = GPUS_TITLE
 
     def _window_view(self, view: View) -> View:
         """The window view: the view the window statistics are drawn from, renewed every WINDOW_S,
@@ -130,7 +131,10 @@ class MainScreen(Screen):
             ranks.display = q("#ranks-title", Static).display = len(window.ranks) > 1
         if len(window.ranks) > 1:
             ranks.show(ranks_panel(window, ranks.text_width, view.training.pid if view.training else None))
-        gpus = q("#gpus", Panel)
+        gpus, gpus_title_now = q("#gpus", Panel), gpus_title(view)
+        if gpus_title_now != self._gpus_title:  # (compact, with its detail on `g`, past two GPUs)
+            self._gpus_title = gpus_title_now
+            q("#gpus-title", Static).update(Text(gpus_title_now, "bold"))
         gpus.show(gpus_panel(view, gpus.text_width))
         steps = q("#steps", Panel)
         steps.show(steps_panel(view, steps.text_width, window=window))
