@@ -144,8 +144,12 @@ def test_a_rank_that_exits_leaves_the_verdict_as_it_was(tmp_path):
         assert "while it ran: straggler: rank 1" in after.verdict.evidence, after.verdict.evidence
         served = {(s.name, s.labels.get("rank")): s.value for f in families(after) for s in f.samples}
         assert served[("tuimon_rank_up", "0")] == 0 and served[("tuimon_rank_up", "1")] == 0
-        assert not [k for k in served if k[0] in ("tuimon_verdict", "tuimon_steps_per_second",
-                                                  "tuimon_rank_step_time_seconds", "tuimon_straggler_ratio")]
+        assert not [k for k in served if k[0] in ("tuimon_steps_per_second", "tuimon_rank_step_time_seconds",
+                                                  "tuimon_straggler_ratio")]
+        # the verdict stays served once the job exited (issue 43 item 15): exited, and only it
+        verdicts = {s.labels.get("verdict"): s.value for f in families(after) for s in f.samples
+                    if s.name == "tuimon_verdict"}
+        assert verdicts.get("exited") == 1 and sum(verdicts.values()) == 1, verdicts
         assert served[("tuimon_steps_total", "0")] > 0
     finally:
         session.stop()
