@@ -55,6 +55,18 @@ def wait_for(pred, timeout=30.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+# A job with the probe that steps every ~10 ms for two minutes and says "up" once instrumented
+STEPPING_JOB = """
+import time, tuimon
+tuimon.instrument()
+print("up", flush=True)
+end = time.monotonic() + 120
+while time.monotonic() < end:
+    time.sleep(0.01)
+    tuimon.step()
+"""
+
+
 def tuimon_cmd(*args) -> list[str]:
     return [sys.executable, "-m", "tuimon", *map(str, args)]
 

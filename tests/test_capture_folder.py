@@ -8,22 +8,14 @@ import time
 
 import pytest
 
-from tests.conftest import tuimon_cmd
+from tests.conftest import STEPPING_JOB, tuimon_cmd
 from tests.fake_nvml import FakeNvml
 from tuimon.monitor.session import LiveSession
 from tuimon.sources.nvml import DeviceSampler
 from tuimon.ui.app import make_app
 from tuimon.ui.widgets import Panel
 
-LOOP = """
-import time, tuimon
-tuimon.instrument()
-print("up", flush=True)
-end = time.monotonic() + 120
-while time.monotonic() < end:
-    time.sleep(0.01)
-    tuimon.step()
-"""
+LOOP = STEPPING_JOB
 
 
 @pytest.fixture

@@ -9,22 +9,14 @@ import sys
 
 import pytest
 
-from tests.conftest import tuimon_cmd, wait_for
+from tests.conftest import STEPPING_JOB, tuimon_cmd, wait_for
 from tuimon.capture.cost import expected_pause
 from tuimon.model import WindowCost
 from tuimon.monitor.session import LiveSession
 from tuimon.monitor.state import MonitorState
 from tuimon.ui.panels.capture import capture_panel
 
-LOOP = """
-import time, tuimon
-tuimon.instrument()
-print("up", flush=True)
-end = time.monotonic() + 120
-while time.monotonic() < end:
-    time.sleep(0.01)
-    tuimon.step()
-"""
+LOOP = STEPPING_JOB
 
 
 @pytest.fixture
