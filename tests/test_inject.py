@@ -124,9 +124,10 @@ def test_refusals_exit_2_and_leave_the_process_running(case):
 
 
 def test_the_probe_already_there_and_another_users_process_are_refused(tmp_path):
-    job = start(sys.executable, LOOP, "--seconds", 30, "--truth", tmp_path / "t.json")
+    ready = tmp_path / "ready"
+    job = start(sys.executable, LOOP, "--seconds", 40, "--truth", tmp_path / "t.json", "--ready", ready)
     try:
-        wait_torch(job)
+        wait_for(ready.exists, timeout=90, what="50 steps")  # (a job still importing torch is put off: below)
         assert inject(job.pid).returncode == 0
         again = inject(job.pid)
         assert again.returncode == 2 and "already runs tuimon's probe" in again.stderr, again.stderr
@@ -297,6 +298,25 @@ for t in threading.enumerate():
             inj.inject(job.pid, wait_s=30)
         argv = json.loads(asked.read_text())
         assert argv[:3] == ["-I", "-S", "-c"] and argv[4] == str(job.pid) and argv[5].endswith("boot.py")
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_a_job_still_importing_is_put_off_and_the_wait_says_so(tmp_path):
+    """The main thread inside an import (a module's top-level code: torch's own, half made) is never
+    patched: the load is put off and asked again, and the injector, when it stops waiting, says that
+    rather than 'blocked in a call'."""
+    (tmp_path / "slow_module.py").write_text("import time\nend = time.monotonic() + 60\n"
+                                             "while time.monotonic() < end:\n    sum(range(1000))\n")
+    job = start(sys.executable, "-c", "import torch, slow_module", cwd=tmp_path)
+    try:
+        wait_torch(job)
+        time.sleep(1)
+        r = inject(job.pid, "--wait", 3)
+        assert r.returncode == 2 and "has been importing modules since" in r.stderr, r.stderr
+        assert "blocked in a call" not in r.stderr
+        assert job.poll() is None
     finally:
         job.kill()
         job.wait()

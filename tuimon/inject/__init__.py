@@ -201,5 +201,21 @@ def _wait(result: str, pid: int, wait_s: float, cancel: threading.Event | None =
     if cancel is not None and cancel.is_set():
         raise Pending("no longer waited for: the load is queued in the job and happens when its main thread runs "
                       f"Python next (then `tuimon attach {pid}` shows the probe)")
-    raise Pending(f"the probe did not start within {wait_s:g} s: the job's main thread has run no Python since "
-                  "(blocked in a call: a sync, a collective, a sleep); it loads when that call returns")
+    raise Pending(f"the probe did not start within {wait_s:g} s: {_why_pending(result)}")
+
+
+def _why_pending(result: str) -> str:
+    """Where the load stands, from the progress the loading thread wrote (mid_run.progress)."""
+    try:
+        with open(result + ".progress") as f:
+            stage = f.read()
+    except OSError:
+        stage = ""
+    if stage == "loading":
+        return "the probe's modules are still being imported in the job (a busy machine); it loads once they are"
+    if stage.startswith("importing"):  # "importing EVERY_S LEFT_S"
+        every, left = (stage.split() + ["?", "?"])[1:3]
+        return (f"the job's main thread has been importing modules since (its own start, still under way?); the load "
+                f"is asked again every {every} s, for {left} s more")
+    return ("the job's main thread has run no Python since (blocked in a call: a sync, a collective, a sleep); it "
+            "loads when that call returns")

@@ -36,11 +36,28 @@ def say(result: str, text: str) -> None:
         os.close(fd)
 
 
+def progress(result: str, stage: str) -> None:
+    """Say how far the load got (a file beside the result, rewritten): what the injector reports
+    if the result has not come when it stops waiting. Stages: PROGRESS."""
+    try:
+        fd = os.open(result + ".progress", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError:
+        return
+    try:
+        os.write(fd, stage.encode())
+    finally:
+        os.close(fd)
+
+
+PROGRESS = ("loading", "importing EVERY_S LEFT_S")  # the probe's modules being imported; install() put off
+
+
 def prepare(result: str, shm_dir: str | None) -> None:
     """(tuimon's loading thread) The probe imported; install() asked of the main thread."""
     try:
         if "torch" not in sys.modules:
             return say(result, "failed: the process has not imported torch")
+        progress(result, "loading")
         _import_gently()
         from . import api
         from .state import probe
@@ -100,6 +117,7 @@ def install(result: str, shm_dir: str | None, tries: int = 0) -> int:
             if tries <= 0:
                 say(result, "failed: the job's main thread was importing modules all along; try again")
                 return 0
+            progress(result, f"importing {RETRY_S:g} {tries * RETRY_S:g}")
             import threading
             import time
 
