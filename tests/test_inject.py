@@ -72,12 +72,11 @@ def test_a_plain_loop_injected_mid_run_shows_its_anatomy_and_its_steps(tmp_path)
 
 def test_attach_inject_on_a_launcher_loads_the_loop_below_it(tmp_path):
     """A shell that started the loop: the loop (not the shell, not its DataLoader workers) gets the probe."""
-    truth = tmp_path / "truth.json"
-    job = start("bash", "-c", f'"{sys.executable}" "{LOOP}" --seconds 30 --truth "{truth}"; true')
+    truth, ready = tmp_path / "truth.json", tmp_path / "ready"
+    job = start("bash", "-c", f'"{sys.executable}" "{LOOP}" --seconds 40 --truth "{truth}" --ready "{ready}"; true')
     try:
         loop = wait_for(lambda: next((c for c in _children(job.pid)), None), timeout=30, what="the loop")
-        wait_torch(type("P", (), {"pid": loop})())
-        time.sleep(2)
+        wait_for(ready.exists, timeout=90, what="50 steps")
         snap = subprocess.run(tuimon_cmd("attach", job.pid, "--inject", "--once", "--json", "--window", 3),
                               capture_output=True, text=True, timeout=90)
         assert snap.returncode == 0, snap.stderr
