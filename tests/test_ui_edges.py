@@ -270,3 +270,15 @@ def test_the_gpu_chart_counts_whole_samples():
     axis = next(line for line in chart.splitlines() if re.search(r"\d\s{3,}\d", line) and "│" not in line)
     assert not re.search(r"\d\.\d", axis), axis
     assert len(max(chart.splitlines(), key=len)) >= 99  # the full width asked for, not the terminal's
+
+
+def test_help_lists_every_key_of_the_main_screen():
+    """Each key the app binds is in `?`'s list (or said in another's line: Ctrl-C, +/-, y)."""
+    from tuimon.ui.app import TuimonApp
+
+    listed = {line.split()[0] for line in HelpScreen.TRAINING.splitlines()[1:] if line.startswith("  ")}
+    said_elsewhere = {"ctrl+c": "Ctrl-C", "plus": "+/-", "minus": "+/-", "y": "y confirms", "M": "(M: ", "l": "(l: "}
+    for binding in TuimonApp.BINDINGS:
+        key = binding.key.split(",")[0]
+        char = {"question_mark": "?"}.get(key, key)
+        assert char in listed or said_elsewhere.get(key, "\0") in HelpScreen.TRAINING, key

@@ -25,13 +25,13 @@ class HelpScreen(ModalScreen):
   e    the verdict explained: every rule, its numbers and thresholds
   r    ranges: every range with count, mean, p95 and share (s: sort)
   g    GPU detail: longer histories (n: next GPU)
+  n    next rank: the job's ranks in turn
   p    pause / resume the display (sampling goes on)
-  c    capture: N steps (+/- change N) or 10 s; nsys under --nsys
-  l    captures of this session and what the last one found
-  m    GPU memory: the allocator's numbers over time, its retries
-  M    memory capture: the allocator's history (a memory_viz snapshot)
+  c    capture: N steps (+/- change N) or 10 s (l: the captures so far)
+  m    GPU memory: the allocator over time (M: a memory_viz capture)
   h    hot lines: where the loop thread's time goes, line by line
   t    threads: every thread's stack (read by itself when it stalls)
+  i    a job started without tuimon: load its probe (y confirms)
   ?    this help
   q    {quit}  (also Ctrl-C)
 
