@@ -282,8 +282,8 @@ def test_the_summary_finds_the_peak_and_what_was_live_at_it():
         ("train.py:22 in forward", 3 * MIB, 1)]  # (torch's own frames are not where it was made)
     assert s["groups"][0]["stack"] == ["train.py:20 in forward", "train.py:90 in main"]
     lines = memory_lines(s)
-    assert lines[0] == "peak 23.0 MiB live at event 11 of 13 (6.0 MiB live when the window opened; 4 allocations in it)"
-    assert lines[2].split() == ["16.0", "MiB", "1x", "largest", "16.0", "MiB", "train.py:20", "in", "forward"]
+    assert lines[0] == "peak 23 MiB live at event 11 of 13 (6 MiB live when the window opened; 4 allocations in it)"
+    assert lines[2].split() == ["16", "MiB", "1x", "largest", "16", "MiB", "train.py:20", "in", "forward"]
 
 
 def test_the_fixture_is_the_documented_format_and_torch_s_own_viewer_code_reads_it():
@@ -323,7 +323,7 @@ def test_an_oom_in_the_window_is_said():
     snap = tiny_snapshot()
     snap["device_traces"][0].append({"action": "oom", "size": 5 * GIB, "device_free": 300 * MIB, "stream": 0,
                                      "frames": frames(40)})
-    assert "out of memory in the window: 5.00 GiB asked for, 300.0 MiB free on the device" in \
+    assert "out of memory in the window: 5.0 GiB asked for, 300 MiB free on the device" in \
         memory_lines(memory_summary.summarize(snap))
 
 
@@ -389,8 +389,8 @@ def test_tuimon_capture_memory_against_a_job_whose_allocator_history_is_faked(sh
         lines = st["summary"]["lines"]
         top = lines[lines.index("largest live allocations at the peak, by the line that made them:") + 1]
         assert top.endswith(f"memory.py:{truth['largest']['line']} in fake"), lines  # the largest layer output
-        assert top.split()[:6] == [f"{truth['largest']['bytes'] / MIB:.1f}", "MiB", "1x", "largest",
-                                   f"{truth['largest']['bytes'] / MIB:.1f}", "MiB"]
+        assert top.split()[:6] == [f"{truth['largest']['bytes'] / MIB:.0f}", "MiB", "1x", "largest",
+                                   f"{truth['largest']['bytes'] / MIB:.0f}", "MiB"]
         path = st["summary"]["file"]
         assert os.path.dirname(path) == str(capture_dir) and path.endswith(".memory.pickle")
         viz = pytest.importorskip("torch.cuda._memory_viz")
@@ -485,7 +485,7 @@ def test_the_memory_panel_of_a_job_under_pressure(shm_dir):
     assert shown[4] == "a column is a cycle; the bars' top is the largest shown, 7.4 GiB, of the cap of 8.0 GiB the job set"
     assert "peak 7.4 of the cap of 8.0 GiB: 8% left" in shown
     assert shown[6].startswith("allocator retries (its cache freed, cudaMalloc again): 0.2") and "75 in all" in shown[6]
-    assert "reserved but unallocated 3.3 GiB, 512.0 MiB of it in split blocks not in use" in shown
+    assert "reserved but unallocated 3.3 GiB, 512 MiB of it in split blocks not in use" in shown
 
 
 def test_memory_pressure_in_the_prometheus_series(shm_dir):

@@ -120,9 +120,9 @@ def test_the_process_panel_names_each_role_and_does_not_sum_shared_pages():
     state = MonitorState()
     state.apply(cycle_with(rows))
     shown = process_panel(state.view()).plain
-    assert "training python 101  CPU 98%  PSS 700.0 MiB" in shown
+    assert "training python 101  CPU 98%  PSS 700 MiB" in shown
     assert "launcher bash 100" in shown
-    assert "DataLoader workers 2  CPU 78%  PSS 120.0 MiB" in shown  # not 1.6 GiB of RSS
+    assert "DataLoader workers 2  CPU 78%  PSS 120 MiB" in shown  # not 1.6 GiB of RSS
     assert "other subprocesses 1" in shown
     # where PSS cannot be read (another user's process): RSS, said to overlap
     state.apply(cycle_with([rows[1], rows[2], ProcRow(pid=103, role="child", name="pt_data_worker",

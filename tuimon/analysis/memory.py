@@ -167,5 +167,3 @@ def oom_numbers(text: str) -> dict[str, int]:
     return out
 
 
-def gib(b: int | None) -> str:
-    return "n/a" if b is None else f"{b / GIB:.1f} GiB" if b >= GIB / 10 or b == 0 else f"{b / 2**20:.0f} MiB"

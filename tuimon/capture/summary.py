@@ -11,6 +11,7 @@ import threading
 
 from ..channel.text import safe_text
 from ..model import CaptureStatus, CaptureSummary
+from ..model.units import human_bytes
 from . import nsys as nsys_tools
 from .commands import CommandFailed, run
 
@@ -65,10 +66,6 @@ def _torch(path: str, status: CaptureStatus, timeout: float, cancel: threading.E
 VIEWER = "https://pytorch.org/memory_viz"
 
 
-def _gib(b: int) -> str:
-    return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.1f} MiB"
-
-
 def _memory(path: str, timeout: float, cancel: threading.Event | None) -> CaptureSummary:
     size = _size(path)
     if size is None:
@@ -83,19 +80,19 @@ def _memory(path: str, timeout: float, cancel: threading.Event | None) -> Captur
 def memory_lines(s: dict) -> list[str]:
     """A memory window's summary (capture/memory_summary.py's JSON) as lines."""
     if s["peak_at"] >= 0:
-        lines = [f"peak {_gib(s['peak'])} live at event {s['peak_at'] + 1:,} of {s['events']:,} ({_gib(s['at_start'])} "
+        lines = [f"peak {human_bytes(s['peak'])} live at event {s['peak_at'] + 1:,} of {s['events']:,} ({human_bytes(s['at_start'])} "
                  f"live when the window opened; {s['allocs']:,} allocations in it)"]
     else:
-        lines = [f"peak {_gib(s['peak'])} live when the window opened ({s['allocs']:,} allocations in it, none "
+        lines = [f"peak {human_bytes(s['peak'])} live when the window opened ({s['allocs']:,} allocations in it, none "
                  "went higher)"]
     if s["groups"]:
         lines.append("largest live allocations at the peak, by the line that made them:")
-        lines += [f"  {_gib(g['bytes']):>10}  {g['count']:>5}x  largest {_gib(g['largest']):>10}  {safe_text(g['where'], 70)}"
+        lines += [f"  {human_bytes(g['bytes']):>10}  {g['count']:>5}x  largest {human_bytes(g['largest']):>10}  {safe_text(g['where'], 70)}"
                   for g in s["groups"]]
     for o in s["ooms"][:3]:
-        free = f", {_gib(o['device_free'])} free on the device" if isinstance(o.get("device_free"), int) else ""
-        lines.append(f"out of memory in the window: {_gib(o['size'])} asked for{free}")
-    lines.append(f"at the end: {_gib(s['at_end'])} live, {_gib(s['reserved_end'])} reserved in {s['segments']} segments")
+        free = f", {human_bytes(o['device_free'])} free on the device" if isinstance(o.get("device_free"), int) else ""
+        lines.append(f"out of memory in the window: {human_bytes(o['size'])} asked for{free}")
+    lines.append(f"at the end: {human_bytes(s['at_end'])} live, {human_bytes(s['reserved_end'])} reserved in {s['segments']} segments")
     lines.append(f"the file opens in PyTorch's memory viewer: {VIEWER} (drag it in)")
     return lines
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..analysis.anatomy import how_of
 from ..channel.text import safe_text
 from ..model import NA, Comparison, GpuProcess, GpuSample, HostSample, HotLine, num
+from ..model.units import gib, human_bytes, percent
 from ..model.vocab import VERDICT_CODES, ComparisonState, VerdictCode
 
 # Each verdict's class in words, as the help lists them.
@@ -42,26 +43,6 @@ def spark(values: list, width: int, lo: float = 0.0, hi: float | None = 100.0) -
         else:
             out.append(BLOCKS[max(1, min(8, round((v - lo) / span * 8)))] if v > lo else BLOCKS[1])
     return "".join(out).rjust(width)
-
-
-def gib(b: float | NA | None) -> str:
-    return f"{g / 2**30:.1f}" if (g := num(b)) is not None else "n/a"
-
-
-def human_bytes(b: float | NA | None) -> str:
-    b = num(b)
-    if b is None:
-        return "n/a"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(b) < 1024 or unit == "TiB":
-            return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
-        b /= 1024
-    return f"{b:.1f} TiB"
-
-
-def pct(v: float | NA | None) -> str:
-    """A percentage, whole: the tenths changed every second and cost bytes, not information."""
-    return f"{v:3.0f}%" if num(v) is not None else " n/a"
 
 
 def fit(s: str, width: int) -> str:
@@ -150,9 +131,9 @@ def gpu_line(s: GpuSample) -> str:
     if s.lost is not None:
         return f"GPU {s.index} {name}: lost: {s.lost.reason}"
     if s.gpm:
-        act = f"SM {pct(s.sm_active).strip()}  tensor {pct(s.tensor_active).strip()}  DRAM {pct(s.dram_bw).strip()}"
+        act = f"SM {percent(s.sm_active, 4).strip()}  tensor {percent(s.tensor_active, 4).strip()}  DRAM {percent(s.dram_bw, 4).strip()}"
     else:
-        act = f"util {pct(s.util_gpu).strip()} (coarse)  mem-ctl {pct(s.util_mem).strip()}"
+        act = f"util {percent(s.util_gpu, 4).strip()} (coarse)  mem-ctl {percent(s.util_mem, 4).strip()}"
     power = f"  power {s.power_w:.0f}/{s.power_limit_w:.0f} W" if num(s.power_w) is not None and num(s.power_limit_w) else ""
     temp = f"  {s.temp_c}°C" if num(s.temp_c) is not None else ""
     return f"GPU {s.index} {safe_text(name, 40)}  {act}{power}  mem {gib(s.mem_used)}/{gib(s.mem_total)} GiB{temp}"

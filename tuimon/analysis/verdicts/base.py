@@ -9,6 +9,7 @@ from dataclasses import field
 from typing import NamedTuple
 
 from ...model.record import record
+from ...model.units import percent, share
 from ...model.vocab import Confidence, RuleCode, VerdictCode
 from .. import thresholds as T
 from .evidence import Evidence
@@ -47,14 +48,6 @@ class VerdictClass(NamedTuple):
 
     rule: Callable[[Context], Rule]
     verdict: Callable[[Context, list[Rule]], Verdict]  # (every rule, as tried: the verdict shows them)
-
-
-def pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.0f}%"
-
-
-def share(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.0%}"
 
 
 def at_least(what: str, value: float | None, t: T.Threshold, fmt: Callable[[float | None], str] = share) -> Check:
@@ -154,11 +147,11 @@ class Context:
         return self.busy is None or bool(self.busy_note)
 
     def busy_check(self, t: T.Threshold = T.GPU_BUSY) -> Check:
-        return at_least(self.busy_name, self.busy, t, pct)
+        return at_least(self.busy_name, self.busy, t, percent)
 
     def gpu_words(self) -> str:
-        return f"{self.busy_name} {pct(self.busy)}{self.busy_note}"
+        return f"{self.busy_name} {percent(self.busy)}{self.busy_note}"
 
     def units(self) -> str:
         """' · DRAM 17% · tensor 93%' where GPM measured them, else nothing."""
-        return f" · DRAM {pct(self.e.gpu.dram_bw)} · {self.compute_name} {pct(self.compute)}" if not self.busy_note else ""
+        return f" · DRAM {percent(self.e.gpu.dram_bw)} · {self.compute_name} {percent(self.compute)}" if not self.busy_note else ""

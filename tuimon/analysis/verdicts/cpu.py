@@ -17,7 +17,7 @@ from .base import (
     margin,
     model_share,
     optimizer_step,
-    pct,
+    percent,
     share,
 )
 
@@ -27,18 +27,18 @@ def rule(c: Context) -> Rule:
     no_cuda = Check(what="CUDA work of the job (CUDA events, allocator, NVML)",
                     value="n/a" if cuda is None else "seen" if cuda else "none seen", test="none",
                     passed=None if cuda is None else not cuda)
-    idle = below(c.busy_name, c.busy, T.GPU_IDLE, pct)
+    idle = below(c.busy_name, c.busy, T.GPU_IDLE, percent)
     model = model_share(e) if e.window.phases else None
     compute = at_least("forward+backward+optimizer", model, T.MODEL_MAJORITY)
     wants, _ = loop_cpu(e)
-    loop = at_least("loop thread CPU (+ waiting for a core)", wants, T.LOOP_CPU_BUSY, pct)
+    loop = at_least("loop thread CPU (+ waiting for a core)", wants, T.LOOP_CPU_BUSY, percent)
     fired = bool(no_cuda.passed) and idle.passed is not False and bool(compute.passed) and bool(loop.passed)
     if fired:
-        why = f"no CUDA work; forward+backward+optimizer {share(model)} of the step with the loop thread at {pct(wants)}"
+        why = f"no CUDA work; forward+backward+optimizer {share(model)} of the step with the loop thread at {percent(wants)}"
     elif cuda is not False:
         why = "the job runs CUDA work: the GPU rules judge it" if cuda else "whether the job runs CUDA work is not known"
     else:
-        why = (f"no CUDA work; forward+backward+optimizer {share(model)} of the step, loop thread {pct(wants)}: "
+        why = (f"no CUDA work; forward+backward+optimizer {share(model)} of the step, loop thread {percent(wants)}: "
                "not both at their bars")
     return Rule(code="cpu-bound", title="CPU-bound (the model computes on the CPU)", fired=fired,
                 checks=[no_cuda, idle, compute, loop], why=why)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ...model import JobEnd, Memory
-from ..memory import gib, oom_numbers, peak_share
+from ...model.units import human_bytes
+from ..memory import oom_numbers, peak_share
 from .base import Check, Context, Rule, Verdict, VerdictClass
 
 
@@ -62,11 +63,11 @@ def _next_step(end: JobEnd, ex: str, memory: Memory | None) -> str:
 def last_gauges(m: Memory) -> str:
     """The allocator's last gauges before the end (read at exit where the probe ran its exit hook)."""
     share = peak_share(m)
-    cap = f" of {'the cap of ' if m.limit else ''}{gib(m.capacity)} ({share:.0%})" if share is not None else ""
+    cap = f" of {'the cap of ' if m.limit else ''}{human_bytes(m.capacity)} ({share:.0%})" if share is not None else ""
     counts = [f"{n} {what}" for n, what in ((m.alloc_retries, "allocator retries"), (m.ooms, "out-of-memory errors"))
               if n]
-    return (f"GPU memory last read: allocated {gib(m.allocated)}, reserved {gib(m.reserved)}, peak "
-            f"{gib(m.peak_allocated)}{cap}" + (f"; {', '.join(counts)} in all" if counts else ""))
+    return (f"GPU memory last read: allocated {human_bytes(m.allocated)}, reserved {human_bytes(m.reserved)}, peak "
+            f"{human_bytes(m.peak_allocated)}{cap}" + (f"; {', '.join(counts)} in all" if counts else ""))
 
 
 def oom_step(text: str, m: Memory | None) -> str:
@@ -77,11 +78,11 @@ def oom_step(text: str, m: Memory | None) -> str:
     asked, spare = n.get("asked"), n.get("unallocated")
     real = "a smaller batch, activation checkpointing (torch.utils.checkpoint), or a smaller dtype (bf16 autocast)"
     if asked is not None and spare is not None and spare >= asked and not (m is not None and m.expandable):
-        return (f"the GPU ran out of memory asking for {gib(asked)} while {gib(spare)} was reserved but unallocated: "
+        return (f"the GPU ran out of memory asking for {human_bytes(asked)} while {human_bytes(spare)} was reserved but unallocated: "
                 "fragmentation: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; if it still runs out, " + real)
     if asked is not None:
-        free = f" ({gib(n['free'])} free on the device)" if "free" in n else ""
-        return f"the GPU ran out of memory asking for {gib(asked)}{free}: the live tensors fill it: {real}"
+        free = f" ({human_bytes(n['free'])} free on the device)" if "free" in n else ""
+        return f"the GPU ran out of memory asking for {human_bytes(asked)}{free}: the live tensors fill it: {real}"
     return (f"the GPU ran out of memory: {real}; when reserved is far above allocated (fragmentation), "
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
 

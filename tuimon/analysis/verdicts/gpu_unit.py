@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ...model.vocab import RuleCode
 from .. import thresholds as T
-from .base import Check, Context, Rule, Verdict, VerdictClass, at_least, margin, pct, share
+from .base import Check, Context, Rule, Verdict, VerdictClass, at_least, margin, percent, share
 
 
 def _lead(what: str, lead: float | None) -> Check:
@@ -25,7 +25,7 @@ def _rule(c: Context, code: RuleCode, title: str, checks: list[Check]) -> Rule:
     if busy.passed is None:
         why = "GPU activity not measured (no GPU metrics): the GPU's side cannot be judged"
     elif busy.passed:
-        why = f"{c.gpu_words()}; DRAM {pct(c.e.gpu.dram_bw)}, {c.compute_name} {pct(c.compute)}"
+        why = f"{c.gpu_words()}; DRAM {percent(c.e.gpu.dram_bw)}, {c.compute_name} {percent(c.compute)}"
     else:
         why = f"{c.gpu_words()} is under {T.GPU_BUSY.show()}: the GPU is not the bottleneck"
     return Rule(code=code, title=title, fired=all(ch.passed for ch in checks), checks=checks, why=why)
@@ -34,14 +34,14 @@ def _rule(c: Context, code: RuleCode, title: str, checks: list[Check]) -> Rule:
 def rule_memory(c: Context) -> Rule:
     lead = _lead_dram(c)
     return _rule(c, "memory-bound", "GPU memory-bound (DRAM)",
-                 [c.busy_check(), at_least("DRAM bandwidth", c.e.gpu.dram_bw, T.UNIT_BOUND, pct),
+                 [c.busy_check(), at_least("DRAM bandwidth", c.e.gpu.dram_bw, T.UNIT_BOUND, percent),
                   _lead(f"DRAM over {c.compute_name}", lead)])
 
 
 def rule_compute(c: Context) -> Rule:
     lead = _lead_dram(c)
     return _rule(c, "compute-bound", "GPU compute-bound",
-                 [c.busy_check(), at_least(f"{c.compute_name} pipe activity", c.compute, T.UNIT_BOUND, pct),
+                 [c.busy_check(), at_least(f"{c.compute_name} pipe activity", c.compute, T.UNIT_BOUND, percent),
                   _lead(f"{c.compute_name} over DRAM", None if lead is None else -lead)])
 
 
@@ -53,22 +53,22 @@ def rule_healthy(c: Context) -> Rule:
 def verdict_memory(c: Context, rules: list[Rule]) -> Verdict:
     g = c.e.gpu
     return Verdict(code="memory-bound", headline="GPU memory-bound",
-                   evidence=f"{c.gpu_words()} · DRAM {pct(g.dram_bw)} · {c.compute_name} {pct(c.compute)}",
-                   next_step=f"DRAM {pct(g.dram_bw)} while tensor {pct(g.tensor_active)} and FP32 "
-                             f"{pct(g.fp32_active)}: the kernels move bytes more than they compute: fuse elementwise "
+                   evidence=f"{c.gpu_words()} · DRAM {percent(g.dram_bw)} · {c.compute_name} {percent(c.compute)}",
+                   next_step=f"DRAM {percent(g.dram_bw)} while tensor {percent(g.tensor_active)} and FP32 "
+                             f"{percent(g.fp32_active)}: the kernels move bytes more than they compute: fuse elementwise "
                              "ops (torch.compile), bf16 to halve the bytes, larger batches",
                    confidence=margin(g.dram_bw, T.UNIT_BOUND), rules=rules)
 
 
 def verdict_compute(c: Context, rules: list[Rule]) -> Verdict:
     if c.compute_name == "tensor":
-        step = (f"tensor cores {pct(c.compute)} busy: the math itself is the limit: FP8 (Transformer Engine), "
+        step = (f"tensor cores {percent(c.compute)} busy: the math itself is the limit: FP8 (Transformer Engine), "
                 "fewer FLOPs, or a larger GPU")
     else:
-        step = (f"{c.compute_name} pipes {pct(c.compute)} busy, tensor cores {pct(c.e.gpu.tensor_active)}: move the "
+        step = (f"{c.compute_name} pipes {percent(c.compute)} busy, tensor cores {percent(c.e.gpu.tensor_active)}: move the "
                 "math to tensor cores (bf16 autocast, or TF32: torch.backends.cuda.matmul.allow_tf32 = True)")
     return Verdict(code="compute-bound", headline=f"GPU compute-bound ({c.compute_name})",
-                   evidence=f"{c.gpu_words()} · {c.compute_name} {pct(c.compute)} · DRAM {pct(c.e.gpu.dram_bw)}",
+                   evidence=f"{c.gpu_words()} · {c.compute_name} {percent(c.compute)} · DRAM {percent(c.e.gpu.dram_bw)}",
                    next_step=step, confidence=margin(c.compute, T.UNIT_BOUND), rules=rules)
 
 

@@ -21,7 +21,7 @@ from .base import (
     model_share,
     optimizer_step,
     outranked,
-    pct,
+    percent,
     share,
 )
 from .evidence import Evidence
@@ -29,7 +29,7 @@ from .evidence import Evidence
 
 def rule(c: Context) -> Rule:
     e = c.e
-    idle = below(c.busy_name, c.busy, T.GPU_IDLE, pct)
+    idle = below(c.busy_name, c.busy, T.GPU_IDLE, percent)
     data = _small_or_outranked(e, "data wait", "data", e.window.data_share, T.INPUT_MODERATE, T.INPUT_HIGH)
     sync = _small_or_outranked(e, "time blocked in syncs", "sync", e.sync.share, T.SYNC_MODERATE, T.SYNC_HIGH)
     fired = idle.passed is not False and bool(data.passed) and sync.passed is not False

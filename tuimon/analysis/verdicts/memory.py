@@ -4,6 +4,7 @@ every other class. Whether the memory is full or fragmented, and the fix that fi
 
 from __future__ import annotations
 
+from ...model.units import human_bytes
 from .. import memory as mem
 from .. import thresholds as T
 from .base import Check, Context, Rule, Verdict, VerdictClass, at_least, margin, share
@@ -37,14 +38,14 @@ def verdict(c: Context, rules: list[Rule]) -> Verdict:
     assert m is not None  # (the rule fired on its retries)
     rate = m.retries_per_step or 0.0
     peak = mem.peak_share(m)
-    cap = f"the cap of {mem.gib(m.limit)}" if m.limit else mem.gib(m.total)
+    cap = f"the cap of {human_bytes(m.limit)}" if m.limit else human_bytes(m.total)
     parts = [f"{rate:.2f} allocator retries per step" + (f" (steps {m.retries_from}..{m.retries_to})" if m.retries_to else "")]
     if m.ooms_in_window:
         parts.append(f"{m.ooms_in_window} out-of-memory errors caught")
-    parts.append(f"peak {mem.gib(m.peak_allocated)} of {cap}" + (f" ({peak:.0%})" if peak is not None else ""))
-    parts.append(f"reserved {mem.gib(m.reserved)}, allocated {mem.gib(m.allocated)}")
+    parts.append(f"peak {human_bytes(m.peak_allocated)} of {cap}" + (f" ({peak:.0%})" if peak is not None else ""))
+    parts.append(f"reserved {human_bytes(m.reserved)}, allocated {human_bytes(m.allocated)}")
     if m.inactive_split:
-        parts.append(f"{mem.gib(m.inactive_split)} in split blocks not in use")
+        parts.append(f"{human_bytes(m.inactive_split)} in split blocks not in use")
     busy = c.e.gpu.busy_events
     if busy is not None:  # each retry waits for the GPU to drain, then cudaFree/cudaMalloc
         parts.append(f"GPU idle up to {1 - busy:.0%} of the step (CUDA events)")

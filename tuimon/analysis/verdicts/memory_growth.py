@@ -7,6 +7,7 @@ where kept tensors come from. (analysis/memory.py growth: the line; thresholds.p
 from __future__ import annotations
 
 from ...model import Memory
+from ...model.units import human_bytes
 from .. import memory as mem
 from .. import thresholds as T
 from .base import Check, Context, Rule, Verdict, VerdictClass, at_least, below, margin
@@ -65,11 +66,11 @@ def verdict(c: Context, rules: list[Rule]) -> Verdict:
     g, rate = m.growth, m.growth.rate
     full = mem.full_in_s(m)
     cap = m.capacity or 0
-    per_step = f"+{mem.gib(int(g.per_step))} a step (+{mem.gib(int(rate * 60))}/min)" if g.per_step and g.per_step > 0 \
-        else f"+{mem.gib(int(rate * 60))}/min"
+    per_step = f"+{human_bytes(int(g.per_step))} a step (+{human_bytes(int(rate * 60))}/min)" if g.per_step and g.per_step > 0 \
+        else f"+{human_bytes(int(rate * 60))}/min"
     parts = [f"{per_step}, {(g.allocated or 0) / mem.GIB:.1f} of {cap / mem.GIB:.1f} GiB ({cap_words(m)})"]
     if g.peak is not None:
-        parts.append(f"peak {mem.gib(g.peak)}")
+        parts.append(f"peak {human_bytes(g.peak)}")
     parts.append(f"a straight line through {g.reads} reads over {g.span_s:.0f} s (R² {g.fit:.2f})")
     step = ("tensors kept from step to step: a loss or output appended to a list without .item() or .detach() (each "
             "keeps its step's graph), a list, dict or cache that only grows, a hook that stores activations; M (or "

@@ -4,15 +4,27 @@ and no part of the step 4x larger): host and GPU take turns."""
 from __future__ import annotations
 
 from .. import thresholds as T
-from .base import Check, Context, Rule, Verdict, VerdictClass, at_least, below, margin, outranked, pct, share
+from .base import (
+    Check,
+    Context,
+    Rule,
+    Verdict,
+    VerdictClass,
+    at_least,
+    below,
+    margin,
+    outranked,
+    percent,
+    share,
+)
 
 
 def rule(c: Context) -> Rule:
     s = c.e.sync
     high = at_least("time blocked in syncs", s.share, T.SYNC_HIGH)
     moderate = at_least("time blocked in syncs", s.share, T.SYNC_MODERATE)
-    idle = below(c.busy_name, c.busy, T.GPU_IDLE, pct)
-    not_busy = below(c.busy_name, c.busy, T.GPU_BUSY, pct)
+    idle = below(c.busy_name, c.busy, T.GPU_IDLE, percent)
+    not_busy = below(c.busy_name, c.busy, T.GPU_BUSY, percent)
     ranked = outranked(c.e, "sync", s.share)
     fired = bool(not_busy.passed is not False
                  and (high.passed or (moderate.passed and idle.passed and ranked.passed is not False)))

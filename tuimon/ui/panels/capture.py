@@ -9,8 +9,8 @@ from rich.text import Text
 from ...capture.client import window_steps
 from ...capture.cost import BUDGET, describe, expected_pause
 from ...channel.text import count, safe_text
+from ...model.units import human_bytes
 from ...monitor.state import View
-from ..format import human_bytes
 
 
 @dataclass(frozen=True)

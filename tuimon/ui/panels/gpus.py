@@ -9,8 +9,9 @@ from rich.text import Text
 
 from ...channel.text import safe_text
 from ...model import NA, GpuSample, num
+from ...model.units import gib, percent
 from ...monitor.state import COLUMN_S, GpuView, View
-from ..format import fit, gib, gpu_process_rows, pct, spark
+from ..format import fit, gpu_process_rows, spark
 
 
 def gpu_block(g: GpuView, width: int, is_target: bool, table: bool = False) -> Text:
@@ -44,13 +45,13 @@ def gpu_block(g: GpuView, width: int, is_target: bool, table: bool = False) -> T
     power_pct = [None if v is None or not limit else 100 * v / limit for v in h["power_w"]]
     power_txt = f"{power:4.0f}/{limit:.0f} W" if power is not None and limit else "   n/a W"
     if s.gpm:
-        rows = [("SM active", h["sm_active"], pct(s.sm_active), "green"),
-                ("Tensor", h["tensor_active"], pct(s.tensor_active), "magenta"),
-                ("DRAM bw", h["dram_bw"], pct(s.dram_bw), "blue"),
+        rows = [("SM active", h["sm_active"], percent(s.sm_active, 4), "green"),
+                ("Tensor", h["tensor_active"], percent(s.tensor_active, 4), "magenta"),
+                ("DRAM bw", h["dram_bw"], percent(s.dram_bw, 4), "blue"),
                 ("Power", power_pct, power_txt, "yellow")]
     else:
-        rows = [("GPU util (coarse)", h["util_gpu"], pct(s.util_gpu), "green"),
-                ("Mem-ctl util (coarse)", h["util_mem"], pct(s.util_mem), "blue"),
+        rows = [("GPU util (coarse)", h["util_gpu"], percent(s.util_gpu, 4), "green"),
+                ("Mem-ctl util (coarse)", h["util_mem"], percent(s.util_mem, 4), "blue"),
                 ("Power", power_pct, power_txt, "yellow")]
     procs = s.processes
     if isinstance(procs, list) and procs:
@@ -126,7 +127,7 @@ def _index(g: GpuView, width: int) -> Text:
 def _sm(g: GpuView, width: int) -> Text:
     """'SM ▂▄▆▇ 97%': its sparkline where the width holds one (GPUs without GPM: NVML's coarse 'util')."""
     s, h = g.latest, g.columns or g.history
-    word, series, value = ("SM", h["sm_active"], pct(s.sm_active)) if s.gpm else ("util", h["util_gpu"], pct(s.util_gpu))
+    word, series, value = ("SM", h["sm_active"], percent(s.sm_active, 4)) if s.gpm else ("util", h["util_gpu"], percent(s.util_gpu, 4))
     if width == SM_WIDTH:
         return _label(word, value, "green", width)
     out = Text(f"{word} ".rjust(SM_WIDTH - len(value)), "dim")  # (the sparkline takes the rest)
@@ -165,9 +166,9 @@ COMPACT_COLUMNS: dict[str, _Col] = {
     "index": _Col(8, 0, _index),
     "name": _Col(10, 2, lambda g, w: Text(fit(short_name(g.latest.name), w - 1).ljust(w), "bold")),
     "sm": _Col(SM_WIDTH, 0, _sm),
-    "tensor": _Col(13, 8, lambda g, w: _label("  tensor", pct(g.latest.tensor_active), "magenta", w)),
-    "dram": _Col(11, 7, lambda g, w: _label("  DRAM" if g.latest.gpm else "  mctl", pct(
-        g.latest.dram_bw if g.latest.gpm else g.latest.util_mem), "blue", w)),
+    "tensor": _Col(13, 8, lambda g, w: _label("  tensor", percent(g.latest.tensor_active, 4), "magenta", w)),
+    "dram": _Col(11, 7, lambda g, w: _label("  DRAM" if g.latest.gpm else "  mctl", percent(
+        g.latest.dram_bw if g.latest.gpm else g.latest.util_mem, 4), "blue", w)),
     "power": _Col(12, 5, lambda g, w: _label("", _power(g.latest), "yellow", w)),
     "mem": _Col(17, 6, lambda g, w: _label("", _memory(g.latest), "", w)),
     "temp": _Col(6, 3, lambda g, w: _label("", f"{g.latest.temp_c}°C" if num(g.latest.temp_c) is not None

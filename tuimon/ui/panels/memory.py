@@ -10,8 +10,9 @@ from ...analysis import thresholds as T
 from ...capture.client import MEMORY_STEPS, window_steps
 from ...channel.text import safe_text
 from ...model import Memory, num
+from ...model.units import human_bytes
 from ...monitor.state import View
-from ..format import human_bytes, spark
+from ..format import spark
 
 LABEL = 10  # the series' names, padded
 

@@ -7,8 +7,9 @@ from rich.text import Text
 from ...analysis.memory import forecast as memory_forecast
 from ...channel.text import safe_text
 from ...model import ProcRow, num
+from ...model.units import human_bytes
 from ...monitor.state import View
-from ..format import human_bytes, value
+from ..format import value
 
 
 def process_panel(view: View, window: View | None = None) -> Text:
