@@ -29,6 +29,7 @@ from ..monitor.state import MonitorState, View
 from . import partial_updates, screens
 from .panels.capture import Refusal
 from .panels.probe import CONFIRM_S, LOADED_SHOWN_S, ProbeLoad, loading_words, probe_result
+from .screens.base import ViewScreen
 
 if TYPE_CHECKING:
     from textual.await_complete import AwaitComplete
@@ -165,7 +166,7 @@ class TuimonApp(App):
             screen = self.screen
         except ScreenStackError:  # shutting down: the last screen is gone
             return
-        if not hasattr(screen, "show_view") or not (screen.is_mounted or mounting):
+        if not isinstance(screen, ViewScreen) or not (screen.is_mounted or mounting):
             return
         view = view if view is not None else self.state.view(self.paused)
         self._follow_probe(view)

@@ -7,16 +7,16 @@ import os
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from ...capture.client import window_steps
 from ...channel.text import safe_text
 from ...monitor.state import View
 from ..widgets import Keys, Panel
+from .base import ViewScreen
 
 
-class CapturesScreen(Screen):
+class CapturesScreen(ViewScreen):
     """The captures of this session, newest first, with what the newest found."""
 
     BINDINGS = [Binding("escape,l", "app.pop_screen", "back")]

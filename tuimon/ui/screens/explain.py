@@ -6,15 +6,15 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Static
 
 from ...monitor.state import View
 from ..panels.explain import explain
 from ..widgets import Keys, Panel
+from .base import ViewScreen
 
 
-class ExplainScreen(Screen):
+class ExplainScreen(ViewScreen):
     """Why the verdict says what it says: every rule, its numbers and thresholds."""
 
     BINDINGS = [Binding("escape,e", "app.pop_screen", "back")]

@@ -6,7 +6,6 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Static
 
 from ...channel.text import safe_text
@@ -14,9 +13,10 @@ from ...model import num
 from ...monitor.state import GpuView, View
 from ..panels.gpus import gpu_block
 from ..widgets import Keys, Panel
+from .base import ViewScreen
 
 
-class GpuScreen(Screen):
+class GpuScreen(ViewScreen):
     BINDINGS = [Binding("escape,g", "app.pop_screen", "back"), Binding("n", "next_gpu", "next GPU")]
 
     def __init__(self) -> None:

@@ -6,15 +6,15 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Static
 
 from ...monitor.state import View
 from ..panels.hot_lines import hot_lines_text
 from ..widgets import Keys, Panel
+from .base import ViewScreen
 
 
-class HotLinesScreen(Screen):
+class HotLinesScreen(ViewScreen):
     """Where the loop thread's time goes, line by line, per phase (the probe's sampler)."""
 
     BINDINGS = [Binding("escape,h", "app.pop_screen", "back")]

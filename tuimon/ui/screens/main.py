@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, cast
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Static
 
 from ...analysis.verdicts import Verdict
@@ -28,12 +26,10 @@ from ..panels.status import status_line
 from ..panels.steps import steps_panel
 from ..panels.verdict import verdict_line
 from ..widgets import Keys, Panel
-
-if TYPE_CHECKING:
-    from ..app import TuimonApp
+from .base import ViewScreen
 
 
-class MainScreen(Screen):
+class MainScreen(ViewScreen):
     # Nothing takes focus: focusing the scrolling body restyles every panel in it (~20% of Textual's
     # start in a py-spy profile of the first frame on an H100), so the screen takes the body's keys.
     AUTO_FOCUS = ""
@@ -62,7 +58,7 @@ class MainScreen(Screen):
         yield Keys()
 
     def on_mount(self) -> None:
-        cast("TuimonApp", self.app).redraw(mounting=True)
+        self.tuimon.redraw(mounting=True)
 
     def reveal_capture(self) -> None:
         """The capture line into view: below the fold at 80x24, `c` seemed to do nothing."""
@@ -94,7 +90,7 @@ class MainScreen(Screen):
         window = self._window_view(view)
         head = q("#header", Panel)
         head.show(header(view, label, window=window, width=head.text_width,
-                         keep_label=cast("TuimonApp", self.app).replaying))
+                         keep_label=self.tuimon.replaying))
         status, problems = q("#status", Panel), status_line(view)
         if status.display != bool(problems):
             status.display = bool(problems)  # (a change of display lays the screen out again)
@@ -104,7 +100,7 @@ class MainScreen(Screen):
         if drawn is None or drawn[0] is not window.verdict or drawn[1] != verdict.text_width:  # (fitted to the width)
             self._verdict_for = (window.verdict, verdict.text_width)
             verdict.show(verdict_line(window.verdict, verdict.text_width))
-        app = cast("TuimonApp", self.app)
+        app = self.tuimon
         probe = q("#probe", Panel)
         if probe.display != (app.probe is not None):
             probe.display = app.probe is not None

@@ -7,16 +7,16 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Static
 
 from ...capture.client import MEMORY_STEPS
 from ...monitor.state import View
 from ..panels.memory import capture_text, memory_panel
 from ..widgets import Keys, Panel
+from .base import ViewScreen
 
 
-class MemoryScreen(Screen):
+class MemoryScreen(ViewScreen):
     BINDINGS = [Binding("escape,m", "app.pop_screen", "back"), Binding("c", "app.memory_capture", "memory capture")]
 
     def compose(self) -> ComposeResult:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from ...channel.text import safe_text
 from ...model import RangeRow
 from ...monitor.state import View
 from ..widgets import Keys
+from .base import ViewScreen
 
 NO_RANGES = Text("None yet: the job's own ranges appear here (with tuimon.range(\"name\"), nvtx.annotate or "
                  "torch.cuda.nvtx.range in its code).", "dim")
@@ -20,7 +20,7 @@ NO_RANGES = Text("None yet: the job's own ranges appear here (with tuimon.range(
 SORT_KEYS = [("share", "share"), ("count", "count"), ("mean_ms", "mean ms"), ("p95_ms", "p95 ms"), ("name", "name")]
 
 
-class RangesScreen(Screen):
+class RangesScreen(ViewScreen):
     BINDINGS = [Binding("escape,r", "app.pop_screen", "back"), Binding("s", "next_sort", "sort")]
 
     def __init__(self) -> None:

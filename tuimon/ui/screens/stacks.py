@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Static
 
 from ...channel.text import safe_text
 from ...monitor.state import View
 from ..format import seconds
 from ..widgets import Keys, Panel
-
-if TYPE_CHECKING:
-    from ..app import TuimonApp
+from .base import ViewScreen
 
 
-class StacksScreen(Screen):
+class StacksScreen(ViewScreen):
     """Every thread's stack in the training process, as py-spy dump prints them: asked for when
     the loop stalls, or now with t."""
 
@@ -28,7 +23,7 @@ class StacksScreen(Screen):
 
     @property
     def _live(self) -> bool:
-        return cast("TuimonApp", self.app).live
+        return self.tuimon.live
 
     def compose(self) -> ComposeResult:
         yield Static(Text(" Threads of the training process" + (" (t: read them again, esc: back)" if self._live else
@@ -42,7 +37,7 @@ class StacksScreen(Screen):
         return self._live if action == "again" else True
 
     def action_again(self) -> None:
-        cast("TuimonApp", self.app).action_stacks()
+        self.tuimon.action_stacks()
 
     def show_view(self, view: View, label: str) -> None:
         t = view.training

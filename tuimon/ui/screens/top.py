@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 
 from ...monitor.state import View
 from ..panels.top import top_header, top_panel
 from ..widgets import Keys, Panel
+from .base import ViewScreen
 
 
-class TopScreen(Screen):
+class TopScreen(ViewScreen):
     """`tuimon top`: every GPU with its processes (user, memory, SM share, command), and the host."""
 
     def compose(self) -> ComposeResult:
@@ -21,7 +21,7 @@ class TopScreen(Screen):
         yield Keys()
 
     def on_mount(self) -> None:
-        self.app.redraw(mounting=True)  # type: ignore[attr-defined]  # (TuimonApp's: its first paint holds the numbers)
+        self.tuimon.redraw(mounting=True)  # (its first paint holds the numbers)
 
     def show_view(self, view: View, label: str) -> None:
         head = self.query_one("#header", Panel)
