@@ -5,6 +5,7 @@ KINETO_USE_DAEMON=1 whose trace, asked for through the real endpoint, arrives an
 from __future__ import annotations
 
 import glob
+import json
 import mmap
 import os
 import socket
@@ -16,8 +17,10 @@ import uuid
 
 import pytest
 
+from tests.conftest import tuimon_cmd
 from tuimon.capture import kineto_daemon as K
 from tuimon.capture.summary import summarize
+from tuimon.cli.launch import kineto_env
 from tuimon.model import CaptureStatus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -111,6 +114,19 @@ def test_a_held_name_is_never_taken_over():
     K.KinetoEndpoint(name).close()  # (free again: it starts)
 
 
+def test_tuimon_run_turns_kinetos_daemon_client_on_unless_told_not_to():
+    env: dict = {}
+    kineto_env(env)
+    assert env == {"KINETO_USE_DAEMON": "1", "KINETO_LOG_LEVEL": "6"}
+    env = {"KINETO_LOG_LEVEL": "1"}
+    kineto_env(env)
+    assert env == {"KINETO_USE_DAEMON": "1", "KINETO_LOG_LEVEL": "1"}  # (the job's own level kept)
+    for own in ({"TUIMON_KINETO": "0"}, {"KINETO_USE_DAEMON": ""}):
+        env = dict(own)
+        kineto_env(env)
+        assert env == own
+
+
 def _torch_lib() -> str | None:
     try:
         import torch
@@ -126,16 +142,24 @@ def _has_daemon_client(lib: str) -> bool:
         return m.find(b"dynoconfigclient") >= 0
 
 
-def test_a_real_loop_traced_through_the_endpoint(tmp_path):
+def _need_daemon_client() -> None:
     lib = _torch_lib()
     if lib is None:
         pytest.skip("no torch here (or no libtorch_cpu.so in it)")
     if not _has_daemon_client(lib):
         pytest.skip("this torch build has no Kineto daemon client (no 'dynoconfigclient' in libtorch_cpu.so)")
+
+
+def _endpoint() -> K.KinetoEndpoint:
     try:
-        ep = K.KinetoEndpoint()
+        return K.KinetoEndpoint()
     except K.EndpointTaken as e:
         pytest.skip(f"the host's endpoint is held: {e}")
+
+
+def test_a_real_loop_traced_through_the_endpoint(tmp_path):
+    _need_daemon_client()
+    ep = _endpoint()
     env = dict(os.environ, KINETO_USE_DAEMON="1", KINETO_LOG_LEVEL="6")
     job = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "workloads", "small_ops.py"),
                             "--seconds", "120"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -160,3 +184,31 @@ def test_a_real_loop_traced_through_the_endpoint(tmp_path):
         out = job.communicate()[0]
         ep.close()
     assert "dyno" not in out and "INFO:" not in out, out  # (KINETO_LOG_LEVEL=6: nothing of Kineto's said)
+
+
+def test_tuimon_capture_takes_a_tuimon_run_jobs_window_through_kineto(tmp_path, monkeypatch):
+    """`tuimon run` starts the job in daemon mode; `tuimon capture` serves the endpoint, hands the
+    config, and summarizes the trace Kineto wrote; the job's output holds none of Kineto's lines."""
+    _need_daemon_client()
+    _endpoint().close()  # (skipped when the host's endpoint is held)
+    monkeypatch.setenv("TUIMON_KINETO", "1")
+    monkeypatch.setenv("TUIMON_CAPTURE_DIR", str(tmp_path / "captures"))
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, os.path.join(ROOT, "tests", "workloads",
+                                      "small_ops.py"), "--seconds", "120"), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        assert job.stdout is not None and job.stdout.readline().strip() == "training"
+        time.sleep(3)  # (past the first steps: the probe has seen the optimizer step)
+        p = subprocess.run(tuimon_cmd("capture", job.pid, "--steps", 5, "--wait", "--json"), capture_output=True,
+                           text=True, timeout=150)
+        assert p.returncode == 0, p.stderr
+        st = json.loads(p.stdout)
+        assert st["kind"] == "kineto" and st["state"] == "done", st
+        assert st["last_step"] - st["first_step"] + 1 == 5
+        assert st["path"].startswith(str(tmp_path / "captures")) and st["path"].endswith(f"_{job.pid}.json")
+        assert any("aten::" in line for line in st["summary"]["lines"]), st["summary"]
+        assert f"asked PID {job.pid} for a kineto capture of 5 steps" in p.stderr, p.stderr
+    finally:
+        job.kill()
+        out = job.communicate()[0]
+    assert "dyno" not in out and "INFO:" not in out and "USDT:" not in out, out
