@@ -44,7 +44,7 @@ def main() -> None:
     job_cmd = a.command or JOB
     out = tempfile.mkdtemp(prefix="tuimon-kineto-")
     endpoint = KinetoEndpoint()
-    env = dict(os.environ, KINETO_USE_DAEMON="1", KINETO_LOG_LEVEL="5", TUIMON_CAPTURE_DIR=out,
+    env = dict(os.environ, KINETO_USE_DAEMON="1", KINETO_LOG_LEVEL="6", TUIMON_CAPTURE_DIR=out,
                PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
     run = [sys.executable, "-m", "tuimon", "run", "--headless", "--", *job_cmd]
     job = subprocess.Popen(run, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -101,7 +101,8 @@ def main() -> None:
                     s = summarize(path, 3)
                     note = (f"took config {(handed_ns / 1e9 - asked):.1f} s after the ask; trace "
                             f"{os.path.getsize(path) / 2**20:.1f} MiB, {(done_ns - handed_ns) / 1e9:.1f} s after; top: "
-                            + ", ".join(f"{r['name']} {r['ms']:.0f} ms" for r in s["top_host_self"][:2]))
+                            + ", ".join(f"{r['name'][:40]} {r['ms']:.0f} ms" for r in
+                                        (s["top_device"] or s["top_host_self"])[:2]))
                 else:
                     st = client.wait(client.request(steps=a.steps), 300)
                     first, last, done_ns = st.first_step, st.last_step, st.updated_ns
