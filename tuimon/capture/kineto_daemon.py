@@ -40,6 +40,7 @@ import socket
 import struct
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 ENDPOINT_NAME = "dynolog"
@@ -155,7 +156,7 @@ class KinetoEndpoint:
         self._lock = threading.Lock()
         self._jobs: dict[int, KinetoJob] = {}
         self.refused = 0  # datagrams from another user, or a pid that was not the sender's
-        self.log: list[str] = []  # what happened, for a test or a debug line
+        self.log: deque[str] = deque(maxlen=100)  # what happened lately, for a test or a debug line
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="tuimon-kineto-endpoint", daemon=True)
         self._thread.start()
