@@ -150,11 +150,16 @@ def _kineto(info: SegmentInfo, reader: SegmentReader, seconds: float | None, out
     """Kineto's on-demand windows for a job that asks this host's endpoint (started with
     KINETO_USE_DAEMON=1, as `tuimon run` starts jobs); None: the probe's window. Kineto counts its
     iterations at optimizer steps: a job whose steps are counted otherwise gets the probe's window
-    of steps."""
+    of steps; and a window in seconds is the probe's (Kineto's duration trace, asked for 0.5 s on
+    torch 2.13, recorded ~10 s from the config's arrival: 22 MiB, the loop 10x its worst step)."""
     if kineto_windows.why_not(info.pid) is not None:
         return None
     now = reader.now()
-    if seconds is None and (now is None or now.source != "optimizer"):
+    if seconds is not None:
+        print("  (a torch.profiler window through the probe: Kineto's time windows record from the config's "
+              "arrival, seconds longer than asked)", file=out, flush=True)
+        return None
+    if now is None or now.source != "optimizer":
         print("  (a torch.profiler window through the probe: Kineto counts optimizer steps, and this job's steps "
               f"are counted by {now.source if now else 'nothing yet'})", file=out, flush=True)
         return None
