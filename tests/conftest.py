@@ -26,6 +26,14 @@ def shm_dir(tmp_path, monkeypatch):
     return d
 
 
+@pytest.fixture(autouse=True)
+def kineto_off(monkeypatch):
+    """Jobs that `tuimon run` starts in the tests are not in Kineto's daemon mode, and `tuimon
+    capture` takes the probe's windows, as the tests were written for; tests of Kineto's path
+    (test_kineto_daemon.py) set TUIMON_KINETO=1 themselves."""
+    monkeypatch.setenv("TUIMON_KINETO", "0")
+
+
 def python(script: str, *args, env=None, **kw) -> subprocess.Popen:
     """Start a Python process running `script` (source text)."""
     return subprocess.Popen([sys.executable, "-c", script, *map(str, args)], env=env, **kw)

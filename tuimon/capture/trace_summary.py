@@ -1,8 +1,8 @@
-"""What a torch.profiler Chrome trace (gzip) holds: top kernels by device time, top operators by
+"""What a torch.profiler Chrome trace (gzip, or plain JSON as Kineto's on-demand traces are) holds: top kernels by device time, top operators by
 self time on the host, and kernel totals. Streams the file event by event, so a trace of hundreds
 of MB never sits in memory whole; run as a child process by the monitor:
 
-    python -m tuimon.capture.trace_summary TRACE.json.gz [--top 5]   -> JSON on stdout
+    python -m tuimon.capture.trace_summary TRACE.json[.gz] [--top 5]   -> JSON on stdout
 """
 
 from __future__ import annotations
@@ -20,7 +20,11 @@ DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 def trace_events(path: str) -> Iterator[dict]:
     """The objects of the trace's "traceEvents" array, one at a time."""
     decoder = json.JSONDecoder()
-    with gzip.open(path, "rt", encoding="utf-8", errors="replace") as f:
+    with open(path, "rb") as raw:
+        zipped = raw.read(2) == b"\x1f\x8b"
+    opened = gzip.open(path, "rt", encoding="utf-8", errors="replace") if zipped else \
+        open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+    with opened as f:
         buf, pos = "", 0
 
         def more() -> bool:

@@ -11,20 +11,22 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..analysis import stall
-from ..capture import nsys_session
+from ..capture import kineto_windows, nsys_session
 from ..capture.client import MEMORY_STEPS, CaptureClient, CaptureRefused, window_steps
 from ..capture.cost import StepLog, describe, expected_pause, window_cost
 from ..capture.summary import summarize
 from ..channel import ChannelError
 from ..channel.control import KIND_MEMORY
+from ..channel.paths import program_name
 from ..channel.text import count, safe_text
 from ..model import CaptureStatus, WindowCost, to_json
 from ..monitor.target import open_channel
 
 if TYPE_CHECKING:
     import argparse
+    from typing import TextIO
 
-    from ..channel.reader import SegmentReader
+    from ..channel.reader import SegmentInfo, SegmentReader
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 COST_WAIT_S = 15.0  # after a window: for the steps just past its end, whose times tell its cost
@@ -54,9 +56,6 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
         drain()
         memory = getattr(args, "memory", False)  # (the allocator's history: the probe's window in any job)
-        client = (None if memory else nsys_session.for_job(info, lambda: reader.steps)) or \
-            CaptureClient(info.path, info.pid, info.start_ticks)
-        kind = "memory" if memory else safe_text(info.meta.capture_kind, 40)
         steps, seconds = args.steps, args.seconds
         if steps is None and seconds is None:  # as `c` does: steps if the loop has them, else 10 s
             steps, seconds = ((MEMORY_STEPS if memory else 10), None) if steps_seen else (None, 10.0)
@@ -64,6 +63,11 @@ def cmd_capture(args: argparse.Namespace) -> int:
             print(f"tuimon: PID {info.pid} {why}: a window of {count(steps, 'step')} opens at its next step and "
                   "would wait for it; --seconds 10 takes a time window", file=sys.stderr)
             return 2
+        client = (None if memory else nsys_session.for_job(info, lambda: reader.steps)) or \
+            (None if memory else _kineto(info, reader, seconds, out)) or \
+            CaptureClient(info.path, info.pid, info.start_ticks)
+        kind = "memory" if memory else kineto_windows.KIND if isinstance(client, kineto_windows.KinetoWindows) \
+            else safe_text(info.meta.capture_kind, 40)
         before = client.status()  # the job's last window, whose cost tells what the next one will cost
         seq = client.request(steps=steps, seconds=seconds, kind=KIND_MEMORY if memory else 0)
         what = f"{seconds:g} s" if seconds is not None else count(steps, "step")
@@ -75,13 +79,18 @@ def cmd_capture(args: argparse.Namespace) -> int:
             if before.state == "done" and before.kind == kind and steps else None
         if last_cost is not None and (note := expected_pause(last_cost, steps)):
             print(f"  ({note})", file=out, flush=True)
-        session = isinstance(client, nsys_session.SessionWindows)
+        session = isinstance(client, (nsys_session.SessionWindows, kineto_windows.KinetoWindows))
         if session:
-            print(f"  ({nsys_session.COST_NOTE})", file=out, flush=True)
+            note = kineto_windows.COST_NOTE if kind == kineto_windows.KIND else nsys_session.COST_NOTE
+            print(f"  ({note})", file=out, flush=True)
         if not args.wait and not session:
             return 0  # (the probe runs the window; an nsys session's window is run from here: it waits)
         st = client.wait(seq, args.timeout, on_change=lambda s: print("  " + progress_line(s), file=out, flush=True),
                          on_poll=drain)
+        if st.busy and kind == kineto_windows.KIND:
+            print(f"tuimon: Kineto window {seq} is still {st.state} after {args.timeout:g} s (Kineto goes on with "
+                  "it in the job, if it took the config)", file=sys.stderr)
+            return 1
         if st.busy and session:
             print(f"tuimon: nsys window {seq} is still {st.state} after {args.timeout:g} s: stopping it (nsys still "
                   "writes its report)", file=sys.stderr)
@@ -130,10 +139,33 @@ def cmd_capture(args: argparse.Namespace) -> int:
                   "l lists the captures)", file=sys.stderr)
         return INTERRUPTED
     finally:
-        if isinstance(client, nsys_session.SessionWindows):
+        if isinstance(client, (nsys_session.SessionWindows, kineto_windows.KinetoWindows)):
             client.close()  # (a window cut short by --timeout or Ctrl-C: nsys still writes its report)
         if reader is not None:
             reader.close()
+
+
+def _kineto(info: SegmentInfo, reader: SegmentReader, seconds: float | None, out: TextIO) -> \
+        kineto_windows.KinetoWindows | None:
+    """Kineto's on-demand windows for a job that asks this host's endpoint (started with
+    KINETO_USE_DAEMON=1, as `tuimon run` starts jobs); None: the probe's window. Kineto counts its
+    iterations at optimizer steps: a job whose steps are counted otherwise gets the probe's window
+    of steps; and a window in seconds is the probe's (Kineto's duration trace, asked for 0.5 s on
+    torch 2.13, recorded ~10 s from the config's arrival: 22 MiB, the loop 10x its worst step)."""
+    if kineto_windows.why_not(info.pid) is not None:
+        return None
+    now = reader.now()
+    if seconds is not None:
+        print("  (a torch.profiler window through the probe: Kineto's time windows record from the config's "
+              "arrival, seconds longer than asked)", file=out, flush=True)
+        return None
+    if now is None or now.source != "optimizer":
+        print("  (a torch.profiler window through the probe: Kineto counts optimizer steps, and this job's steps "
+              f"are counted by {now.source if now else 'nothing yet'})", file=out, flush=True)
+        return None
+    print("  (asking Kineto's endpoint: the job polls it every 5 s)", file=out, flush=True)
+    return kineto_windows.for_job(info.pid, info.start_ticks, program_name(list(info.meta.argv)),
+                                  lambda: reader.steps, say=lambda s: print(f"  ({s})", file=out, flush=True))
 
 
 def no_steps_coming(reader: SegmentReader, log: StepLog) -> str | None:

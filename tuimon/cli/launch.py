@@ -14,16 +14,30 @@ BOOT_DIR = os.path.join(os.path.dirname(tuimon.__file__), "probe", "boot")
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(tuimon.__file__)))
 
 
-def probe_env(base: dict | None = None) -> dict:
+def probe_env(base: dict | None = None, kineto: bool = True) -> dict:
     """The environment that makes every Python process of the job (torchrun ranks and spawned
     workers too) start with the probe: our sitecustomize first on PYTHONPATH; it chains to the
-    environment's own sitecustomize."""
+    environment's own sitecustomize. kineto: Kineto's daemon client on (kineto_env)."""
     env = dict(os.environ if base is None else base)
+    if kineto:
+        kineto_env(env)
     parts = [BOOT_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOT_DIR]
     env["PYTHONPATH"] = os.pathsep.join(parts)
     env["TUIMON_PACKAGE_ROOT"] = PACKAGE_ROOT
     env["TUIMON_RUN"] = "1"
     return env
+
+
+def kineto_env(env: dict) -> None:
+    """KINETO_USE_DAEMON=1, so that torch's Kineto polls the host's "dynolog" endpoint (tuimon's,
+    capture/kineto_daemon.py) for on-demand traces: windows that do not pause the loop (issue 41).
+    Kineto reads it once, as torch is imported. Kineto's own log lines (a line every 10 s while no
+    endpoint answers) are kept out of the job's output with KINETO_LOG_LEVEL=6 (above its highest
+    severity), unless the job's environment sets either variable itself. TUIMON_KINETO=0: neither."""
+    if env.get("TUIMON_KINETO", "1") == "0" or "KINETO_USE_DAEMON" in env:
+        return
+    env["KINETO_USE_DAEMON"] = "1"
+    env.setdefault("KINETO_LOG_LEVEL", "6")
 
 
 def command(argv: list[str]) -> list[str]:

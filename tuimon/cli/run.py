@@ -61,7 +61,7 @@ def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, de
               "--headless runs it with no monitor", file=sys.stderr)
         plain = True
     cmd = launch.command(cmd)
-    env = launch.probe_env()
+    env = launch.probe_env(kineto=not nsys)  # (under nsys: nsys traces; Kineto's CUPTI stays out of its way)
     session = None
     if nsys:
         tool = find_nsys()

@@ -1,0 +1,141 @@
+"""What a window through Kineto's on-demand path costs the job, beside today's torch.profiler window,
+in one run on one job (issue 41): the job runs under `tuimon run --headless` with KINETO_USE_DAEMON=1,
+this script is its "dynolog" endpoint (tuimon/capture/kineto_daemon.py), and the windows alternate:
+a Kineto window of N optimizer steps (the config handed at the job's next poll, the trace written by
+Kineto's threads), then a torch.profiler window of N steps through the probe. Each judged as
+capture/cost.py judges every window, from the job's own step times: its worst step from the window's
+first to just past the end of its work (Kineto: its trace file there; torch.profiler: its state done)
+against the worst of the 50 normal steps before it, and the time lost beyond the typical step.
+
+    python benchmarks/kineto_cost.py [--steps 10] [--windows 3] [-- training command...]
+
+The job: tests/workloads/small_ops.py (~1,500 small operators a step on the CPU) unless a command
+is given. A Kineto window's first step is the first that began after the job took its config.
+"""
+
+import argparse
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tuimon.capture.client import CaptureClient  # noqa: E402
+from tuimon.capture.cost import NORMAL_STEPS, StepLog, window_cost  # noqa: E402
+from tuimon.capture.kineto_daemon import KinetoEndpoint, trace_file  # noqa: E402
+from tuimon.capture.trace_summary import summarize  # noqa: E402
+from tuimon.monitor.target import open_channel  # noqa: E402
+
+JOB = [sys.executable, os.path.join(ROOT, "tests", "workloads", "small_ops.py"), "--seconds", "600"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--windows", type=int, default=3)
+    ap.add_argument("--show-steps", action="store_true", help="print each window's step times (ms)")
+    ap.add_argument("command", nargs="*")
+    a = ap.parse_args()
+    job_cmd = a.command or JOB
+    out = tempfile.mkdtemp(prefix="tuimon-kineto-")
+    endpoint = KinetoEndpoint()
+    env = dict(os.environ, KINETO_USE_DAEMON="1", KINETO_LOG_LEVEL="6", TUIMON_CAPTURE_DIR=out,
+               PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    run = [sys.executable, "-m", "tuimon", "run", "--headless", "--", *job_cmd]
+    job = subprocess.Popen(run, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stop = threading.Event()
+    rows = []
+    try:
+        reader = None
+        for _ in range(600):
+            try:
+                reader, _ = open_channel(job.pid)
+                break
+            except Exception:  # noqa: BLE001 - not up yet
+                time.sleep(0.1)
+        assert reader is not None, "no channel"
+        pid = reader.info.pid
+        log = StepLog()
+        lock = threading.Lock()
+
+        def drain() -> None:
+            while not stop.wait(0.05):
+                batch = reader.drain()
+                with lock:
+                    log.add(batch.records)
+
+        threading.Thread(target=drain, daemon=True).start()
+        client = CaptureClient(reader.path, pid, reader.info.start_ticks)
+        assert endpoint.wait_registered(pid, 60), "the job never asked the endpoint (no Kineto daemon client?)"
+        while reader.steps < NORMAL_STEPS + 20:
+            time.sleep(0.2)
+        time.sleep(2.0)
+        print(f"job: {' '.join(job_cmd[1:])}; {a.windows} windows of {a.steps} steps each, of each kind")
+        print(f"{'path':<16}{'window':>7}{'worst normal':>14}{'worst':>10}{'ratio':>8}{'over':>6}{'lost':>10}"
+              f"{'typical':>10}  notes", flush=True)
+        for w in range(a.windows):
+            for kind in ("kineto", "torch.profiler"):
+                if kind == "kineto":
+                    base = os.path.join(out, f"kineto-{pid}-{w + 1}.json")
+                    asked = time.monotonic()
+                    endpoint.request_trace(pid, base, iterations=a.steps)
+                    while not endpoint.handed(pid) and time.monotonic() - asked < 30:
+                        time.sleep(0.01)
+                    handed_ns = int(endpoint.handed(pid) * 1e9)
+                    path = trace_file(base, pid)
+                    while not os.path.exists(path) and time.monotonic() - asked < 120:
+                        time.sleep(0.02)
+                    done_ns = time.monotonic_ns()
+                    with lock:
+                        first = next((i for i, t0, _ in log.steps if t0 >= handed_ns), None)
+                    while first is None:  # (its first step has not come in yet)
+                        time.sleep(0.1)
+                        with lock:
+                            first = next((i for i, t0, _ in log.steps if t0 >= handed_ns), None)
+                    last = first + a.steps - 1
+                    s = summarize(path, 3)
+                    note = (f"took config {(handed_ns / 1e9 - asked):.1f} s after the ask; trace "
+                            f"{os.path.getsize(path) / 2**20:.1f} MiB, {(done_ns - handed_ns) / 1e9:.1f} s after; top: "
+                            + ", ".join(f"{r['name'][:40]} {r['ms']:.0f} ms" for r in
+                                        (s["top_device"] or s["top_host_self"])[:2]))
+                else:
+                    st = client.wait(client.request(steps=a.steps), 300)
+                    first, last, done_ns = st.first_step, st.last_step, st.updated_ns
+                    note = st.message[:110]
+                end = time.monotonic() + 60
+                cost = None
+                while cost is None and time.monotonic() < end:
+                    time.sleep(0.2)
+                    with lock:
+                        cost = window_cost(list(log.steps), first, last, done_ns)
+                rows.append((kind, w + 1, cost, note))
+                if cost is None:
+                    print(f"{kind:<16}{w + 1:>7}  (no cost: steps missing) {note}", flush=True)
+                else:
+                    print(f"{kind:<16}{w + 1:>7}{cost.worst_normal_ms:>11.1f} ms{cost.worst_ms:>7.1f} ms"
+                          f"{cost.ratio:>7.2f}x{cost.over:>6}{cost.lost_ms:>7.0f} ms{cost.typical_ms:>7.1f} ms  {note}",
+                          flush=True)
+                    if a.show_steps:
+                        with lock:
+                            d = {i: (t1 - t0) / 1e6 for i, t0, t1 in log.steps}
+                        span = range(first - 3, first + cost.steps + 1)
+                        print("    steps " + " ".join(f"{d[i]:.0f}" + ("*" if first <= i <= last else "")
+                                                      for i in span if i in d), flush=True)
+                    time.sleep(max(2.0, NORMAL_STEPS * cost.typical_ms / 1e3 * 1.5))
+    finally:
+        stop.set()
+        job.terminate()
+        job.wait()
+        endpoint.close()
+        for f in glob.glob(os.path.join(out, "*")):
+            os.unlink(f)
+        os.rmdir(out)
+
+
+if __name__ == "__main__":
+    main()
