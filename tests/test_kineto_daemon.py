@@ -114,14 +114,14 @@ def test_a_held_name_is_never_taken_over():
     K.KinetoEndpoint(name).close()  # (free again: it starts)
 
 
-def test_tuimon_run_turns_kinetos_daemon_client_on_unless_told_not_to():
-    env: dict = {}
+def test_tuimon_run_turns_kinetos_daemon_client_on_only_when_asked():
+    env: dict = {"TUIMON_KINETO": "1"}
     kineto_env(env)
-    assert env == {"KINETO_USE_DAEMON": "1", "KINETO_LOG_LEVEL": "6"}
-    env = {"KINETO_LOG_LEVEL": "1"}
+    assert env == {"TUIMON_KINETO": "1", "KINETO_USE_DAEMON": "1", "KINETO_LOG_LEVEL": "6"}
+    env = {"TUIMON_KINETO": "1", "KINETO_LOG_LEVEL": "1"}
     kineto_env(env)
-    assert env == {"KINETO_USE_DAEMON": "1", "KINETO_LOG_LEVEL": "1"}  # (the job's own level kept)
-    for own in ({"TUIMON_KINETO": "0"}, {"KINETO_USE_DAEMON": ""}):
+    assert env == {"TUIMON_KINETO": "1", "KINETO_USE_DAEMON": "1", "KINETO_LOG_LEVEL": "1"}  # (the job's own level)
+    for own in ({}, {"TUIMON_KINETO": "0"}, {"TUIMON_KINETO": "1", "KINETO_USE_DAEMON": ""}):
         env = dict(own)
         kineto_env(env)
         assert env == own

@@ -33,8 +33,10 @@ def kineto_env(env: dict) -> None:
     capture/kineto_daemon.py) for on-demand traces: windows that do not pause the loop (issue 41).
     Kineto reads it once, as torch is imported. Kineto's own log lines (a line every 10 s while no
     endpoint answers) are kept out of the job's output with KINETO_LOG_LEVEL=6 (above its highest
-    severity), unless the job's environment sets either variable itself. TUIMON_KINETO=0: neither."""
-    if env.get("TUIMON_KINETO", "1") == "0" or "KINETO_USE_DAEMON" in env:
+    severity), unless the job's environment sets either variable itself. Only with TUIMON_KINETO=1:
+    the daemon mode (Kineto's poll, its step hook, CUPTI's callbacks on a GPU) has not been measured
+    against the probe's 1% step budget on a GPU yet, and the job is not changed on a guess."""
+    if env.get("TUIMON_KINETO") != "1" or "KINETO_USE_DAEMON" in env:
         return
     env["KINETO_USE_DAEMON"] = "1"
     env.setdefault("KINETO_LOG_LEVEL", "6")
