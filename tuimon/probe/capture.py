@@ -266,6 +266,9 @@ class Capturer:
             if self.exited:
                 return
             if req.seq != self.seq and self.window is None and self.pending is None and not self.finishing:
+                ops = self.probe.ops
+                if ops is not None and ops.mode is not None:
+                    return  # (a step whose ops are counted: the window waits for its end, ops.profiled says why)
                 self.seq = req.seq
                 self._take(req)
             if self.window is not None and self.mode == L.CAPTURE_SECONDS and \
