@@ -207,3 +207,74 @@ def test_on_nccl_the_waiting_rank_is_in_a_sync_and_the_one_behind_has_the_lowest
     assert [r.rank for r in holding] == [1] and [r.rank for r in waiting] == [0]
     level = RankRow(rank=1, pid=11, steps=18, since_step_s=40.0, now_phase="comm", now_phase_s=40.0)
     assert culprits([waits, level]) == ([], [waits, level])  # (the one missing is elsewhere)
+
+
+
+def _inner():
+    x = 0
+    for _ in range(2000):
+        x += 1
+    return x
+
+
+def _outer(stop):
+    while not stop.is_set():
+        _inner()  # CALLS_INNER
+        for _ in range(2000):
+            pass
+
+
+def test_a_stack_dump_is_one_moment_of_the_loop():
+    """Issue 43 item 25: `t` showed torn stacks, each frame read after sys._current_frames() while the
+    loop moved on: a callee that had returned, under a caller already past the call. The dump is one
+    moment: wherever the loop is, its callee sits under the caller's call line, down to the thread's
+    bootstrap. (The reader's own stack is deep, and read first: the loop runs while it is read, as a
+    switch interval of 1 us hands it the GIL.)"""
+    import inspect
+    import sys
+    import threading
+
+    from tuimon.probe.present import stack_dump
+
+    call_line = next(i for i, line in enumerate(inspect.getsource(sys.modules[__name__]).splitlines(), 1)
+                     if line.strip().endswith("# CALLS_INNER"))
+    stop = threading.Event()
+    loop = threading.Thread(target=_outer, args=(stop,), daemon=True)
+    loop.start()
+    torn: list = []
+    inside = [0]
+
+    def deep(n):
+        if n:
+            return deep(n - 1)
+        for _ in range(300):
+            lines = stack_dump(loop.ident).splitlines()
+            at = next(k for k, line in enumerate(lines) if line.endswith("[the training loop]"))
+            frames = []
+            for line in lines[at + 1:]:
+                if not line.startswith("    "):
+                    break
+                name, where = line.strip().rsplit(" (", 1)
+                frames.append((name, int(where.rstrip(")").rsplit(":", 1)[1])))
+            names = [name for name, _ in frames]
+            if names[:1] == ["_inner"]:
+                inside[0] += 1
+                if frames[1] != ("_outer", call_line):
+                    torn.append(frames[:3])
+            if "_bootstrap" not in names or "_outer" not in names:
+                torn.append(frames[:3])
+
+    old, limit = sys.getswitchinterval(), sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    sys.setswitchinterval(1e-6)
+    try:
+        reader = threading.Thread(target=deep, args=(3000,))  # (newer than the loop: its stack is read first)
+        reader.start()
+        reader.join()
+    finally:
+        sys.setswitchinterval(old)
+        sys.setrecursionlimit(limit)
+        stop.set()
+        loop.join()
+    assert not torn, f"{len(torn)} torn stacks of 300, e.g. {torn[:3]}"
+    assert inside[0] >= 30, "the loop was seldom seen inside its callee"
