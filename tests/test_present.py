@@ -278,3 +278,45 @@ def test_a_stack_dump_is_one_moment_of_the_loop():
         loop.join()
     assert not torn, f"{len(torn)} torn stacks of 300, e.g. {torn[:3]}"
     assert inside[0] >= 30, "the loop was seldom seen inside its callee"
+
+
+def test_the_step_in_progress_is_never_one_that_has_ended():
+    """Issue 43 item 26: `now` is the probe's word of up to ~0.2 s ago, and named a step that had
+    ended since (the steps drained and counted said so). The step in progress is then the next one,
+    from that step's end, with no phase or line of the ended step's."""
+    import time
+
+    from tuimon.channel import SegmentReader, SegmentWriter
+    from tuimon.channel import layout as L
+    from tuimon.channel.control import ControlBlock, Now
+    from tuimon.channel.fileview import MappedView
+    from tuimon.channel.meta import JobMeta
+    from tuimon.monitor.training import TrainingView
+    from tuimon.sources.channel import ChannelSource
+
+    w = SegmentWriter.create(JobMeta(argv=("train.py",)), 1 << 10)
+    try:
+        forward = w.intern("forward")
+        t = time.monotonic_ns() - 5 * 10**9
+        for k in range(1, 3):  # steps 1 and 2: a second each
+            w.emit(L.STEP, 0, 0, 1, k, t + (k - 1) * 10**9, t + k * 10**9, 0.0)
+        w.set_steps(2, t + 2 * 10**9)
+        # the control thread says step 3 is in its forward, at 2.9 s ...
+        ControlBlock(MappedView(w._mm, L.CONTROL_OFFSET)).write_now(Now(
+            updated_ns=t + 29 * 10**8, step=3, source="optimizer", phase_id=forward, collective_id=0,
+            phase_since_ns=t + 25 * 10**8, step_t0_ns=t + 2 * 10**9, moved_ns=t + 29 * 10**8, longest_ns=10**9,
+            where="train.py:41 in main", waiting_in=""))
+        view = TrainingView(ChannelSource(SegmentReader(w.path)))
+        view.poll()
+        said = view.snapshot().now
+        assert (said.step, said.phase, said.where) == (3, "forward", "train.py:41 in main")
+        # ... and step 3 ends at 3 s, before it says anything again: step 4 is in progress, since 3 s
+        w.emit(L.STEP, 0, 0, 1, 3, t + 2 * 10**9, t + 3 * 10**9, 0.0)
+        w.set_steps(3, t + 3 * 10**9)
+        view.poll()
+        snap = view.snapshot()
+        n = snap.now
+        assert snap.steps == 3 and n.step == 4, (snap.steps, n)
+        assert n.phase == "other" and n.where is None and abs(n.step_s - 2.0) < 0.5, n
+    finally:
+        w.unlink()
