@@ -482,3 +482,22 @@ def test_the_op_counter_is_not_in_a_window(shm_dir, window):
     finally:
         job.kill()
         job.wait()
+
+
+def test_a_window_writes_nothing_into_the_jobs_output(shm_dir, capture_dir):
+    """Issue 43 item 23: Kineto wrote `USDT: ... profiler_start` and `profiler_stop` into the job's
+    stderr at every torch.profiler window (its default level, ERROR, is below its USDT lines). A job
+    tuimon starts gets Kineto's log level above all of them (KINETO_LOG_LEVEL, where the job has not
+    set it): its windows leave its output as it was."""
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, PLANTED, 3000, 0.02, 0.004),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "training"
+        c = client_for(shm_dir, job.pid)
+        for _ in range(2):
+            st = c.wait(c.request(steps=3), 60)
+            assert st.state == "done", st.message
+    finally:
+        job.kill()
+        _out, err = job.communicate(timeout=60)
+    assert not [line for line in err.splitlines() if "profiler_st" in line or "USDT" in line or "tuimon" in line], err

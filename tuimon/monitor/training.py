@@ -207,6 +207,8 @@ class TrainingView:
             optimizer=anatomy.optimizer(self.steps.gauges, name),
             copies=window["copies"],
             ops=anatomy.op_counts(self.steps.gauges, self.steps.gauge_steps, name),
+            probe_notes=[n.removeprefix(L.NOTE_PREFIX) for k in self.steps.gauges
+                         if (n := name(k)).startswith(L.NOTE_PREFIX)],
         )
 
 
