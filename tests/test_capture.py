@@ -436,3 +436,68 @@ def test_a_request_while_the_last_window_is_written_waits_for_it(shm_dir):
     finally:
         job.kill()
         job.wait()
+
+
+COUNTED_EVERY_STEP = """
+import time, torch, tuimon
+from tuimon.probe import ops
+ops.FIRST, ops.EVERY_MIN, ops.EVERY_MAX = 2, 1, 1  # (every step's ops counted: a window always meets a count)
+tuimon.instrument()
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+opt = torch.optim.SGD(net.parameters(), lr=0.01)
+x, y = torch.randn(16, 32), torch.randn(16, 1)
+print("up", flush=True)
+end = time.time() + 90
+while time.time() < end:
+    loss = torch.nn.functional.mse_loss(net(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    time.sleep(0.005)
+"""
+
+
+@pytest.mark.parametrize("window", [{"steps": 5}, {"seconds": 0.5}])
+def test_the_op_counter_is_not_in_a_window(shm_dir, window):
+    """Issue 43 item 18: the probe's op counter (a TorchDispatchMode) was the top host operator of a
+    torch.profiler window's summary, tuimon's instrumentation inside the user's profile. No step is
+    counted while a window is asked for, open or written: a job that counts every step's ops has
+    none of the counter in its window."""
+    job = subprocess.Popen([sys.executable, "-c", COUNTED_EVERY_STEP], stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "up"
+        r = SegmentReader(seg_path(shm_dir, job.pid))
+        wait_for(lambda: r.steps >= 10, 60, "10 steps")
+        c = client_for(shm_dir, job.pid)
+        st = c.wait(c.request(**window), 60)
+        assert st.state == "done", st.message
+        rows = trace_summary(st.path)["top_host_self"]
+        names = [row["name"] for row in rows]
+        assert "aten::addmm" in names or "aten::linear" in names, names  # (the job's own ops are there)
+        assert not [n for n in names if "Dispatch" in n or "Count" in n], rows
+        with gzip.open(st.path) as f:
+            events = json.load(f)["traceEvents"]
+        assert not [e for e in events if "PythonDispatchMode" in str(e.get("name"))]
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_a_window_writes_nothing_into_the_jobs_output(shm_dir, capture_dir):
+    """Issue 43 item 23: Kineto wrote `USDT: ... profiler_start` and `profiler_stop` into the job's
+    stderr at every torch.profiler window (its default level, ERROR, is below its USDT lines). A job
+    tuimon starts gets Kineto's log level above all of them (KINETO_LOG_LEVEL, where the job has not
+    set it): its windows leave its output as it was."""
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, PLANTED, 3000, 0.02, 0.004),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "training"
+        c = client_for(shm_dir, job.pid)
+        for _ in range(2):
+            st = c.wait(c.request(steps=3), 60)
+            assert st.state == "done", st.message
+    finally:
+        job.kill()
+        _out, err = job.communicate(timeout=60)
+    assert not [line for line in err.splitlines() if "profiler_st" in line or "USDT" in line or "tuimon" in line], err

@@ -374,3 +374,44 @@ def test_the_last_line_is_of_the_ended_job_when_it_ends_between_a_poll_and_the_c
     assert len(lines) == 2 and "[process" not in lines[0], lines  # the cycle that read it alive, then the last look
     assert lines[-1].endswith("[process exited]") and "verdict: exited: killed by SIGKILL" in lines[-1], lines[-1]
     assert view.process is not None and not view.process.alive and view.job_end.exit_code == -9
+
+
+WORKER_JOB = """
+import os, time, tuimon, torch
+tuimon.instrument()
+
+class Slow(torch.utils.data.Dataset):
+    def __len__(self):
+        return 10**6
+
+    def __getitem__(self, i):
+        time.sleep(0.05)
+        return torch.zeros(4)
+
+def said(_):
+    print("worker", os.getpid(), flush=True)
+
+loader = torch.utils.data.DataLoader(Slow(), batch_size=1, num_workers=1, worker_init_fn=said)
+end = time.time() + 60
+for x in loader:
+    if time.time() > end:
+        break
+"""
+
+
+def test_attach_a_dataloader_worker_leads_to_its_loop(shm_dir):
+    """Issue 43 item 20: a DataLoader worker has no channel of its own; attaching to it said "start it
+    with tuimon run" of a job tuimon was watching. It leads to its parent, which runs the loop."""
+    job = subprocess.Popen([sys.executable, "-c", WORKER_JOB], stdout=subprocess.PIPE, text=True)
+    try:
+        line = job.stdout.readline().split()
+        assert line[0] == "worker", line
+        worker = int(line[1])
+        assert procinfo.parent(worker) == job.pid and not os.path.exists(seg_path(shm_dir, worker))
+        snap = attach_json(worker)
+        assert snap["pid"] == job.pid and snap["state"] == "alive", snap.get("channel")
+        assert snap["shown_why"].startswith(f"PID {worker}: it has no channel (a DataLoader worker"), snap["shown_why"]
+        assert f"showing its parent PID {job.pid}" in snap["shown_why"]
+    finally:
+        job.kill()
+        job.wait()

@@ -207,3 +207,116 @@ def test_on_nccl_the_waiting_rank_is_in_a_sync_and_the_one_behind_has_the_lowest
     assert [r.rank for r in holding] == [1] and [r.rank for r in waiting] == [0]
     level = RankRow(rank=1, pid=11, steps=18, since_step_s=40.0, now_phase="comm", now_phase_s=40.0)
     assert culprits([waits, level]) == ([], [waits, level])  # (the one missing is elsewhere)
+
+
+
+def _inner():
+    x = 0
+    for _ in range(2000):
+        x += 1
+    return x
+
+
+def _outer(stop):
+    while not stop.is_set():
+        _inner()  # CALLS_INNER
+        for _ in range(2000):
+            pass
+
+
+def test_a_stack_dump_is_one_moment_of_the_loop():
+    """Issue 43 item 25: `t` showed torn stacks, each frame read after sys._current_frames() while the
+    loop moved on: a callee that had returned, under a caller already past the call. The dump is one
+    moment: wherever the loop is, its callee sits under the caller's call line, down to the thread's
+    bootstrap. (The reader's own stack is deep, and read first: the loop runs while it is read, as a
+    switch interval of 1 us hands it the GIL.)"""
+    import inspect
+    import sys
+    import threading
+
+    from tuimon.probe.present import stack_dump
+
+    call_line = next(i for i, line in enumerate(inspect.getsource(sys.modules[__name__]).splitlines(), 1)
+                     if line.strip().endswith("# CALLS_INNER"))
+    stop = threading.Event()
+    loop = threading.Thread(target=_outer, args=(stop,), daemon=True)
+    loop.start()
+    torn: list = []
+    inside = [0]
+
+    def deep(n):
+        if n:
+            return deep(n - 1)
+        for _ in range(300):
+            lines = stack_dump(loop.ident).splitlines()
+            at = next(k for k, line in enumerate(lines) if line.endswith("[the training loop]"))
+            frames = []
+            for line in lines[at + 1:]:
+                if not line.startswith("    "):
+                    break
+                name, where = line.strip().rsplit(" (", 1)
+                frames.append((name, int(where.rstrip(")").rsplit(":", 1)[1])))
+            names = [name for name, _ in frames]
+            if names[:1] == ["_inner"]:
+                inside[0] += 1
+                if frames[1] != ("_outer", call_line):
+                    torn.append(frames[:3])
+            if "_bootstrap" not in names or "_outer" not in names:
+                torn.append(frames[:3])
+
+    old, limit = sys.getswitchinterval(), sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    sys.setswitchinterval(1e-6)
+    try:
+        reader = threading.Thread(target=deep, args=(3000,))  # (newer than the loop: its stack is read first)
+        reader.start()
+        reader.join()
+    finally:
+        sys.setswitchinterval(old)
+        sys.setrecursionlimit(limit)
+        stop.set()
+        loop.join()
+    assert not torn, f"{len(torn)} torn stacks of 300, e.g. {torn[:3]}"
+    assert inside[0] >= 30, "the loop was seldom seen inside its callee"
+
+
+def test_the_step_in_progress_is_never_one_that_has_ended():
+    """Issue 43 item 26: `now` is the probe's word of up to ~0.2 s ago, and named a step that had
+    ended since (the steps drained and counted said so). The step in progress is then the next one,
+    from that step's end, with no phase or line of the ended step's."""
+    import time
+
+    from tuimon.channel import SegmentReader, SegmentWriter
+    from tuimon.channel import layout as L
+    from tuimon.channel.control import ControlBlock, Now
+    from tuimon.channel.fileview import MappedView
+    from tuimon.channel.meta import JobMeta
+    from tuimon.monitor.training import TrainingView
+    from tuimon.sources.channel import ChannelSource
+
+    w = SegmentWriter.create(JobMeta(argv=("train.py",)), 1 << 10)
+    try:
+        forward = w.intern("forward")
+        t = time.monotonic_ns() - 5 * 10**9
+        for k in range(1, 3):  # steps 1 and 2: a second each
+            w.emit(L.STEP, 0, 0, 1, k, t + (k - 1) * 10**9, t + k * 10**9, 0.0)
+        w.set_steps(2, t + 2 * 10**9)
+        # the control thread says step 3 is in its forward, at 2.9 s ...
+        ControlBlock(MappedView(w._mm, L.CONTROL_OFFSET)).write_now(Now(
+            updated_ns=t + 29 * 10**8, step=3, source="optimizer", phase_id=forward, collective_id=0,
+            phase_since_ns=t + 25 * 10**8, step_t0_ns=t + 2 * 10**9, moved_ns=t + 29 * 10**8, longest_ns=10**9,
+            where="train.py:41 in main", waiting_in=""))
+        view = TrainingView(ChannelSource(SegmentReader(w.path)))
+        view.poll()
+        said = view.snapshot().now
+        assert (said.step, said.phase, said.where) == (3, "forward", "train.py:41 in main")
+        # ... and step 3 ends at 3 s, before it says anything again: step 4 is in progress, since 3 s
+        w.emit(L.STEP, 0, 0, 1, 3, t + 2 * 10**9, t + 3 * 10**9, 0.0)
+        w.set_steps(3, t + 3 * 10**9)
+        view.poll()
+        snap = view.snapshot()
+        n = snap.now
+        assert snap.steps == 3 and n.step == 4, (snap.steps, n)
+        assert n.phase == "other" and n.where is None and abs(n.step_s - 2.0) < 0.5, n
+    finally:
+        w.unlink()

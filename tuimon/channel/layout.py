@@ -104,6 +104,8 @@ HOT = 9  # the loop thread's samples at a line of the job's code (name) in the s
 KINDS = (RANGE, STEP, DATA_WAIT, COUNT, PHASE, STEP_VALUE, GAUGE, SITE, HOT)  # _fastring.c: KIND_MAX
 KIND_NAMES = {RANGE: "range", STEP: "step", DATA_WAIT: "data_wait", COUNT: "count", PHASE: "phase",
               STEP_VALUE: "step_value", GAUGE: "gauge", SITE: "site", HOT: "hot"}
+NOTE_PREFIX = "probe.note:"  # a GAUGE whose name is this + what went wrong in the probe (Probe.say): the job's
+# streams are the job's, so the probe tells the monitor here (the name table cuts it at MAX_NAME_BYTES)
 PHASES = ("other", "data", "forward", "backward", "optimizer", "sync", "comm", "copy")  # the step's phases (probe/anatomy.py)
 HOW_PYTHON, HOW_NATIVE, HOW_WAITING = 0, 1, 2  # a sample's thread: running Python, in a native call on a
 HOWS = ("python", "native", "waiting")  # CPU, or in a native call blocked (a sleep, a lock, I/O, the GPU)

@@ -14,6 +14,12 @@ BOOT_DIR = os.path.join(os.path.dirname(tuimon.__file__), "probe", "boot")
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(tuimon.__file__)))
 
 
+KINETO_QUIET = "6"  # Kineto's log level in a job tuimon starts: above all of its levels (VERBOSE 0 .. ERROR,
+# STAGE, then USDT), whose USDT lines ("profiler_start", "profiler_stop") it writes into the job's stderr at every
+# torch.profiler window, the default level (torch sets ERROR) included. Read by libkineto when it loads: set here,
+# before the job imports torch. (Its ERROR lines go too: they sit below USDT.)
+
+
 def probe_env(base: dict | None = None, kineto: bool = True) -> dict:
     """The environment that makes every Python process of the job (torchrun ranks and spawned
     workers too) start with the probe: our sitecustomize first on PYTHONPATH; it chains to the
@@ -25,6 +31,7 @@ def probe_env(base: dict | None = None, kineto: bool = True) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(parts)
     env["TUIMON_PACKAGE_ROOT"] = PACKAGE_ROOT
     env["TUIMON_RUN"] = "1"
+    env.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)  # (a level the job set itself stays)
     return env
 
 
@@ -39,7 +46,7 @@ def kineto_env(env: dict) -> None:
     if env.get("TUIMON_KINETO") != "1" or "KINETO_USE_DAEMON" in env:
         return
     env["KINETO_USE_DAEMON"] = "1"
-    env.setdefault("KINETO_LOG_LEVEL", "6")
+    env.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)
 
 
 def command(argv: list[str]) -> list[str]:

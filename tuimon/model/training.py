@@ -287,3 +287,4 @@ class TrainingSnapshot:
     optimizer: str | None = None  # the lead optimizer: 'SGD foreach=False fused=False params=600'
     copies: CopyTimes | None = None  # host <-> GPU copies (None: none seen)
     ops: OpCounts | None = None  # the last counted step's ops (None: none counted yet)
+    probe_notes: list[str] = field(default_factory=list)  # what went wrong in the probe, as it said it (a part stopped)

@@ -164,6 +164,8 @@ class LiveSession:
                 self._drop_channel()
             if training is not None and self.ranks is not None:
                 view, training = self._detail_rank(view, training)
+            if training is not None and training.probe_notes:  # (the probe's own failures: never in the job's stderr)
+                problems["probe"] = "; ".join(training.probe_notes)
             if training is not None:
                 capture = self._capture(view, problems)
                 if self.procs is not None and training.pid == self.pid:

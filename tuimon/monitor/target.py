@@ -12,7 +12,9 @@ from ..channel import (
     StaleSegment,
     find_segments,
     procinfo,
+    segment_path,
 )
+from ..channel.discovery import segment_state
 from ..channel.text import safe_text
 
 
@@ -61,6 +63,12 @@ def open_channel(pid: int) -> tuple[SegmentReader, str | None]:
         raise NoSegment(f"no process with PID {pid} (and no channel left by one)")
     if not os.access(f"/proc/{pid}/stat", os.R_OK):
         raise NoSegment(f"cannot see PID {pid}")
+    parent = _instrumented_ancestor(pid)
+    if parent is not None:  # a DataLoader worker (or another child) of an instrumented job: its loop is there
+        reader, why = open_channel(parent)
+        shown = f"its parent {describe(parent)}" if procinfo.parent(pid) == parent else f"its ancestor {describe(parent)}"
+        said = f"PID {pid}: it has no channel (a DataLoader worker, or another child, of the process that runs the loop); showing {shown}"
+        return reader, said if why is None else f"{said}; {why}"
     inside = procinfo.namespace_pid(pid)
     if inside is not None:
         raise NoSegment(
@@ -72,6 +80,19 @@ def open_channel(pid: int) -> tuple[SegmentReader, str | None]:
         f"{describe(pid)} has no tuimon channel: start it with `tuimon run -- <command>` "
         "(or `tuimon run --headless -- ...` to attach later), or call tuimon.instrument() in it"
     )
+
+
+def _instrumented_ancestor(pid: int) -> int | None:
+    """The nearest ancestor of pid (below init) whose own channel is alive, if any."""
+    seen = {pid}
+    ancestor = procinfo.parent(pid)
+    while ancestor is not None and ancestor > 1 and ancestor not in seen:
+        path = segment_path(ancestor)
+        if os.path.exists(path) and segment_state(path) == "alive":
+            return ancestor
+        seen.add(ancestor)
+        ancestor = procinfo.parent(ancestor)
+    return None
 
 
 def _why(pid: int, reader: SegmentReader, reason: str) -> str:

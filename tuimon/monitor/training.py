@@ -158,6 +158,7 @@ class TrainingView:
         end = r.end()
         stacks = r.stacks() if self._stacks_asked else None
         now = r.now() if state == "alive" else None
+        completed = r.steps  # (read after the step in progress: a step it names that ended since is counted here)
         if now is not None and now.longest_ns > self.longest_ns:  # (the probe saw every step; the ring keeps the last)
             self.longest_ns = now.longest_ns
         return TrainingSnapshot(
@@ -172,7 +173,7 @@ class TrainingView:
             capture_kind=meta.capture_kind,
             probe_hot_path=meta.hot_path,
             uptime_s=round((end_ns - info.created_ns) / 1e9, 3),
-            steps=r.steps,
+            steps=completed,
             window_steps=len(steps),
             step_time_ms=self.rolling.step_time_ms(),
             steps_per_s=said("steps_per_s", lambda: summary.steps_per_second(steps)),
@@ -196,7 +197,7 @@ class TrainingView:
             step_source=step_source,
             since_step_s=round(max(0, end_ns - last.t1) / 1e9, 3) if last is not None else None,
             longest_step_ms=round(self.longest_ns / 1e6, 3) if self.longest_ns else None,
-            now=_in_progress(now, name),
+            now=_in_progress(now, name, completed, last),
             end={L.END_EXCEPTION: "exception", L.END_CLEAN: "clean"}.get(end.kind),
             end_text=end.text,
             stacks=stacks[2][:STACKS_KEEP_BYTES] if stacks is not None else None,
@@ -206,6 +207,8 @@ class TrainingView:
             optimizer=anatomy.optimizer(self.steps.gauges, name),
             copies=window["copies"],
             ops=anatomy.op_counts(self.steps.gauges, self.steps.gauge_steps, name),
+            probe_notes=[n.removeprefix(L.NOTE_PREFIX) for k in self.steps.gauges
+                         if (n := name(k)).startswith(L.NOTE_PREFIX)],
         )
 
 
@@ -227,8 +230,14 @@ def _chunks(records: list) -> list[list]:
     return out
 
 
-def _in_progress(n: Now | None, name: Callable[[int], str]) -> StepInProgress | None:
-    """The step in progress, from the probe's last word on it (None: it has said nothing yet)."""
+def _in_progress(n: Now | None, name: Callable[[int], str], completed: int = 0,
+                 last: StepRecord | None = None) -> StepInProgress | None:
+    """The step in progress, from the probe's last word on it (None: it has said nothing yet).
+    That word is up to ~0.2 s old (the control thread says it), the steps completed are the loop's
+    own count: a step it names that has ended since (completed: the steps the header counts; last:
+    the newest step drained) is not the step in progress. The next one is, begun at that step's end
+    (when drained; else just now), with no phase open yet ("other", as at a step boundary) and no
+    line known (issue 43 item 26: it named a step that had already ended)."""
     if n is None:
         return None
     t = time.monotonic_ns()
@@ -236,6 +245,11 @@ def _in_progress(n: Now | None, name: Callable[[int], str]) -> StepInProgress | 
     def ago(ns: int) -> float:
         return round(max(0, t - ns) / 1e9, 3)
 
+    if n.step <= completed:
+        since = last.t1 if last is not None and last.index == completed else t
+        return StepInProgress(step=completed + 1, phase="other", phase_s=ago(since), step_s=ago(since),
+                              still_s=ago(since), age_s=ago(since),
+                              collective=name(n.collective_id) if n.collective_id else None)
     return StepInProgress(step=n.step, phase=name(n.phase_id) if n.phase_id else "other", phase_s=ago(n.phase_since_ns),
                           step_s=ago(n.step_t0_ns) if n.step_t0_ns else None, still_s=ago(n.moved_ns),
                           where=n.where or None, waiting_in=n.waiting_in or None, age_s=ago(n.updated_ns),

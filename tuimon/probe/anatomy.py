@@ -107,7 +107,7 @@ def short_path(path: str) -> str:
         rel = os.path.relpath(path)
         if not rel.startswith(".."):
             return rel
-    except ValueError:
+    except (ValueError, OSError):  # (OSError: the working directory was deleted, and getcwd fails)
         pass
     parts = path.split(os.sep)
     return os.sep.join(parts[-2:])

@@ -125,7 +125,7 @@ def _start_capture_control(p: Probe) -> None:
         p.capturer = Capturer(p, p.writer)
         p.present = Present(p, p.writer)
     except Exception as e:  # noqa: BLE001 - captures off, the rest of the probe on
-        print(f"tuimon: capture windows unavailable: {e}", file=sys.stderr)
+        p.say(f"capture windows unavailable: {type(e).__name__}: {e}")
         return
     stop = threading.Event()
     p._control_stop = stop

@@ -23,7 +23,6 @@ import json
 import os
 import pickle
 import shutil
-import sys
 import threading
 import time
 
@@ -266,6 +265,9 @@ class Capturer:
             if self.exited:
                 return
             if req.seq != self.seq and self.window is None and self.pending is None and not self.finishing:
+                ops = self.probe.ops
+                if ops is not None and ops.mode is not None:
+                    return  # (a step whose ops are counted: the window waits for its end, ops.profiled says why)
                 self.seq = req.seq
                 self._take(req)
             if self.window is not None and self.mode == L.CAPTURE_SECONDS and \
@@ -439,20 +441,20 @@ def control_thread(capturer: Capturer, writer, stop: threading.Event, present=No
             try:
                 sampler.collect()
             except Exception as e:  # noqa: BLE001 - no more hot lines, said once
-                print(f"tuimon: the line sampler stopped: {type(e).__name__}: {e}", file=sys.stderr)
+                capturer.probe.say(f"the line sampler stopped: {type(e).__name__}: {e}")
                 capturer.probe.sampler = None
         if present is not None:
             try:
                 present.publish()
             except Exception as e:  # noqa: BLE001 - the step in progress goes unsaid, said once
-                print(f"tuimon: the step in progress is not published: {type(e).__name__}: {e}", file=sys.stderr)
+                capturer.probe.say(f"the step in progress is not published: {type(e).__name__}: {e}")
                 present = None
         if memory_at is not None and time.monotonic() - memory_at >= MEMORY_EVERY_S:
             memory_at = time.monotonic()
             try:
                 capturer.probe.sample_gauges()
             except Exception as e:  # noqa: BLE001 - no memory gauges then, said once
-                print(f"tuimon: GPU memory gauges off: {type(e).__name__}: {e}", file=sys.stderr)
+                capturer.probe.say(f"GPU memory gauges off: {type(e).__name__}: {e}")
                 memory_at = None
         try:
             capturer.poll()

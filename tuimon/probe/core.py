@@ -286,6 +286,15 @@ class Probe:
         for name, v in _memory_limits(torch, gpu.device):
             self.emit(L.GAUGE, 0, self.intern(name), tid, self.step_no, 0, t, float(v))
 
+    def say(self, text: str) -> None:
+        """Tell the monitor something went wrong in the probe (a part of it stopped): a gauge named
+        layout.NOTE_PREFIX + text, in the channel, never the job's own stderr or stdout: nothing of
+        tuimon's reaches the job's output (issue 43 item 23). Never raises."""
+        try:
+            self.emit(L.GAUGE, 0, self.intern(L.NOTE_PREFIX + text), ring.thread_id(), self.step_no, 0, _now(), 1.0)
+        except Exception:  # noqa: BLE001 - nothing more to tell it with
+            pass
+
     def count(self, name: str, n: float) -> None:
         t = _now()
         try:
@@ -293,6 +302,6 @@ class Probe:
         except Exception as e:  # noqa: BLE001 - a bad count is dropped, never raised into the loop
             if not self._bad_count_said:
                 self._bad_count_said = True
-                print(f"tuimon: count() ignored (said once): {type(e).__name__}: {e}", file=sys.stderr)
+                self.say(f"count() ignored (said once): {type(e).__name__}: {e}")
             return
         self.emit(L.COUNT, ring.depth(), self.intern(label), ring.thread_id(), self.step_no, t, t, value)

@@ -42,7 +42,9 @@ def _apply(name: str, module) -> None:
     try:
         _PATCHES[name](module)
     except Exception as e:  # noqa: BLE001 - a library we do not know must not break the job
-        print(f"tuimon: could not hook {name}: {type(e).__name__}: {e}", file=sys.stderr)
+        p = state.probe
+        if p is not None:
+            p.say(f"could not hook {name}: {type(e).__name__}: {e}")
 
 
 class _PostImportFinder(importlib.abc.MetaPathFinder):

@@ -7,7 +7,8 @@ count may cost on average (COST_SHARE of a step), so the counting costs at most 
 
 Never while anything of the job is compiled (torch.compile guards on the dispatch modes: a mode
 would recompile its graphs), and never before torch._dynamo is imported (the mode imports it: a
-second's stall; every job that steps an optimizer has it). The counts go to the ring as gauges:
+second's stall; every job that steps an optimizer has it), and never inside a profile (a capture
+window of tuimon's, or the job's own torch.profiler: the mode would be its top host operator). The counts go to the ring as gauges:
 ops.count, ops.phase.<phase>, ops.line:<line> (the latest counted step's; the gauge's step says which)."""
 
 from __future__ import annotations
@@ -36,6 +37,22 @@ def smoothed(mean: float | None, last: tuple[int, int] | None, step: int, t0: in
     else:
         n, x = step - last[0], (t1 - last[1]) / (step - last[0])
     return float(x) if not mean else mean + (1 - 0.9 ** n) * (x - mean)
+
+
+def profiled(capturer) -> bool:
+    """Is a profile being taken, or about to be: a capture window of tuimon's asked for, open or
+    being written, or any torch.profiler session of the job's own. The op counter's dispatch mode
+    shows in a profile as the top host operator ("PythonDispatchMode"): tuimon's instrumentation in
+    the user's profile, so no step is counted then (issue 43 item 18)."""
+    if capturer is not None and (capturer.pending is not None or capturer.window is not None or capturer.finishing):
+        return True
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch.autograd.profiler._is_profiler_enabled or torch._C._autograd._profiler_enabled())
+    except Exception:  # noqa: BLE001 - a torch without these: tuimon's own windows are still known
+        return False
 
 
 class OpCounter:
@@ -96,12 +113,24 @@ class OpCounter:
         if getattr(self.probe.roots, "compiled_seen", False):
             self.off = "the job compiles (torch.compile guards on dispatch modes)"
             return
-        self._reset()
+        c = self.probe.capturer
+        lock = c.lock if c is not None else None
+        if lock is not None and not lock.acquire(blocking=False):  # (the control thread is opening a window)
+            self.due = step + 1
+            return
         try:
-            self.mode = self._mode_cls()
-            self.mode.__enter__()
-        except Exception as e:  # noqa: BLE001 - no count then, said once
-            self.mode, self.off = None, f"{type(e).__name__}: {e}"
+            if profiled(c):  # never inside a profile: the mode would be in it, as its top host operator
+                self.due = step + EVERY_MIN
+                return
+            self._reset()
+            try:
+                self.mode = self._mode_cls()
+                self.mode.__enter__()
+            except Exception as e:  # noqa: BLE001 - no count then, said once
+                self.mode, self.off = None, f"{type(e).__name__}: {e}"
+        finally:
+            if lock is not None:
+                lock.release()
 
     def _close(self, step: int, d_ns: int) -> None:
         mode, self.mode = self.mode, None

@@ -9,7 +9,9 @@ interpreter sets itself before it runs the atexit handlers, so no excepthook is 
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import re
 import sys
 import sysconfig
 import threading
@@ -73,15 +75,54 @@ def _thread_state(native_id: int | None) -> str:
             "t": "stopped by a tracer"}.get(state or "", state or "?")
 
 
+_DUMP_THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+)")
+_DUMP_FRAME = re.compile(r'^  File "(.*)", line (\d+|\?\?\?) in (.*)$')
+
+Stacks = dict[int, list[tuple[str, str, int]]]  # thread ident -> (name, file, line) of its frames, innermost first
+
+
+def stacks_at_once() -> Stacks | None:
+    """Every thread's frames, read in one C call that holds the GIL from the first frame to the
+    last (faulthandler.dump_traceback, into a memory file): one moment of every thread, none of
+    them moved on while it was read. None where it cannot be done (no memfd_create)."""
+    try:
+        fd = os.memfd_create("tuimon-stacks", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        return None
+    try:
+        faulthandler.dump_traceback(fd, all_threads=True)
+        text = os.pread(fd, os.lseek(fd, 0, os.SEEK_CUR), 0).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+    stacks: Stacks = {}
+    frames: list[tuple[str, str, int]] | None = None
+    for line in text.splitlines():
+        if m := _DUMP_THREAD.match(line):
+            frames = stacks.setdefault(int(m.group(1), 16), [])
+        elif (m := _DUMP_FRAME.match(line)) and frames is not None and len(frames) < MAX_FRAMES:
+            frames.append((m.group(3), m.group(1), int(m.group(2)) if m.group(2).isdigit() else 0))
+    return stacks or None
+
+
+def stacks_walked() -> Stacks:
+    """Every thread's frames, walked from sys._current_frames() in Python: the threads run between
+    two frames read (a switch of the GIL), so a stack may be torn."""
+    # (name, file, line) of each frame, innermost first, and the frames let go: a frame object held
+    # while its function returns keeps its locals alive (sampler.LineSampler._line_now)
+    return {ident: [(f.f_code.co_name, f.f_code.co_filename, line) for f, line in traceback.walk_stack(top)][:MAX_FRAMES]
+            for ident, top in sys._current_frames().items()}
+
+
 def stack_dump(loop_ident: int | None) -> str:
-    """Every Python thread's stack, innermost frame first (py-spy dump's layout); the loop's first."""
-    # (name, file, line) of each frame, innermost first, read at once and the frames let go: a frame
-    # object held while its function returns keeps its locals alive (sampler.LineSampler._line_now)
-    stacks = {ident: [(f.f_code.co_name, f.f_code.co_filename, line) for f, line in traceback.walk_stack(top)][:MAX_FRAMES]
-              for ident, top in sys._current_frames().items()}
+    """Every Python thread's stack, innermost frame first (py-spy dump's layout); the loop's first.
+    The frames are one moment (stacks_at_once: issue 43 item 25, `t` showed torn stacks read frame
+    by frame while the loop moved on), or said to be read frame by frame where that cannot be."""
+    at_once = stacks_at_once()
+    stacks = at_once if at_once is not None else stacks_walked()
     threads = {t.ident: t for t in threading.enumerate()}
     argv = procinfo.cmdline(os.getpid()) or sys.argv
-    lines = [f"Process {os.getpid()}: {' '.join(argv)}", f"Python v{sys.version.split()[0]}", ""]
+    how = "" if at_once is not None else " (stacks read frame by frame while the threads ran: one may be torn)"
+    lines = [f"Process {os.getpid()}: {' '.join(argv)}", f"Python v{sys.version.split()[0]}{how}", ""]
     for ident in sorted(stacks, key=lambda i: (i != loop_ident, i)):
         t = threads.get(ident)
         native = getattr(t, "native_id", None)

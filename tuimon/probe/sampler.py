@@ -230,7 +230,7 @@ class LoopSampler:
             try:
                 self.sample(pid, late)
             except Exception as e:  # noqa: BLE001 - the sampler stops, the job goes on; said once
-                print(f"tuimon: the line sampler stopped: {type(e).__name__}: {e}", file=sys.stderr)
+                self.probe.say(f"the line sampler stopped: {type(e).__name__}: {e}")
                 return
 
     def sample(self, pid: int, late_ns: int) -> None:

@@ -8,7 +8,7 @@ from ...channel.text import safe_text
 from ...monitor.state import View
 
 SOURCE_NAMES = {"channel": "channel", "capture": "capture control", "process": "process sampler",
-                "gpu": "NVML", "sampler": "sampler", "py-spy": "py-spy (hot lines from outside)"}
+                "gpu": "NVML", "sampler": "sampler", "py-spy": "py-spy (hot lines from outside)", "probe": "the probe"}
 
 
 def status_line(view: View) -> Text:
