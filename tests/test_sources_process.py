@@ -298,6 +298,7 @@ def test_tree_kept_while_no_pid_is_handed_out_and_listed_again_when_a_parent_exi
         os.kill(middle, 9)  # its child goes to another parent: the kept list no longer holds
         wait_for(lambda: procinfo.parent(leaf) != middle, what="the leaf's new parent")
         assert {r.pid for r in s.sample().procs} == {p.pid, middle} and len(listings) == n + 1  # (middle: a zombie)
+        assert {r.pid for r in s.sample().procs} == {p.pid, middle} and len(listings) == n + 1  # (still one: kept)
         monkeypatch.setattr(procinfo, "last_pid", lambda: 12346)  # (a PID handed out: listed again)
         s.sample()
         assert len(listings) == n + 2
