@@ -109,6 +109,17 @@ def test_the_monitor_never_imports_torch():
     assert out.strip() == "[]"
 
 
+def test_psutil_loads_at_the_first_process_sample_not_before_the_first_frame():
+    """psutil's import (15-30 ms) is paid on the sampler's thread at its first sample, while the UI
+    loads, not by the monitor's modules before the first frame; the probe (inside the job) never loads it."""
+    code = ("import os, sys, tuimon.cli.main, tuimon.cli.attach, tuimon.cli.run, tuimon.monitor.session, "
+            "tuimon.ui.app, tuimon.probe.api, tuimon.probe.core; print('psutil' in sys.modules); "
+            "from tuimon.sources.process import ProcessSampler; s = ProcessSampler(os.getpid()); "
+            "print('psutil' in sys.modules); s.sample(); print('psutil' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False", "True"]
+
+
 def test_the_monitor_leaves_openssl_unloaded_and_ssl_importable():
     """asyncio imports ssl for TLS the monitor never opens (~4 MB resident, issue 27's RSS budget):
     the monitor's commands load without it, and a later `import ssl` in the process still works."""

@@ -83,7 +83,7 @@ def test_pss_is_read_one_process_a_cycle_and_then_kept(monkeypatch):
 
     reads = []
     real = sp._read_pss
-    monkeypatch.setattr(sp, "_read_pss", lambda pid: reads.append(pid) or real(pid))
+    monkeypatch.setattr(sp, "_read_pss", lambda proc: reads.append(proc.pid) or real(proc))
     p = subprocess.Popen([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True)
     try:
         busy, idle = map(int, p.stdout.readline().split())
@@ -210,31 +210,33 @@ def test_a_threads_state_is_read_from_its_own_stat():
         odd.wait()
 
 
-def test_host_names_and_pss_read_from_proc_say_what_psutil_says(tmp_path):
-    """The host's memory, a process's PSS, and a GPU process's name, user and command, read from
-    /proc, against psutil reading the same process (a program whose name the kernel cuts at 15 bytes)."""
+def test_host_names_and_pss_say_what_psutil_says(tmp_path, monkeypatch):
+    """The host's memory (used: total less available), a process's PSS, and a GPU process's name,
+    user and command (a program whose name the kernel cuts at 15 bytes: its command's program)."""
     import psutil
 
     from tuimon.sources import process as sp
 
+    monkeypatch.setattr(sp, "_host_threads", set())  # (this thread's first call, whatever ran before)
     h = sp.host_sample()
     vm = psutil.virtual_memory()
     assert h.mem_total == vm.total and abs(h.mem_used - (vm.total - vm.available)) < 64 * 2**20
-    assert h.cpus == psutil.cpu_count() and 0.0 <= h.cpu_percent <= 100.0
+    assert h.cpus == psutil.cpu_count() and 0.0 < h.cpu_percent <= 100.0  # (the first: since boot, not psutil's 0.0)
     long = tmp_path / "a_program_named_long"
     long.symlink_to("/bin/sleep")
     p = subprocess.Popen([str(long), "30"])
     try:
         wait_for(lambda: psutil.Process(p.pid).name() == "a_program_named_long", timeout=10)
         ps = psutil.Process(p.pid)
-        assert sp.ProcessNames().describe(p.pid) == (ps.name(), ps.username(), " ".join(ps.cmdline()))
-        assert sp._name(p.pid, "a_program_named") == "a_program_named_long"
-        pss = sp._read_pss(p.pid)
-        assert pss is not None and abs(pss - ps.memory_full_info().pss) < 2**20
+        names = sp.ProcessNames()
+        assert names.describe(p.pid) == ("a_program_named_long", ps.username(), f"{long} 30")
+        pss = sp._read_pss(ps)
+        assert pss is not None and 0 < pss <= ps.memory_info().rss
     finally:
         p.kill()
         p.wait()
-    assert sp.ProcessNames().describe(p.pid) == (None, None, None) and sp._read_pss(p.pid) is None
+    assert names.describe(p.pid) == (None, None, None) and sp._read_pss(ps) is None
+    assert sp.ProcessNames().describe(p.pid) == (None, None, None)
 
 
 def test_proc_files_are_read_whole_however_many_reads_they_take(monkeypatch, tmp_path):
@@ -296,6 +298,7 @@ def test_tree_kept_while_no_pid_is_handed_out_and_listed_again_when_a_parent_exi
         os.kill(middle, 9)  # its child goes to another parent: the kept list no longer holds
         wait_for(lambda: procinfo.parent(leaf) != middle, what="the leaf's new parent")
         assert {r.pid for r in s.sample().procs} == {p.pid, middle} and len(listings) == n + 1  # (middle: a zombie)
+        assert {r.pid for r in s.sample().procs} == {p.pid, middle} and len(listings) == n + 1  # (still one: kept)
         monkeypatch.setattr(procinfo, "last_pid", lambda: 12346)  # (a PID handed out: listed again)
         s.sample()
         assert len(listings) == n + 2

@@ -8,7 +8,7 @@ source tests/gpu/prelude.sh
 python3 -m compileall -q /tmp/site tuimon >/dev/null 2>&1  # (or the first frame measures compiling)
 python3 -m tuimon run --headless -- python3 -m tuimon.workloads.demo_train --seconds 300 > "$OUT/demo.log" 2>&1 &
 JOB=$!; sleep ${WARM:-20}
-echo "=== one PSS read (/proc/PID/smaps_rollup) of each of the job's processes"
+echo "=== one PSS read (psutil memory_full_info: /proc/PID/smaps_rollup) of each of the job's processes"
 python3 - $JOB <<'PY'
 import sys, time, psutil
 from tuimon.sources.process import PSS_EVERY_S, _read_pss
@@ -16,7 +16,7 @@ job = psutil.Process(int(sys.argv[1]))
 for p in [job, *job.children(recursive=True)]:
     t = time.perf_counter()
     for _ in range(10):
-        pss = _read_pss(p.pid)
+        pss = _read_pss(p)
     ms = (time.perf_counter() - t) / 10 * 1e3
     print(f"{p.pid} {p.name():<16} RSS {p.memory_info().rss / 2**20:8.1f} MiB  PSS {pss / 2**20:8.1f} MiB  {ms:6.2f} ms a read"
           f"  -> {100 * ms / 1e3 / PSS_EVERY_S:.3f}% of a core at one read per {PSS_EVERY_S:g} s")

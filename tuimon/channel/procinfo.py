@@ -1,6 +1,13 @@
-"""What /proc says about a process: start time (to detect PID reuse), parent, liveness.
+"""What /proc says about a process: start time (to detect PID reuse), parent, liveness, a thread's
+state, read by hand.
 
-Stdlib only, so the probe can use it inside the training process.
+Stdlib only, and not psutil: the channel is the bottom layer (docs/DESIGN.md), used by the probe inside
+the training process (which imports nothing the job does not have: psutil is not the job's) and by
+the segment reader and discovery. The monitor's samplers read processes with psutil
+(sources/process.py) and come here only for what psutil has no call for: a tree's listing from the
+per-thread children files (descendants: psutil's children() reads every process's stat instead),
+the last PID handed out (last_pid), one thread's CPU time and run delay (thread_cpu_ticks,
+thread_run_delay_ns: psutil reads threads only all at once, and no run delay at all).
 """
 
 from __future__ import annotations

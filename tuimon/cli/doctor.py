@@ -105,15 +105,17 @@ def _probe_checks() -> Iterator[Check]:
 
 
 def _proc_checks() -> Iterator[Check]:
-    try:
+    import psutil
+
+    try:  # (by hand: psutil does not read kernel settings)
         scope = procinfo.read_file("/proc/sys/kernel/yama/ptrace_scope").decode().strip()
     except OSError:
         scope = "n/a"
     try:
-        mounts = procinfo.read_file("/proc/mounts").decode(errors="replace").splitlines()
-    except OSError:  # (no /proc/mounts: nothing says it hides processes; the access check below still tells)
+        mounts = psutil.disk_partitions(all=True)
+    except OSError:  # (no mount table: nothing says it hides processes; the access check below still tells)
         mounts = []
-    hidden = any(" /proc " in line and "hidepid=" in line for line in mounts)
+    hidden = any(m.mountpoint == "/proc" and "hidepid=" in m.opts for m in mounts)
     readable = os.access("/proc/1/status", os.R_OK)
     yield (not hidden) and readable, "other processes", \
         f"/proc {'hides other users’ processes (hidepid)' if hidden else 'shows all processes'}; ptrace_scope {scope}", \

@@ -21,7 +21,7 @@ class GpuProcess:
     gpu_mem: int | None = None  # bytes
     sm_util: int | None = None  # % of SM time over NVML's last sampling interval (None: no sample landed)
     mem_util: int | None = None
-    name: str | None = None  # from /proc, where this user can see the process
+    name: str | None = None  # from psutil, where this user can see the process
     user: str | None = None
     command: str | None = None
 

@@ -1,1 +1,1 @@
-"""Samplers the monitor reads: the channel, NVML, /proc. No textual imports here."""
+"""Samplers the monitor reads: the channel, NVML, the processes (psutil), py-spy. No textual imports here."""

@@ -36,11 +36,14 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..channel import procinfo
 from ..channel.text import safe_text
 from ..model import OUTSIDE_PHASE, HotLine, OutsideLines
 from ..model.record import record
+
+if TYPE_CHECKING:
+    import psutil  # (imported where it is used: `attach` on a process without the probe)
 
 RATE_HZ = 25
 FIRST_ROUND_S, ROUND_S = 2, 4  # whole seconds: py-spy's --duration
@@ -106,8 +109,8 @@ class OutsideSampler:
         self._running: list[subprocess.Popen] = []
         self._lock = threading.Lock()  # guards _running between this thread and stop()
         self._thread = threading.Thread(target=self._run, name="tuimon-pyspy", daemon=True)
-        self._start_ticks = procinfo.start_ticks(pid)
-        self._cwd = _cwd(pid)
+        self._process = _process(pid)  # (the PID's process: one reusing the PID later is another)
+        self._cwd = _cwd(self._process)
         self._names: dict[tuple[str, int, str], str] = {}
         self.tool = "py-spy"
         self._latest = OutsideLines(pid=pid, state="starting", rate_hz=float(rate_hz),
@@ -132,6 +135,10 @@ class OutsideSampler:
 
     # -- the sampler's thread -------------------------------------------------------------------------
 
+    def _running_still(self) -> bool:
+        """The process it was made for still runs (psutil's is_running(): the PID not reused)."""
+        return self._process is not None and self._process.is_running()
+
     def _run(self) -> None:
         workdir = tempfile.mkdtemp(prefix="tuimon-pyspy-")
         try:
@@ -142,14 +149,14 @@ class OutsideSampler:
                 return
             self.tool = _version(exe)
             while not self._stop.is_set():
-                if procinfo.start_ticks(self.pid) != self._start_ticks:
+                if not self._running_still():
                     self._publish("ended", f"PID {self.pid} has exited")
                     return
                 why = self._round(exe, workdir)
                 if self._stop.is_set():
                     return
                 if why is not None:
-                    if procinfo.start_ticks(self.pid) != self._start_ticks:
+                    if not self._running_still():
                         self._publish("ended", f"PID {self.pid} has exited")
                         return
                     self._fail(why)
@@ -343,11 +350,31 @@ def _code(path: str, line: int) -> str:
     return code if len(code) <= CODE_CHARS else code[: CODE_CHARS - 1] + "…"
 
 
-def _cwd(pid: int) -> str | None:
+def _process(pid: int) -> psutil.Process | None:
+    import psutil
+
     try:
-        return os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
+        return psutil.Process(pid)
+    except psutil.Error:
         return None
+
+
+def _cwd(p: psutil.Process | None) -> str | None:
+    import psutil
+
+    try:
+        return p.cwd() if p is not None else None
+    except psutil.Error:
+        return None
+
+
+def _cmdline(pid: int) -> list[str]:
+    import psutil
+
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return []
 
 
 def _read(path: str, limit: int) -> str:
@@ -383,17 +410,23 @@ def _version(exe: str) -> str:
 
 
 def describe(pid: int) -> str:
-    argv = procinfo.cmdline(pid)
+    argv = _cmdline(pid)
     return f"PID {pid} ({safe_text(' '.join(argv), 80)})" if argv else f"PID {pid}"
 
 
 def not_python(pid: int) -> str:
     """A process py-spy finds no Python in: say so, and name a Python descendant to attach to."""
     words = f"{describe(pid)} is not a Python process (py-spy finds no Python interpreter in it): no hot lines"
-    for child in procinfo.descendants(pid):
-        argv = procinfo.cmdline(child) or []
+    import psutil
+
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        children = []
+    for child in children:
+        argv = _cmdline(child.pid)
         if argv and "python" in os.path.basename(argv[0]):
-            return words + f"; its descendant {describe(child)} is one: `tuimon attach {child}`"
+            return words + f"; its descendant {describe(child.pid)} is one: `tuimon attach {child.pid}`"
     return words
 
 
@@ -429,19 +462,18 @@ def ptrace_denied(pid: int) -> str:
 
 
 def _uids(pid: int) -> list[int]:
-    """The process's real, effective, saved and filesystem user IDs."""
+    """The process's real, effective and saved user IDs."""
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("Uid:"):
-                    return [int(x) for x in line.split()[1:]]
-    except (OSError, ValueError):
-        pass
-    return []
+        return list(psutil.Process(pid).uids())
+    except psutil.Error:
+        return []
 
 
 def _not_dumpable(pid: int, uids: list[int]) -> bool:
-    """A process that is not dumpable has the files in its /proc directory owned by root (proc(5))."""
+    """A process that is not dumpable has the files in its /proc directory owned by root (proc(5)).
+    Read by hand: psutil has no call for whether a process is dumpable."""
     try:
         owner = os.stat(f"/proc/{pid}/mem").st_uid
     except OSError:
@@ -450,6 +482,7 @@ def _not_dumpable(pid: int, uids: list[int]) -> bool:
 
 
 def _ptrace_scope() -> int | None:
+    """Yama's ptrace_scope, from /proc/sys by hand: psutil does not read kernel settings."""
     try:
         with open("/proc/sys/kernel/yama/ptrace_scope") as f:
             return int(f.read().strip())
@@ -458,6 +491,8 @@ def _ptrace_scope() -> int | None:
 
 
 def _has_cap_ptrace() -> bool:
+    """This process's effective capabilities (CapEff of /proc/self/status), by hand: psutil does not
+    read capabilities."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
