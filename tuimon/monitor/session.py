@@ -133,7 +133,7 @@ class LiveSession:
             snaps = _guard(problems, "ranks", lambda: ranks.poll(view, training)) or {}
             rows = job_ranks.rows(snaps, gpus, set(ranks.exited_at))
         if process is not None and training is not None:  # mark the training process (and the ranks) in the tree
-            rank_of = self.finder.ranks.rank_of_pid() if self.finder.ranks is not None else {}
+            rank_of = ranks.rank_of_pid() if ranks is not None else {}
             process = replace(process, procs=[_marked(r, r.pid == training.pid, rank_of.get(r.pid)) for r in process.procs])
         steps = self._steps(view, snaps) if self.timeline and view is not None else []
         shown_why = self.finder.shown_why
