@@ -228,7 +228,7 @@ def test_the_sampler_stops_when_a_channel_appears_and_on_stop(tmp_path, shm_dir)
         assert wait_for(pyspy_children, timeout=10, what="py-spy running")  # (a round may be between recorders)
         go.touch()
         shown = wait_for(lambda: (c := session.poll()).training is not None and c, timeout=60, what="the channel")
-        assert shown.outside is None and session._outside is None
+        assert shown.outside is None and session.outside.sampler is None
         assert wait_for(lambda: not pyspy_children(), timeout=10, what="py-spy stopped")
     finally:
         session.stop()

@@ -97,7 +97,7 @@ def test_the_session_and_the_panel_say_what_a_window_cost_the_job(tmp_path):
                       and c.capture, timeout=120, what="the window's cost")
         cost = st.cost
         assert st.state == "done" and cost.window_steps == 5 and cost.normal_steps == 50
-        view = session.training
+        view = session.finder.training
         steps = {i: (t0, t1) for i, t0, t1 in view.step_log.steps}
         judged = [steps[i] for i in range(st.first_step, st.first_step + cost.steps) if i in steps]
         worst, next_longest, lost = wait_for(

@@ -100,7 +100,7 @@ async def test_a_segment_damaged_while_attached(shm_dir, fault):
         else:
             os.truncate(w.path, 100)  # (the writer here writes no more: its mapping would fault)
             expected = "is truncated (100 bytes, header needs 4096)"
-        await until(pilot, app, lambda: expected in shown(app, "#status") and app.session.training is None,
+        await until(pilot, app, lambda: expected in shown(app, "#status") and app.session.finder.training is None,
                     "the channel's failure, after a reopen was tried")
         # nothing read is lost (the numbers; the sparkline's columns follow the clock)
         assert numbers(shown(app, "#steps")) == numbers(before) and "step 12" in shown(app, "#header")
@@ -109,7 +109,7 @@ async def test_a_segment_damaged_while_attached(shm_dir, fault):
         assert "training python" in shown(app, "#process")  # the loop thread it had is still known
         with open(w.path, "r+b") as f:  # repaired: the monitor reads it again
             f.write(original)
-        await until(pilot, app, lambda: shown(app, "#status") == "" and app.session.training is not None,
+        await until(pilot, app, lambda: shown(app, "#status") == "" and app.session.finder.training is not None,
                     "the channel to be read again")
         assert "step 12" in shown(app, "#header")
     w.unlink()
@@ -171,8 +171,8 @@ def test_a_200_mb_trace_is_summarised_off_the_sampler_thread(tmp_path, sleeper):
         status = CaptureStatus(seq=1, state="done", kind="torch.profiler", first_step=1, last_step=10,
                                message="", path=path)
         t0 = time.monotonic()
-        assert session.summaries.summary(status).state == "pending"  # never blocks
-        summary = wait_for(lambda: (s := session.summaries.summary(status)).state != "pending" and s, timeout=240,
+        assert session.captures.summaries.summary(status).state == "pending"  # never blocks
+        summary = wait_for(lambda: (s := session.captures.summaries.summary(status)).state != "pending" and s, timeout=240,
                            what="the summary")
         took = time.monotonic() - t0
     finally:

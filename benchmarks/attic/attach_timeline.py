@@ -67,10 +67,10 @@ def wrap(owner, attr: str, label: str, first: int = 3) -> None:
 
 
 PARTS = {
-    "tuimon.monitor.session": lambda m: (wrap(m.LiveSession, "poll", "poll"), wrap(m, "host_sample", "host"),
-                                         wrap(m.LiveSession, "_view", "channel lookup", 0),
-                                         wrap(m.LiveSession, "_capture", "capture status", 0),
-                                         wrap(m.LiveSession, "_outside_lines", "outside", 0)),
+    "tuimon.monitor.session": lambda m: (wrap(m.LiveSession, "poll", "poll"), wrap(m, "host_sample", "host")),
+    "tuimon.monitor.channel_finder": lambda m: wrap(m.ChannelFinder, "view", "channel lookup", 0),
+    "tuimon.monitor.captures": lambda m: wrap(m.Captures, "status", "capture status", 0),
+    "tuimon.monitor.outside": lambda m: wrap(m.OutsideWatch, "lines", "outside", 0),
     "tuimon.sources.nvml": lambda m: (wrap(m.DeviceSampler, "__init__", "nvml init", 1),
                                       wrap(m.DeviceSampler, "sample", "nvml sample")),
     "tuimon.sources.process": lambda m: wrap(m.ProcessSampler, "sample", "procs"),

@@ -94,7 +94,7 @@ def once(session: LiveSession, window: float, baseline: tuple[str, Baseline] | N
     state = MonitorState(baseline=baseline)
     started = time.monotonic()
     end = started + max(window, ONCE_MIN_WINDOW_S)
-    last_wait = started + session.outside_first_s + pyspy.GRACE_S + 5.0  # (py-spy hung and not yet killed)
+    last_wait = started + session.outside.first_round_s + pyspy.GRACE_S + 5.0  # (py-spy hung and not yet killed)
     try:
         while True:
             c = session.poll()
