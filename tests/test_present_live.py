@@ -202,12 +202,12 @@ def test_the_step_in_progress_of_a_loop_of_3_s_steps(shm_dir):
         job.stop()
 
 
-@pytest.mark.parametrize("kind, source, weak", [("manual", "backward", 0), ("accumulate", "optimizer", 3)])
+@pytest.mark.parametrize("kind, source, weak", [("manual", "backward", 0), ("accumulate", "optimizer", 0)])
 def test_steps_of_a_loop_with_no_optimizer_and_of_gradient_accumulation(tmp_path, kind, source, weak):
     """A hand-written SGD loop gets its steps from backward(); one that accumulates 4 backwards per
     optimizer step still counts the optimizer's steps. weak: the steps a weaker source counted before
-    the optimizer's first step said it counts them (the accumulating loop's first three backward()
-    calls): the probe's step numbers go on from them (its now, captures and timeline share them)."""
+    the optimizer's first step said it counts them, still in the count (the accumulating loop's first
+    three backward() calls were, until issue 43 item 14: the probe's step.uncounted leaves them out)."""
     job = Job(tmp_path, kind, "--steps", 300)
     try:
         wait_for(lambda: (t := job.truth()) and t["steps"] >= 150, timeout=120, what="150 steps")

@@ -48,6 +48,7 @@ class TrainingView:
         # the start of the job's first step, once seen (0: attached later, no cut): hot lines count from it
         self.first_step_t0: int | None = None
         self._source_id: int | None = None  # the name id of the "step.source" gauge, once seen
+        self._uncounted_id: int | None = None  # ... and of "step.uncounted" (core.Probe._mark_source)
         self._stacks_asked = 0  # the last stacks request this view made
         self.timeline = False  # keep every step for take_steps() (recordings)
         self._pending: list = []  # completed StepRecords not yet taken
@@ -124,6 +125,15 @@ class TrainingView:
         source = L.STEP_SOURCES[code] if 0 <= code < len(L.STEP_SOURCES) else None
         return source, self.steps.gauge_steps.get(self._source_id, 0)
 
+    def _uncounted(self, name: Callable[[int], str]) -> int:
+        """The steps numbered before the source that counts now took over that stand for no iteration
+        of its (a sanity check's model calls before the first optimizer.step()): not in the count."""
+        if self._uncounted_id is None:
+            self._uncounted_id = next((k for k in self.steps.gauges if name(k) == "step.uncounted"), None)
+        if self._uncounted_id is None:
+            return 0
+        return max(0, int(self.steps.gauges[self._uncounted_id]))
+
     def request_stacks(self) -> None:
         """Ask the probe for every thread's stack (it answers within ~0.2 s, on its own thread)."""
         ctl, view = open_control(self.source.reader.path)
@@ -138,6 +148,7 @@ class TrainingView:
         info = r.info
         name = r.name
         step_source, first = self._step_source(name)
+        uncounted = self._uncounted(name)
         steps = self.steps.window(window_steps, first)
         self.rolling.update(steps)
         said = self.rolling.said  # (what depends on the window's steps alone: worked out when they changed)
@@ -172,7 +183,7 @@ class TrainingView:
             capture_kind=meta.capture_kind,
             probe_hot_path=meta.hot_path,
             uptime_s=round((end_ns - info.created_ns) / 1e9, 3),
-            steps=r.steps,
+            steps=max(0, r.steps - uncounted),
             window_steps=len(steps),
             step_time_ms=self.rolling.step_time_ms(),
             steps_per_s=said("steps_per_s", lambda: summary.steps_per_second(steps)),
@@ -196,7 +207,7 @@ class TrainingView:
             step_source=step_source,
             since_step_s=round(max(0, end_ns - last.t1) / 1e9, 3) if last is not None else None,
             longest_step_ms=round(self.longest_ns / 1e6, 3) if self.longest_ns else None,
-            now=_in_progress(now, name),
+            now=_in_progress(now, name, uncounted),
             end={L.END_EXCEPTION: "exception", L.END_CLEAN: "clean"}.get(end.kind),
             end_text=end.text,
             stacks=stacks[2][:STACKS_KEEP_BYTES] if stacks is not None else None,
@@ -227,8 +238,9 @@ def _chunks(records: list) -> list[list]:
     return out
 
 
-def _in_progress(n: Now | None, name: Callable[[int], str]) -> StepInProgress | None:
-    """The step in progress, from the probe's last word on it (None: it has said nothing yet)."""
+def _in_progress(n: Now | None, name: Callable[[int], str], uncounted: int = 0) -> StepInProgress | None:
+    """The step in progress, from the probe's last word on it (None: it has said nothing yet),
+    numbered as the count is (uncounted: the steps left out of it)."""
     if n is None:
         return None
     t = time.monotonic_ns()
@@ -236,7 +248,7 @@ def _in_progress(n: Now | None, name: Callable[[int], str]) -> StepInProgress | 
     def ago(ns: int) -> float:
         return round(max(0, t - ns) / 1e9, 3)
 
-    return StepInProgress(step=n.step, phase=name(n.phase_id) if n.phase_id else "other", phase_s=ago(n.phase_since_ns),
+    return StepInProgress(step=max(1, n.step - uncounted), phase=name(n.phase_id) if n.phase_id else "other", phase_s=ago(n.phase_since_ns),
                           step_s=ago(n.step_t0_ns) if n.step_t0_ns else None, still_s=ago(n.moved_ns),
                           where=n.where or None, waiting_in=n.waiting_in or None, age_s=ago(n.updated_ns),
                           collective=name(n.collective_id) if n.collective_id else None)

@@ -185,7 +185,7 @@ def _at_exit(p: Probe) -> None:
             control.join(CONTROL_JOIN_S)
         if p.sampler is not None:
             p.sampler.stop(CONTROL_JOIN_S)
-        for last_word in (p.sample_memory, getattr(p.present, "ended", None)):  # (the allocator's last gauges)
+        for last_word in (p.finish, p.sample_memory, getattr(p.present, "ended", None)):  # (the allocator's last gauges)
             try:
                 if last_word is not None:
                     last_word()
