@@ -300,7 +300,10 @@ class MonitorState:
         gone = (p is not None and not p.alive) or (p is None and t is not None and t.state != "alive")
         if not gone:
             return None
-        return job_end(exit_code=p.exit_code if p is not None else None, probe_end=t.end if t else None,
+        code = p.exit_code if p is not None else None  # (tuimon started it), else the job's own word
+        if code is None and t is not None:
+            code = t.exit_code
+        return job_end(exit_code=code, probe_end=t.end if t else None,
                        probe_text=t.end_text if t else "", log=self.job_log, log_tail=self.job_tail)
 
     def _nvml_memory(self) -> tuple:

@@ -210,6 +210,7 @@ class TrainingView:
             now=_in_progress(now, name, uncounted),
             end={L.END_EXCEPTION: "exception", L.END_CLEAN: "clean"}.get(end.kind),
             end_text=end.text,
+            exit_code=r.exit_code() if state != "alive" else None,
             stacks=stacks[2][:STACKS_KEEP_BYTES] if stacks is not None else None,
             stacks_age_s=round((time.monotonic_ns() - stacks[1]) / 1e9, 1) if stacks is not None else None,
             hot_lines=hot,
