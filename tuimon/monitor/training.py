@@ -159,10 +159,12 @@ class TrainingView:
         end_ns = _end_ns(r, state)
         last = self.steps.completed[-1] if self.steps.completed else None
         span_ns = max(HOT_SPAN_S * 1e9, (steps[-1].t1 - steps[0].t0) if steps else 0)  # (the window's, at least)
-        since = time.monotonic_ns() - span_ns if state == "alive" else end_ns - span_ns
+        # an ended job's lines up to its loop's last step (what ran after it, a teardown, is not the loop's)
+        until = last.t1 if state != "alive" and last is not None else end_ns
+        since = time.monotonic_ns() - span_ns if state == "alive" else until - span_ns
         if self.first_step_t0:  # (the job's setup before its loop is not the loop's time)
             since = max(since, self.first_step_t0)
-        hot, samples = anatomy.hot_lines([h for h in self.steps.hot if h[0] >= since], name, L.PHASES)
+        hot, samples = anatomy.hot_lines([h for h in self.steps.hot if since <= h[0] <= until], name, L.PHASES)
         # kept: twice the span shown and back to the window's oldest step (a window that grows, as a long
         # step ends, finds its past), not HOT_RECORDS of them (~180 B each with their numbers, scanned each cycle)
         self.steps.forget_hot(int(min(since - span_ns, steps[0].t0 if steps else since - span_ns)))
@@ -207,7 +209,7 @@ class TrainingView:
             step_source=step_source,
             since_step_s=round(max(0, end_ns - last.t1) / 1e9, 3) if last is not None else None,
             longest_step_ms=round(self.longest_ns / 1e6, 3) if self.longest_ns else None,
-            now=_in_progress(now, name, uncounted),
+            now=_in_progress(now, name, uncounted, max(0, r.steps - uncounted)),
             end={L.END_EXCEPTION: "exception", L.END_CLEAN: "clean"}.get(end.kind),
             end_text=end.text,
             exit_code=r.exit_code() if state != "alive" else None,
@@ -239,9 +241,10 @@ def _chunks(records: list) -> list[list]:
     return out
 
 
-def _in_progress(n: Now | None, name: Callable[[int], str], uncounted: int = 0) -> StepInProgress | None:
+def _in_progress(n: Now | None, name: Callable[[int], str], uncounted: int = 0, steps: int = 0) -> StepInProgress | None:
     """The step in progress, from the probe's last word on it (None: it has said nothing yet),
-    numbered as the count is (uncounted: the steps left out of it)."""
+    numbered as the count is (uncounted: the steps left out of it), and never at or before the
+    newest step completed (steps: the count; a word older than that step is about the one after it)."""
     if n is None:
         return None
     t = time.monotonic_ns()
@@ -249,7 +252,7 @@ def _in_progress(n: Now | None, name: Callable[[int], str], uncounted: int = 0) 
     def ago(ns: int) -> float:
         return round(max(0, t - ns) / 1e9, 3)
 
-    return StepInProgress(step=max(1, n.step - uncounted), phase=name(n.phase_id) if n.phase_id else "other", phase_s=ago(n.phase_since_ns),
+    return StepInProgress(step=max(1, n.step - uncounted, steps + 1), phase=name(n.phase_id) if n.phase_id else "other", phase_s=ago(n.phase_since_ns),
                           step_s=ago(n.step_t0_ns) if n.step_t0_ns else None, still_s=ago(n.moved_ns),
                           where=n.where or None, waiting_in=n.waiting_in or None, age_s=ago(n.updated_ns),
                           collective=name(n.collective_id) if n.collective_id else None)

@@ -208,7 +208,10 @@ def _at_exit(p: Probe) -> None:
             control.join(CONTROL_JOIN_S)
         if p.sampler is not None:
             p.sampler.stop(CONTROL_JOIN_S)
-        for last_word in (p.finish, p.sample_memory, getattr(p.present, "ended", None)):  # (the allocator's last gauges)
+        # (the last step of a loop stepped by its model calls; the allocator's last gauges; the step in progress as
+        # the loop left it, not as the control thread last said it; how it ended)
+        for last_word in (p.finish, p.sample_memory, getattr(p.present, "publish", None),
+                          getattr(p.present, "ended", None)):
             try:
                 if last_word is not None:
                     last_word()
