@@ -85,8 +85,8 @@ class Probe:
         self._lead_optimizer = None
         self._data_seen = self._data_since_boundary = False  # the loop's DataLoader: ever, since the last step
         # the loop's model call or backward (the hooks set them): ever, since the last step. An optimizer step
-        # with no batch (or, in a loop without a DataLoader, no model call or backward) since the last one is
-        # the same iteration's (a loop that steps its optimizer twice an iteration: issue 43 item 14)
+        # with no batch, model call or backward since the last one is the same iteration's (a loop that steps
+        # its optimizer twice an iteration: issue 43 item 14)
         self.work_seen = self.work_since_boundary = False
         self._nvtx = nvtx_domain
         self._nvtx_attrs: dict = {}
@@ -213,8 +213,7 @@ class Probe:
             self._mark_source(source, self.step_no - 1)  # (the step closed here is the first iteration)
         elif source in (FORWARD_CALL, BACKWARD_CALL) and self._data_seen and not self._data_since_boundary:
             return
-        elif source == OPTIMIZER_STEP and (not self._data_since_boundary if self._data_seen
-                                           else self.work_seen and not self.work_since_boundary):
+        elif source == OPTIMIZER_STEP and self.work_seen and not (self.work_since_boundary or self._data_since_boundary):
             return  # (the optimizer stepped again in the same iteration)
         self._data_since_boundary = self.work_since_boundary = False
         t0 = self.step_t0 or self.created_ns
