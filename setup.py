@@ -6,7 +6,8 @@ ring writer (tuimon/channel/ring.py) and says so in `tuimon doctor`."""
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("tuimon.channel._fastring", ["tuimon/channel/_fastring.c", "tuimon/channel/_phases.c",
-                                                                    "tuimon/channel/_sampler.c"],
+                                                                    "tuimon/channel/_sampler.c",
+                                                                    "tuimon/channel/_exitwatch.c"],
                              depends=["tuimon/channel/_fastring.h"],
                              extra_compile_args=["-O2", "-Wall"], optional=True),
                    # `tuimon inject`'s loader (tuimon/inject/_loader.c): a plain shared library loaded into a

@@ -337,3 +337,22 @@ def test_cpu_bound_says_how_the_cpu_is_used():
     # model compute under half the step: not CPU-bound
     small = {**CPU_DEMO, "phases": {"data": 0.09, "forward": 0.2, "backward": 0.2, "other": 0.51}}
     assert diagnose(Evidence(**small)).code == "host-bound"
+
+
+def test_a_loop_thread_under_a_full_core_whose_own_line_runs_python_is_not_waiting_elsewhere():
+    """Issue 43 item 13: a loop thread at 79% CPU whose top line outside the model was 99.6% Python read
+    'the loop waits elsewhere' (the rule looked at CPU + wait < 90% and not at how its own line was
+    spent). A majority of its samples there running (LOOP_BLOCKED_SAMPLES) is Python; blocked, a wait."""
+    def line(python, waiting):
+        return HotLine(phase="other", line="train.py:50 in log `s += str(x)`", samples=250, share=0.9,
+                       phase_share=0.95, python=python, native=1 - python - waiting, waiting=waiting)
+
+    outside = {**HOST, "phases": {"forward": 0.05, "other": 0.95}, **gpm(10), "loop_cpu": 79.0}
+    v = diagnose(Evidence(**outside, hot=[line(0.996, 0.0)]))
+    assert v.headline == "host-bound: Python outside the model", v.headline
+    assert "samples there are 100% running though its CPU is 79%" in v.next_step, v.next_step
+    bar = T.LOOP_BLOCKED_SAMPLES.value
+    assert diagnose(Evidence(**outside, hot=[line(1 - bar, bar)])).headline == "host-bound: the loop waits elsewhere"
+    assert diagnose(Evidence(**outside, hot=[line(1 - bar + 0.01, bar - 0.01)])).headline == \
+        "host-bound: Python outside the model"
+    assert diagnose(Evidence(**outside)).headline == "host-bound: the loop waits elsewhere"  # (no samples: its CPU)

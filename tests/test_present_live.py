@@ -27,7 +27,7 @@ PRESENT = str(ROOT / "tests" / "workloads" / "present.py")
 class Job:
     """A workload under `tuimon run --headless` (it keeps the PID), with its own segment folder."""
 
-    def __init__(self, folder, kind, *args, launcher=()):
+    def __init__(self, folder, kind, *args, launcher=(), stdin=None):
         self.folder, self.kind = folder, kind
         os.makedirs(folder, exist_ok=True)
         self.env = {**os.environ, "TUIMON_SHM_DIR": str(folder)}
@@ -36,7 +36,7 @@ class Job:
         cmd = [*launcher, PRESENT] if launcher else [sys.executable, PRESENT]
         self.proc = subprocess.Popen(tuimon_cmd("run", "--headless", "--", *cmd, kind, "--truth", self.truth_path,
                                                 *map(str, args)), env=self.env, stdout=self.out,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT, stdin=stdin)
         self.pid = self.proc.pid
 
     def truth(self, rank=None):
@@ -171,6 +171,27 @@ def test_a_loop_blocked_before_its_first_step_is_stalled_at_its_line_and_one_com
         busy.stop()
 
 
+def test_a_loop_asleep_or_in_input_before_its_first_step_is_stalled_at_its_line(tmp_path):
+    """Issue 43 item 17, the sleep and input() of it (the lock is above): stalled at the line within
+    the bar a DataLoader wait gets (30 s), not 'not enough data yet' for good."""
+    jobs = [Job(tmp_path / "sleep", "sleep-first"), Job(tmp_path / "input", "input-first", stdin=subprocess.PIPE)]
+    try:
+        for job in jobs:
+            wait_for(lambda j=job: (t := j.truth()) and t["stuck"], timeout=60, what=f"{job.kind} blocked")
+        for job in jobs:
+            at = job.truth()["stuck"]["at"]
+            doc = wait_for(lambda j=job: (d := j.once(window=1))["verdict"]["code"] == "stalled" and d, timeout=120,
+                           what=f"{job.kind} STALLED")
+            v, named_after = doc["verdict"], time.monotonic() - at
+            print(f"{job.kind}: STALLED {named_after:.1f} s after it blocked: {v['headline']} · {v['evidence']}")
+            assert named_after <= 30 + 5  # (+ the last attach's own time)
+            assert doc["steps"] == 0 and v["headline"].startswith("stalled: blocked before its first step at ")
+            assert "present.py:" in v["headline"] and v["headline"].endswith(" in before_first_step"), v["headline"]
+    finally:
+        for job in jobs:
+            job.stop()
+
+
 def test_the_step_in_progress_of_a_loop_of_3_s_steps(shm_dir):
     """Read (in this process, to compare at one moment) beside the loop's own truth: the same step
     number and phase, its time in the phase within 0.5 s of the loop's own (the probe says it every
@@ -202,12 +223,12 @@ def test_the_step_in_progress_of_a_loop_of_3_s_steps(shm_dir):
         job.stop()
 
 
-@pytest.mark.parametrize("kind, source, weak", [("manual", "backward", 0), ("accumulate", "optimizer", 3)])
+@pytest.mark.parametrize("kind, source, weak", [("manual", "backward", 0), ("accumulate", "optimizer", 0)])
 def test_steps_of_a_loop_with_no_optimizer_and_of_gradient_accumulation(tmp_path, kind, source, weak):
     """A hand-written SGD loop gets its steps from backward(); one that accumulates 4 backwards per
     optimizer step still counts the optimizer's steps. weak: the steps a weaker source counted before
-    the optimizer's first step said it counts them (the accumulating loop's first three backward()
-    calls): the probe's step numbers go on from them (its now, captures and timeline share them)."""
+    the optimizer's first step said it counts them, still in the count (the accumulating loop's first
+    three backward() calls were, until issue 43 item 14: the probe's step.uncounted leaves them out)."""
     job = Job(tmp_path, kind, "--steps", 300)
     try:
         wait_for(lambda: (t := job.truth()) and t["steps"] >= 150, timeout=120, what="150 steps")

@@ -116,6 +116,46 @@ def test_steps_are_never_counted_twice(shm_dir):
         assert [s["step"] for s in of(recs, "step")] == list(range(1, r.steps + 1)), mode
 
 
+STEP_LOOPS = """
+    import torch
+    net = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    data = torch.utils.data.DataLoader(torch.randn(20, 4), batch_size=2) if LOADER else [torch.randn(2, 4)] * 10
+    if MODE == "sanity":  # a sanity check's model calls before training (Lightning's, HF's eval_on_start)
+        with torch.no_grad():
+            for _ in range(5):
+                net(torch.randn(2, 4))
+    for x in data:
+        if MODE == "eval":
+            with torch.no_grad():
+                net(x)
+            continue
+        net(x).sum().backward()
+        opt.step()
+        if MODE == "twice":
+            opt.step()  # (the same optimizer stepped twice an iteration)
+        opt.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("mode, loader", [("sanity", False), ("twice", False), ("twice", True), ("eval", True)])
+def test_steps_of_a_sanity_check_a_second_optimizer_step_and_an_eval_loop(shm_dir, mode, loader):
+    """Issue 43 item 14: 5 model calls before the first optimizer.step() stayed in the count (15 for
+    10), an optimizer stepped twice an iteration counted 20 for 10, a forward-only loop lost its last
+    step (9 for 10). The count is the monitor's (its snapshot of the channel)."""
+    from tuimon.monitor.training import TrainingView
+    from tuimon.sources.channel import ChannelSource
+
+    recs, r, _ = run_scenario(shm_dir, f"MODE, LOADER = {mode!r}, {loader}\n" + textwrap.dedent(STEP_LOOPS))
+    view = TrainingView(ChannelSource(SegmentReader(r.path)))
+    view.poll()
+    snap = view.snapshot()
+    assert snap.steps == 10, (mode, loader, r.steps, snap.step_source)
+    assert snap.step_source == ("forward" if mode == "eval" else "optimizer")
+    steps = of(recs, "step")
+    assert [s["step"] for s in steps] == list(range(1, r.steps + 1))  # (numbered as ever: the count leaves some out)
+
+
 def test_nvtx_annotations_show_up_without_code_change(shm_dir):
     recs, _, _ = run_scenario(shm_dir, """
         import nvtx

@@ -18,6 +18,8 @@ KIND:
   checkpoint   30 ms steps; every --every s a 10 s checkpoint write (a real torch.save, then waiting on it)
   ddp-hang     (torchrun, gloo) DDP; after --steps steps rank 1 sleeps for good before an all_reduce
   lock-first   blocked for good on a lock before its first step (its model and optimizer made)
+  sleep-first  asleep for good (time.sleep) before its first step
+  input-first  waiting for good in input() before its first step (its stdin a pipe nobody writes)
   busy-first   computes on the loop's thread for --every s before its first step (a dataset made), then steps
 GPU only:
   sync-stuck   after --steps steps a kernel that spins for hours, then .item() waits for it
@@ -241,7 +243,7 @@ def main():
         checkpoint(truth, a.every)
     elif a.kind == "ddp-hang":
         ddp_hang(truth, a.steps, a.device)
-    elif a.kind in ("lock-first", "busy-first"):
+    elif a.kind in ("lock-first", "sleep-first", "input-first", "busy-first"):
         before_first_step(truth, a.kind, a.every)
     elif a.kind == "sync-stuck":
         sync_stuck(truth, a.steps)
@@ -297,6 +299,12 @@ def before_first_step(truth, kind, seconds):
         lock = threading.Lock()
         lock.acquire()
         lock.acquire()  # (never released)
+    elif kind == "sleep-first":
+        truth.stuck("a sleep, before the first step")
+        time.sleep(3600)
+    elif kind == "input-first":
+        truth.stuck("input(), before the first step")
+        input()
     truth.state["busy_from"] = time.monotonic()  # (work, not a hang)
     truth.write()
     end, n = time.monotonic() + seconds, 0

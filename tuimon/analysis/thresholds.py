@@ -46,6 +46,12 @@ UNIT_LEAD = Threshold(10, "points", "Nsight Compute's SOLBottleneck rule: comput
                                "other are 'well-balanced'")
 LOOP_CPU_BUSY = Threshold(90, "%", "SageMaker Debugger's CPUBottleneck rule: CPU above 90% is high utilization "
                                    "(here: of the one core the loop's thread can use)")
+LOOP_BLOCKED_SAMPLES = Threshold(0.5, "", "py-spy's idle detection (a sample is idle when the OS says the thread "
+                                         "is not running: `--idle` shows them, left out by default) taken as a "
+                                         "majority of the loop thread's samples outside the model: a thread under "
+                                         "LOOP_CPU_BUSY whose own samples there are mostly running (Python, or a "
+                                         "native call on a CPU) computes; its CPU over the window also counts the "
+                                         "time it waited for the GIL")
 WORKERS_BUSY = Threshold(90, "%", "as above, for each DataLoader worker process")
 STRAGGLER = Threshold(1 / 0.7, "x", "NVIDIA Resiliency Extension's straggler detection: a rank whose relative "
                                     "performance score is below 0.7 (its default gpu_relative_perf_threshold) is a "

@@ -479,7 +479,7 @@ PyMODINIT_FUNC PyInit__fastring(void) {
         return NULL;
     if (PyModule_AddObjectRef(m, "RingWriter", (PyObject *)&RingWriterType) < 0 ||
         PyModule_AddObjectRef(m, "Range", (PyObject *)&RangeType) < 0 || phases_add_type(m) < 0 ||
-        sampler_add_functions(m) < 0) {
+        sampler_add_functions(m) < 0 || exitwatch_add_functions(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -98,5 +98,6 @@ int ranges_depth(void);                  /* _fastring.c: this thread's range dep
 int phases_add_type(PyObject *m);        /* _phases.c */
 int phases_top(PyObject *o);             /* _phases.c: the innermost open phase, -1 if o is not a Phases */
 int sampler_add_functions(PyObject *m);  /* _sampler.c */
+int exitwatch_add_functions(PyObject *m); /* _exitwatch.c */
 
 #endif

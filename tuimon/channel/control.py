@@ -190,6 +190,24 @@ class ControlBlock:
         return End(kind if kind in (L.END_EXCEPTION, L.END_CLEAN) else L.END_NONE, at,
                    text.decode("utf-8", "replace"))
 
+    def write_exit(self, how: int, value: int, at_ns: int) -> None:
+        """(_exitwatch.c writes it in the job; this twin is for tests and replays)"""
+        self.view.write(L.CTL_EXIT_AT + 8, L.CTL_EXIT.pack(0, how, value)[8:])
+        self.view.write(L.CTL_EXIT_AT, L.CTL_EXIT.pack(at_ns, 0, 0)[:8])
+
+    def read_exit(self) -> int | None:
+        """The process's own word on how it ended: its exit code, or minus the signal that ended it
+        (the convention of Popen.returncode); None when it said nothing (alive, killed by SIGKILL,
+        os._exit(), a job's own signal handler, no C extension)."""
+        at, how, value = self._stable(lambda: L.CTL_EXIT.unpack(self.view.read(L.CTL_EXIT_AT, L.CTL_EXIT.size)))
+        if not at:
+            return None
+        if how == L.EXIT_CODE and 0 <= value <= 255:
+            return value
+        if how == L.EXIT_SIGNAL and 0 < value < 128:
+            return -value
+        return None
+
     # -- the threads' stacks on request ------------------------------------------------------------
 
     def request_stacks(self, seq: int) -> None:

@@ -140,6 +140,12 @@ CTL_END_AT = 2176
 CTL_END_TEXT_AT = 2192
 CTL_END_CAPACITY = 1536  # -> 3728, inside the page
 END_NONE, END_EXCEPTION, END_CLEAN = 0, 1, 2
+# How the process ended, as the process itself said it where no Python runs any more (_exitwatch.c:
+# glibc's on_exit() for the exit status, a handler on signals left at their default action):
+# when (0: not said; published last), how (EXIT_*), the exit code or the signal's number.
+CTL_EXIT = struct.Struct("<qii")
+CTL_EXIT_AT = 3728  # (after the end's text) -> 3744, inside the page
+EXIT_NONE, EXIT_CODE, EXIT_SIGNAL = 0, 1, 2
 STACKS_HEAD = struct.Struct("<QqI4x")  # request answered, when written, text length; text follows
 STEP_SOURCES = ("none", "dataloader", "forward", "backward", "optimizer", "tuimon.step")  # weakest first
 

@@ -259,6 +259,10 @@ class SegmentReader:
     def end(self) -> End:
         return self._control().read_end()
 
+    def exit_code(self) -> int | None:
+        """The exit code the process said at its end, or minus its signal (None: not said)."""
+        return self._control().read_exit()
+
     def stacks(self) -> tuple[int, int, str] | None:
         """(request answered, when written, text) of the last stacks the probe wrote, if any."""
         return read_stacks(FileView(self._file.fd, self.path, L.STACKS_OFFSET))

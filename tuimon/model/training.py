@@ -280,6 +280,7 @@ class TrainingSnapshot:
     now: StepInProgress | None = None
     end: str | None = None  # how the probe saw the job end: 'exception' or 'clean' (None: not ended, or killed)
     end_text: str = ""  # for an exception: 'Type: message' and its innermost frames, a line each
+    exit_code: int | None = None  # as the process said it at its end; negative: the signal that ended it
     stacks: str | None = None  # every thread's stack, asked for while the loop seemed stuck
     stacks_age_s: float | None = None
     hot_lines: list[HotLine] = field(default_factory=list)  # the loop thread's lines, the largest first

@@ -38,6 +38,9 @@ GPU_SERIES = ("sm_active", "tensor_active", "fp32_active", "fp16_active", "dram_
               "util_mem", "mem_used", "pcie_rx", "t")
 COLUMN_S = 5  # the main screen's sparklines: one column per 5 s, on one time axis for all of them
 COLUMNS = 240  # 20 min of columns
+# A window is the loop's own while its last step ended within this many of its p95 steps: what the
+# process does after its loop (an interpreter's teardown, a final save) is not "while it ran".
+RAN_STEPS = 3
 MEMORY_SERIES = ("allocated", "reserved", "peak", "nvml")  # per cycle: the allocator's gauges, NVML's for the process
 
 
@@ -112,6 +115,13 @@ class View:
     memory_history: dict[str, list] = field(default_factory=dict)  # MEMORY_SERIES -> bytes per cycle, oldest first
 
 
+def _stepping(t: TrainingSnapshot | None) -> bool:
+    """Is the loop stepping as this window ends (its last step within RAN_STEPS of its p95 steps)?"""
+    if t is None or t.state != "alive" or t.since_step_s is None or t.step_time_ms is None:
+        return False
+    return t.since_step_s * 1e3 <= RAN_STEPS * max(t.step_time_ms.p95, t.step_time_ms.last)
+
+
 def new_step_times(seen: int, snap: TrainingSnapshot) -> list[float]:
     """The times of the steps that ended after the first `seen` (as many as the snapshot still
     holds: its last 120)."""
@@ -132,6 +142,7 @@ class MonitorState:
         self.training: TrainingSnapshot | None = None
         self.process: ProcessSample | None = None
         self._live_process: ProcessSample | None = None
+        self._ran: Verdict | None = None  # the verdict of the newest window while the loop stepped
         self.gpus: dict[int, GpuSample] = {}
         self._gpu_hist: dict[int, dict[str, deque]] = {}
         self._step_ms: deque = deque(maxlen=history)
@@ -300,7 +311,10 @@ class MonitorState:
         gone = (p is not None and not p.alive) or (p is None and t is not None and t.state != "alive")
         if not gone:
             return None
-        return job_end(exit_code=p.exit_code if p is not None else None, probe_end=t.end if t else None,
+        code = p.exit_code if p is not None else None  # (tuimon started it), else the job's own word
+        if code is None and t is not None:
+            code = t.exit_code
+        return job_end(exit_code=code, probe_end=t.end if t else None,
                        probe_text=t.end_text if t else "", log=self.job_log, log_tail=self.job_tail)
 
     def _nvml_memory(self) -> tuple:
@@ -349,8 +363,13 @@ class MonitorState:
                            outside=self.outside if self.training is None else None,
                            cpus=self.host.cpus if self.host is not None else None, on_gpu=bool(self.target_gpus()))
         if ended is None:
-            return diagnose(e)
-        ran = diagnose(replace(e, present=replace(e.present, stall=None)))  # (what its last window was, kept with its last numbers)
+            v = diagnose(e)
+            if _stepping(self.training) and v.code not in ("waiting", "exited", "stalled"):
+                self._ran = v
+            return v
+        # what its last window was while the loop stepped, kept with its numbers then (not the teardown
+        # after its last step); seen only after its end, from the window up to its last step
+        ran = self._ran or diagnose(replace(e, present=replace(e.present, stall=None)))
         ran_as = f"{ran.headline}: {ran.evidence}" if ran.code not in ("waiting", "exited") else None
         return diagnose(replace(e, present=replace(e.present, job_end=ended, ran_as=ran_as)))
 

@@ -48,6 +48,7 @@ class TrainingView:
         # the start of the job's first step, once seen (0: attached later, no cut): hot lines count from it
         self.first_step_t0: int | None = None
         self._source_id: int | None = None  # the name id of the "step.source" gauge, once seen
+        self._uncounted_id: int | None = None  # ... and of "step.uncounted" (core.Probe._mark_source)
         self._stacks_asked = 0  # the last stacks request this view made
         self.timeline = False  # keep every step for take_steps() (recordings)
         self._pending: list = []  # completed StepRecords not yet taken
@@ -124,6 +125,15 @@ class TrainingView:
         source = L.STEP_SOURCES[code] if 0 <= code < len(L.STEP_SOURCES) else None
         return source, self.steps.gauge_steps.get(self._source_id, 0)
 
+    def _uncounted(self, name: Callable[[int], str]) -> int:
+        """The steps numbered before the source that counts now took over that stand for no iteration
+        of its (a sanity check's model calls before the first optimizer.step()): not in the count."""
+        if self._uncounted_id is None:
+            self._uncounted_id = next((k for k in self.steps.gauges if name(k) == "step.uncounted"), None)
+        if self._uncounted_id is None:
+            return 0
+        return max(0, int(self.steps.gauges[self._uncounted_id]))
+
     def request_stacks(self) -> None:
         """Ask the probe for every thread's stack (it answers within ~0.2 s, on its own thread)."""
         ctl, view = open_control(self.source.reader.path)
@@ -138,6 +148,7 @@ class TrainingView:
         info = r.info
         name = r.name
         step_source, first = self._step_source(name)
+        uncounted = self._uncounted(name)
         steps = self.steps.window(window_steps, first)
         self.rolling.update(steps)
         said = self.rolling.said  # (what depends on the window's steps alone: worked out when they changed)
@@ -148,10 +159,12 @@ class TrainingView:
         end_ns = _end_ns(r, state)
         last = self.steps.completed[-1] if self.steps.completed else None
         span_ns = max(HOT_SPAN_S * 1e9, (steps[-1].t1 - steps[0].t0) if steps else 0)  # (the window's, at least)
-        since = time.monotonic_ns() - span_ns if state == "alive" else end_ns - span_ns
+        # an ended job's lines up to its loop's last step (what ran after it, a teardown, is not the loop's)
+        until = last.t1 if state != "alive" and last is not None else end_ns
+        since = time.monotonic_ns() - span_ns if state == "alive" else until - span_ns
         if self.first_step_t0:  # (the job's setup before its loop is not the loop's time)
             since = max(since, self.first_step_t0)
-        hot, samples = anatomy.hot_lines([h for h in self.steps.hot if h[0] >= since], name, L.PHASES)
+        hot, samples = anatomy.hot_lines([h for h in self.steps.hot if since <= h[0] <= until], name, L.PHASES)
         # kept: twice the span shown and back to the window's oldest step (a window that grows, as a long
         # step ends, finds its past), not HOT_RECORDS of them (~180 B each with their numbers, scanned each cycle)
         self.steps.forget_hot(int(min(since - span_ns, steps[0].t0 if steps else since - span_ns)))
@@ -173,7 +186,7 @@ class TrainingView:
             capture_kind=meta.capture_kind,
             probe_hot_path=meta.hot_path,
             uptime_s=round((end_ns - info.created_ns) / 1e9, 3),
-            steps=completed,
+            steps=max(0, completed - uncounted),
             window_steps=len(steps),
             step_time_ms=self.rolling.step_time_ms(),
             steps_per_s=said("steps_per_s", lambda: summary.steps_per_second(steps)),
@@ -197,9 +210,10 @@ class TrainingView:
             step_source=step_source,
             since_step_s=round(max(0, end_ns - last.t1) / 1e9, 3) if last is not None else None,
             longest_step_ms=round(self.longest_ns / 1e6, 3) if self.longest_ns else None,
-            now=_in_progress(now, name, completed, last),
+            now=_in_progress(now, name, completed, last, uncounted),
             end={L.END_EXCEPTION: "exception", L.END_CLEAN: "clean"}.get(end.kind),
             end_text=end.text,
+            exit_code=r.exit_code() if state != "alive" else None,
             stacks=stacks[2][:STACKS_KEEP_BYTES] if stacks is not None else None,
             stacks_age_s=round((time.monotonic_ns() - stacks[1]) / 1e9, 1) if stacks is not None else None,
             hot_lines=hot,
@@ -231,13 +245,14 @@ def _chunks(records: list) -> list[list]:
 
 
 def _in_progress(n: Now | None, name: Callable[[int], str], completed: int = 0,
-                 last: StepRecord | None = None) -> StepInProgress | None:
+                 last: StepRecord | None = None, uncounted: int = 0) -> StepInProgress | None:
     """The step in progress, from the probe's last word on it (None: it has said nothing yet).
     That word is up to ~0.2 s old (the control thread says it), the steps completed are the loop's
     own count: a step it names that has ended since (completed: the steps the header counts; last:
     the newest step drained) is not the step in progress. The next one is, begun at that step's end
     (when drained; else just now), with no phase open yet ("other", as at a step boundary) and no
-    line known (issue 43 item 26: it named a step that had already ended)."""
+    line known (issue 43 item 26: it named a step that had already ended). Numbered as the count is
+    (uncounted: the probe's steps left out of it, those before its strongest step source)."""
     if n is None:
         return None
     t = time.monotonic_ns()
@@ -247,10 +262,11 @@ def _in_progress(n: Now | None, name: Callable[[int], str], completed: int = 0,
 
     if n.step <= completed:
         since = last.t1 if last is not None and last.index == completed else t
-        return StepInProgress(step=completed + 1, phase="other", phase_s=ago(since), step_s=ago(since),
-                              still_s=ago(since), age_s=ago(since),
+        return StepInProgress(step=max(1, completed + 1 - uncounted), phase="other", phase_s=ago(since),
+                              step_s=ago(since), still_s=ago(since), age_s=ago(since),
                               collective=name(n.collective_id) if n.collective_id else None)
-    return StepInProgress(step=n.step, phase=name(n.phase_id) if n.phase_id else "other", phase_s=ago(n.phase_since_ns),
+    return StepInProgress(step=max(1, n.step - uncounted), phase=name(n.phase_id) if n.phase_id else "other",
+                          phase_s=ago(n.phase_since_ns),
                           step_s=ago(n.step_t0_ns) if n.step_t0_ns else None, still_s=ago(n.moved_ns),
                           where=n.where or None, waiting_in=n.waiting_in or None, age_s=ago(n.updated_ns),
                           collective=name(n.collective_id) if n.collective_id else None)

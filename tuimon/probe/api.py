@@ -111,12 +111,35 @@ def instrument(ring_records: int | None = None, nvtx_forward: bool | None = None
     ring.bind(writer.ring, writer.names, writer.intern, p.nvtx_push if forward else None,
               p.nvtx_pop if forward else None, p.count)
     _start_capture_control(p)
+    _watch_exit(writer)
     atexit.register(_at_exit, p)
     if not _fork_hook_registered:
         os.register_at_fork(after_in_child=_after_fork_in_child)
         _fork_hook_registered = True
     hooks.install(p)
     return status()
+
+
+# Signals whose default action ends the process, watched (while left at it) so that the job's end
+# says which one (_exitwatch.c); SIGKILL cannot be, SIGINT is Python's own (KeyboardInterrupt).
+EXIT_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGABRT", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGSYS",
+                "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGXCPU", "SIGXFSZ")
+
+
+def _watch_exit(writer: SegmentWriter) -> None:
+    """The process's exit code and a fatal signal written into its channel as it ends, by C code
+    that needs no interpreter (only with the C extension: without it they stay unknown)."""
+    if ring.IMPLEMENTATION != "c":
+        return
+    import signal
+
+    try:
+        from ..channel import _fastring
+
+        _fastring.watch_exit(writer.path, L.CONTROL_OFFSET, L.CTL_EXIT_AT,
+                             [int(getattr(signal, n)) for n in EXIT_SIGNALS if hasattr(signal, n)])
+    except Exception:  # noqa: BLE001 - the job's end said less precisely, the probe on
+        pass
 
 
 def _start_capture_control(p: Probe) -> None:
@@ -185,7 +208,10 @@ def _at_exit(p: Probe) -> None:
             control.join(CONTROL_JOIN_S)
         if p.sampler is not None:
             p.sampler.stop(CONTROL_JOIN_S)
-        for last_word in (p.sample_memory, getattr(p.present, "ended", None)):  # (the allocator's last gauges)
+        # (the last step of a loop stepped by its model calls; the allocator's last gauges; the step in progress as
+        # the loop left it, not as the control thread last said it; how it ended)
+        for last_word in (p.finish, p.sample_memory, getattr(p.present, "publish", None),
+                          getattr(p.present, "ended", None)):
             try:
                 if last_word is not None:
                     last_word()

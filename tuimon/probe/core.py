@@ -84,6 +84,10 @@ class Probe:
         self.source = NO_SOURCE  # what counts the steps (see STEP_SOURCES above)
         self._lead_optimizer = None
         self._data_seen = self._data_since_boundary = False  # the loop's DataLoader: ever, since the last step
+        # the loop's model call or backward (the hooks set them): ever, since the last step. An optimizer step
+        # with no batch, model call or backward since the last one is the same iteration's (a loop that steps
+        # its optimizer twice an iteration: issue 43 item 14)
+        self.work_seen = self.work_since_boundary = False
         self._nvtx = nvtx_domain
         self._nvtx_attrs: dict = {}
         self.capturer = None  # capture windows (probe/capture.py), set by instrument()
@@ -187,25 +191,31 @@ class Probe:
         if self.mid_run and not self.step_t0:  # loaded mid-run: what ran before this boundary is no whole step
             if source > self.source:
                 self.source = source
-                self._mark_source(source)
+                self._mark_source(source, 0)
             self.step_t0 = self.first_t0 = t1
             a.restart(t1)
-            self._data_since_boundary = False
+            self._data_since_boundary = self.work_since_boundary = False
             return
         if source > self.source:
             old, self.source = self.source, source
-            self._mark_source(source)
-            if source in _STARTS_ITERATION or old not in (NO_SOURCE, *_STARTS_ITERATION):
+            ends = old not in (NO_SOURCE, *_STARTS_ITERATION)
+            if source in _STARTS_ITERATION or ends:
+                # the new source's steps start here: the old one's stand for no iteration of it, but for
+                # the first iteration where both end iterations (its step closed where the old one's did)
+                self._mark_source(source, max(0, self.step_no - (2 if ends else 1)))
                 if self.step_no > 1 or not self.step_t0:  # (the first step runs from the first batch on)
                     self.step_t0 = t1
                     a.restart(t1)
                     if self.step_no == 1:
                         self.first_t0 = t1
-                self._data_since_boundary = False
+                self._data_since_boundary = self.work_since_boundary = False
                 return
+            self._mark_source(source, self.step_no - 1)  # (the step closed here is the first iteration)
         elif source in (FORWARD_CALL, BACKWARD_CALL) and self._data_seen and not self._data_since_boundary:
             return
-        self._data_since_boundary = False
+        elif source == OPTIMIZER_STEP and self.work_seen and not (self.work_since_boundary or self._data_since_boundary):
+            return  # (the optimizer stepped again in the same iteration)
+        self._data_since_boundary = self.work_since_boundary = False
         t0 = self.step_t0 or self.created_ns
         step = self.step_no
         if step == 1 and not self.first_t0:
@@ -236,10 +246,23 @@ class Probe:
         if c is not None and (c.pending is not None or c.window is not None):  # (a capture asked for or open)
             c.on_step(step)
 
-    def _mark_source(self, source: int) -> None:
+    def _mark_source(self, source: int, uncounted: int) -> None:
         """Say which source counts the steps from the step in progress on (the monitor leaves the
-        steps of a weaker one out of its window)."""
-        self.emit(L.GAUGE, 0, self.intern("step.source"), ring.thread_id(), self.step_no, 0, _now(), float(source))
+        steps of a weaker one out of its window), and how many of the steps numbered before it stand
+        for no iteration of its (a sanity check's model calls before the first optimizer.step(), an
+        accumulating loop's first backward() calls): the monitor leaves them out of the count."""
+        t, tid = _now(), ring.thread_id()
+        self.emit(L.GAUGE, 0, self.intern("step.uncounted"), tid, self.step_no, 0, t, float(uncounted))
+        self.emit(L.GAUGE, 0, self.intern("step.source"), tid, self.step_no, 0, t, float(source))
+
+    def finish(self) -> None:
+        """At the job's exit: a loop whose steps start at its model calls (no optimizer, backward or
+        tuimon.step()) ends its last step where the loop last moved (its last model call, or a sync
+        after it): no later call closes it, and what follows the loop is not its step."""
+        a = self.anatomy
+        if self.source == FORWARD_CALL and self.step_t0 and a.t > self.step_t0 and a.on_loop():
+            self._data_since_boundary = True  # (a DataLoader's batch came before that call)
+            self.boundary(FORWARD_CALL, a.t)
 
     def data_start(self, t0: int, workers: int | None = None) -> None:
         """The loop asks a DataLoader for a batch (workers: the loader's worker count, said once

@@ -237,6 +237,7 @@ def _phase(orig, phase: int):
                     p.gpu.mark()  # the backward ended: its kernels are queued
                 if p.source <= BACKWARD_CALL and phase == BACKWARD:
                     p.boundary(BACKWARD_CALL, t)  # a loop with no optimizer step: its backward ends the step
+                p.work_seen = p.work_since_boundary = True
 
     wrapper._tuimon = True
     return wrapper
@@ -495,8 +496,10 @@ class ModuleRoots:
         if opened:
             if self.discovering:
                 self.roots.add(module)
-            if self.probe.source <= FORWARD_CALL:  # a loop whose only boundary is its model call
-                self.probe.boundary(FORWARD_CALL)
+            p = self.probe
+            if p.source <= FORWARD_CALL:  # a loop whose only boundary is its model call
+                p.boundary(FORWARD_CALL)
+            p.work_seen = p.work_since_boundary = True
             a.enter(FORWARD)
         self.depth += 1
         self.entered.append(opened)
@@ -592,8 +595,10 @@ class ModuleRoots:
             return forward(module, *args, **kwargs)
         opened = self.depth == 0 and a.top not in (DATA, BACKWARD)
         if opened:
-            if self.probe.source <= FORWARD_CALL:
-                self.probe.boundary(FORWARD_CALL)
+            p = self.probe
+            if p.source <= FORWARD_CALL:
+                p.boundary(FORWARD_CALL)
+            p.work_seen = p.work_since_boundary = True
             a.enter(FORWARD)
         self.depth += 1
         try:

@@ -49,6 +49,10 @@ def _next_step(end: JobEnd, ex: str, memory: Memory | None) -> str:
     if end.how == "signal" and end.exit_code in (-9,):
         return ("SIGKILL leaves no trace in the job: the kernel's OOM killer (dmesg -T | grep -i oom, "
                 "journalctl -k), or a scheduler (a time limit, a preemption)")
+    if end.how == "signal" and end.exit_code in CRASHES:
+        return ("a crash in native code (an extension, the driver, torch): its output's last lines; "
+                "`python -X faulthandler` prints the Python stack at the crash, a core dump (ulimit -c unlimited) "
+                "the native one")
     if end.how == "signal":
         return "stopped from outside (a scheduler's SIGTERM, Ctrl-C, kill)"
     if end.how == "clean":
@@ -87,6 +91,7 @@ def oom_step(text: str, m: Memory | None) -> str:
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
 
 
+CRASHES = (-4, -6, -7, -8, -11, -31)  # SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV, SIGSYS: the process's own fault
 CUT_OFF = ("ConnectionResetError", "EOFError", "BrokenPipeError", "ConnectionRefusedError")
 
 

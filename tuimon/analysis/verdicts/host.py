@@ -116,7 +116,9 @@ def _outside_model(c: Context, rules: list[Rule], model: float, other: float, co
     if launches is not None:
         return launches
     wait = h.loop_cpu_wait if h.loop_cpu_wait is not None and h.loop_cpu_wait >= 0.5 else 0.0
-    if h.loop_cpu + wait < T.LOOP_CPU_BUSY.value:
+    blocked = _blocked_share(h.hot, "other")  # (None: no samples there: the CPU alone says it)
+    computing = blocked is not None and blocked < T.LOOP_BLOCKED_SAMPLES.value
+    if h.loop_cpu + wait < T.LOOP_CPU_BUSY.value and not computing:
         where = (f"it is blocked at {line.line} ({share(line.waiting)} of that line's samples blocked in a call: a "
                  "sleep, a lock, I/O, a wait)" if line and line.waiting >= 0.5 else
                  "it is blocked on something tuimon does not see (I/O, locks, sleeps, collectives): h shows the "
@@ -132,7 +134,10 @@ def _outside_model(c: Context, rules: list[Rule], model: float, other: float, co
         step = (f"{share(other)} of the step is outside the model, {share(line.share)} of the time at {line.line}, "
                 f"in a native call ({share(line.native)} of its samples: a copy or an op on the CPU): move that work "
                 "to the GPU or to the DataLoader's workers, or do it every N steps")
-    if h.loop_cpu < T.LOOP_CPU_BUSY.value:  # the wait for a core made it busy
+    if h.loop_cpu + wait < T.LOOP_CPU_BUSY.value:  # its own samples say it computes there
+        step += (f"; the loop thread's samples there are {share(1 - (blocked or 0.0))} running though its CPU is "
+                 f"{h.loop_cpu:.0f}%: the rest it waited for the GIL (other threads of the job hold it)")
+    elif h.loop_cpu < T.LOOP_CPU_BUSY.value:  # the wait for a core made it busy
         step += (f"; and the loop thread waited for a core {wait:.0f}% of the time: other processes compete for "
                  "this machine's CPUs (DataLoader workers beyond the cores, other jobs): leave the loop a core")
     return Verdict(code="host-bound", headline="host-bound: Python outside the model",
@@ -187,6 +192,12 @@ def _ops_explain(ops: int, ms: float) -> bool:
     holds the GIL for microseconds: a sampler that waits for the thread's next bytecode sees the
     line, not the native call; the count tells.)"""
     return ms > 0 and ops * T.OP_HOST_US.value / 1e3 >= 0.5 * ms
+
+
+def _blocked_share(hot: list[HotLine], phase: str) -> float | None:
+    """Of a phase's samples, the share the loop thread spent blocked in calls (None: no samples)."""
+    n = sum(h.samples for h in hot if h.phase == phase)
+    return sum(h.samples * h.waiting for h in hot if h.phase == phase) / n if n else None
 
 
 def _native_share(hot: list[HotLine], phase: str) -> float:
