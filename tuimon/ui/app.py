@@ -32,7 +32,6 @@ from .panels.probe import CONFIRM_S, LOADED_SHOWN_S, ProbeLoad, loading_words, p
 
 if TYPE_CHECKING:
     from textual.await_complete import AwaitComplete
-    from textual.driver import Driver
 
     from ..inject import Outcome
 
@@ -82,17 +81,6 @@ class TuimonApp(App):
         self.early = early
         self.probe: ProbeLoad | None = None  # the `i` line: None where it is not offered
         self._stop_loading = threading.Event()  # (set as the app ends: the load's wait ends then)
-
-    def get_driver_class(self) -> type[Driver]:
-        """Textual's driver, but on Linux one whose input thread sleeps until there is input
-        (ui/driver.py); TEXTUAL_DRIVER still picks another."""
-        from textual import constants
-
-        if constants.DRIVER is None and sys.platform.startswith("linux"):
-            from .driver import QuietLinuxDriver
-
-            return QuietLinuxDriver
-        return super().get_driver_class()
 
     def on_mount(self) -> None:
         self.push_screen(screens.TopScreen() if self.top else screens.MainScreen())
