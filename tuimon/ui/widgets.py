@@ -3,8 +3,9 @@
 A Static repaints (and re-lays-out the screen) on every update, so a panel whose one number
 changed was re-sent whole every second. A Panel renders its Text to strips itself, compares them
 with what is on screen, and marks dirty only the runs of cells that differ on each changed line;
-with partial_updates.install() the terminal then receives just those cells. A layout is asked
-for only when the number of lines changes."""
+Textual's compositor then sends each dirty line from the left edge of the widget's piece of it
+("chop") to the changed run's end (it crops chops on the right only). A layout is asked for only
+when the number of lines changes."""
 
 from __future__ import annotations
 
