@@ -27,8 +27,8 @@ import re
 from rich.cells import cell_len
 from textual.drivers.linux_driver import LinuxDriver
 
-# One token of an update: a placement, an SGR sequence, a newline, text, or anything else.
-_TOKEN = re.compile(r"\x1b\[(\d+);(\d+)H|\x1b\[([0-9;]*)m|(\n)|([^\x1b\n]+)|(\x1b[^\x1b]?)", re.S)
+_PLACE = re.compile(r"\x1b\[(\d+);(\d+)H")  # a cursor placement (1-based row; column)
+_SGR = re.compile(r"\x1b\[([0-9;]*)m")
 # Sequences that change no cell and no graphics state: passed on, the model kept.
 HARMLESS = frozenset({"\x1b[?2026h", "\x1b[?2026l", "\x1b[?25l", "\x1b[?25h"})
 UNKNOWN = "\0"  # a cell whose content the model does not know (never equal to a printable character)
@@ -39,41 +39,53 @@ Piece = tuple[int, int, str, str]  # row, column (0-based), text, its graphics s
 
 def parse(data: str) -> tuple[list[Piece], tuple[int, int] | None] | None:
     """The pieces of text an update writes and where it leaves the cursor (its last placement with
-    no text after it), or None where data is not an update of the kind above."""
-    pieces: list[Piece] = []
-    row = col = -1
-    sgr = ""
-    cursor: tuple[int, int] | None = None
-    after_newline = False
-    for m in _TOKEN.finditer(data):
-        place, params, newline, text = m.group(1), m.group(3), m.group(4), m.group(5)
-        if after_newline and place is None:
-            return None  # (a newline moves the cursor as the terminal's settings say: only one that a placement follows)
-        after_newline = False
-        if place is not None:
-            row, col = int(place) - 1, int(m.group(2)) - 1
-            cursor = (row, col)
-        elif params is not None:
-            if params in ("", "0"):
-                sgr = ""
-            elif params.startswith("0;"):
-                sgr = params[2:]
-            else:
-                sgr = f"{sgr};{params}" if sgr else params
-        elif newline is not None:
-            after_newline = True
-        elif text is not None:
-            if row < 0 or not (text.isascii() and text.isprintable()) and not all(
-                    ch.isprintable() and cell_len(ch) == 1 for ch in text):
-                return None
-            pieces.append((row, col, text, sgr))
-            col += len(text)
-            cursor = None
-        else:
-            return None
-    if after_newline:
+    no text after it), or None where data is not an update of the kind above. (Split by
+    placements, then by SGR sequences: the cost of a second's update is mostly here.)"""
+    parts = _PLACE.split(data)  # ["", row, col, what follows, row, col, ...]
+    if parts[0] or len(parts) < 4:
         return None
+    pieces: list[Piece] = []
+    sgr = ""
+    last = len(parts) - 3
+    for k in range(1, len(parts), 3):
+        row, col, body = int(parts[k]) - 1, int(parts[k + 1]) - 1, parts[k + 2]
+        if body.endswith("\n") and k != last:  # (a newline moves the cursor as the terminal's settings
+            body = body[:-1]  # say: only one that a placement follows)
+        bits = _SGR.split(body)  # [text, params, text, ...]
+        for j, text in enumerate(bits):
+            if j % 2:
+                params = text
+                if params in ("", "0"):
+                    sgr = ""
+                elif params.startswith("0;"):
+                    sgr = params[2:]
+                else:
+                    sgr = f"{sgr};{params}" if sgr else params
+            elif text:
+                if not one_cell_each(text):
+                    return None
+                pieces.append((row, col, text, sgr))
+                col += len(text)
+    body = parts[-1]
+    cursor = (int(parts[-3]) - 1, int(parts[-2]) - 1) if not body else None
     return pieces, cursor
+
+
+_ONE_CELL: dict[str, bool] = {}
+
+
+def one_cell_each(text: str) -> bool:
+    """Whether every character of text is printable and takes one cell (no escape, newline, wide
+    or combining character): where the model knows where the cursor goes. (Remembered per text:
+    the same labels and sparkline pieces come back every second.)"""
+    if text.isascii():
+        return text.isprintable()
+    got = _ONE_CELL.get(text)
+    if got is None:
+        if len(_ONE_CELL) > 4096:
+            _ONE_CELL.clear()
+        got = _ONE_CELL[text] = all(ch.isprintable() and cell_len(ch) == 1 for ch in text)
+    return got
 
 
 _AFTER_RESET: dict[str, str] = {}

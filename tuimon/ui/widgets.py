@@ -138,8 +138,11 @@ class Panel(Widget):
             self.refresh(layout=len(old) != len(new))
             return
         self._strips = new
-        regions = [Region(x1, y, x2 - x1, 1) for y, (a, b) in enumerate(zip(old, new, strict=True))
-                   for x1, x2 in changed_spans(a, b)]
+        # One region a changed line, its first changed cell to its last: Textual sends a line's
+        # span from the panel's left edge anyway, once a span (the driver passes on only the
+        # cells that differ), so two regions on one line would make it render and send it twice.
+        regions = [Region(runs[0][0], y, runs[-1][1] - runs[0][0], 1)
+                   for y, (a, b) in enumerate(zip(old, new, strict=True)) if (runs := changed_spans(a, b))]
         if regions:  # (one refresh: each call clears the widget's caches and checks for idle again)
             self.refresh(*regions)
 
