@@ -8,7 +8,7 @@ when of the same class and equal in every field with compare=True, in order; has
 fields' tuple (or the fields with hash=True); shown as `Name(field=value, ...)` over the fields
 with repr=True. They are given through dataclass's public switches (eq=False, repr=False: it keeps
 the class's own). __init__ and the frozen __setattr__/__delattr__ are dataclass's own. (Their
-setattr/delattr were once closures swapped into dataclasses' private `_frozen_get_del_attr` while a
+setattr/delattr were once closures swapped into a private helper of dataclasses while a
 record was made, ~0.2 ms a class less: no private internals are patched, issue 42;
 benchmarks/record_cost.py.)
 """

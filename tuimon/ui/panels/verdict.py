@@ -41,7 +41,7 @@ _WORD = re.compile(r"\s*\S+\s*")  # a word and the spaces after it (before it, a
 def line_count(line: str, width: int) -> int:
     """How many lines one line of plain text takes width cells wide, broken as Rich's Text.wrap
     breaks it with overflow "fold" (words whole where they fit, a longer word folded by cells):
-    its count without building the lines. Rich's own breaker is private (rich._wrap), so this is
+    its count without building the lines. Rich's own line breaker is private, so this is
     the same walk over public rich.cells; tests/test_ui_verdict.py checks it against Text.wrap."""
     lines, offset = 1, 0
     for match in _WORD.finditer(line):
