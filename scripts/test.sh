@@ -14,7 +14,9 @@ fi
 bash scripts/setup.sh test
 if [ "$newest" = 1 ]; then
   rm -rf .newest-textual
-  .venv/bin/python -m pip -q --disable-pip-version-check install --upgrade --target .newest-textual textual
+  .venv/bin/python -m pip -q --disable-pip-version-check install --upgrade --target .newest-textual textual 2>&1 \
+    | grep -v "is ignored: it is neither" || true
+  [ -d .newest-textual/textual ] || { echo "--newest-textual: pip could not install textual" >&2; exit 1; }
   export PYTHONPATH="$PWD/.newest-textual${PYTHONPATH:+:$PYTHONPATH}"
   .venv/bin/python -c "import importlib.metadata as m, textual, rich
 print('newest-textual: textual', m.version('textual'), 'rich', m.version('rich'), 'from', textual.__file__)"
