@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import ast
 import io
-import os
 import random
 import re
 import shutil
@@ -63,7 +62,7 @@ def mutants(path: str) -> list[Mutant]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
             left = node.left
-            for op, right in zip(node.ops, node.comparators):
+            for op, right in zip(node.ops, node.comparators, strict=True):
                 sym = OPS.get(type(op))
                 if sym is not None:
                     tok = _operator_token(tokens, left, right)

@@ -207,3 +207,25 @@ def test_clamp_cuts_where_a_search_on_whole_texts_cuts():
         for lines in (1, 2, 3, 4):
             got, want = clamp(head, tail, width, lines), by_texts(head, tail, width, lines)
             assert got.plain == want.plain and got.spans == want.spans, (width, lines)
+
+
+def test_the_verdicts_line_count_is_rich_text_wraps():
+    """line_count (Rich's line breaking redone on public rich.cells: its own is private) counts the
+    lines Text.wrap makes with overflow "fold", at every width: words, runs of spaces, words longer
+    than the width at a line's start and after others, wide (CJK) characters."""
+    import io
+
+    from rich.console import Console
+    from rich.text import Text
+
+    from tuimon.ui.panels.verdict import line_count
+
+    console = Console(file=io.StringIO(), width=1000, color_system=None)
+    texts = ["", " ", "a", "word", "  two  spaces   between words  ", "a_very_long_unbroken_word_" * 4,
+             "short then a_very_long_unbroken_word_a_very_long_unbroken_word_ and after",
+             "GPU activity n/a (no GPU metrics) · other 100% of the step · loop thread at 0% CPU",
+             "TextualはPythonの高速アプリケーション開発フレームワークです 1670万色 を使用でき", "x " * 40 + "end"]
+    for plain in texts:
+        for width in range(1, 90):
+            want = len(Text(plain).wrap(console, width))
+            assert line_count(plain, width) == want, (plain, width)

@@ -68,6 +68,7 @@ class LoopSampler:
         self.probe, self.hz, self.period = probe, hz, 1.0 / hz
         self.lines = LineNames(probe.intern)
         self._counts: dict[tuple[int, int, int], int] = {}  # (phase, name id, how) -> samples, not yet written
+        self._thread: threading.Thread | None = None  # the loop's thread, as threading.enumerate() gave it
         self._step = 0
         self._flushed = _now()
         self._cut = False  # the counts before the job's first step were flushed apart (_cut_at_first_step)
@@ -269,7 +270,11 @@ class LoopSampler:
         self._flushed = t
 
     def _native_id(self, ident: int) -> int | None:
-        t = threading._active.get(ident)  # (no lock: a read of a dict the interpreter keeps)
+        """The thread's native id, from threading's public list (kept while that thread lives: the
+        loop's thread is the same every sample; threading.enumerate takes a lock and copies)."""
+        t = self._thread
+        if t is None or t.ident != ident or not t.is_alive():
+            t = self._thread = next((x for x in threading.enumerate() if x.ident == ident), None)
         return getattr(t, "native_id", None)
 
 

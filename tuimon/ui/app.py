@@ -26,7 +26,7 @@ from ..channel.control import MAX_STEPS
 from ..model import Cycle
 from ..monitor.session import EarlyStart, Session
 from ..monitor.state import MonitorState, View
-from . import partial_updates, screens
+from . import screens
 from .panels.capture import Refusal
 from .panels.probe import CONFIRM_S, LOADED_SHOWN_S, ProbeLoad, loading_words, probe_result
 from .screens.base import ViewScreen
@@ -85,14 +85,14 @@ class TuimonApp(App):
         self._stop_loading = threading.Event()  # (set as the app ends: the load's wait ends then)
 
     def get_driver_class(self) -> type[Driver]:
-        """Textual's driver, but on Linux one whose input thread sleeps until there is input
+        """Textual's driver, but on Linux one that sends the terminal only the cells that changed
         (ui/driver.py); TEXTUAL_DRIVER still picks another."""
         from textual import constants
 
         if constants.DRIVER is None and sys.platform.startswith("linux"):
-            from .driver import QuietLinuxDriver
+            from .driver import DiffingLinuxDriver
 
-            return QuietLinuxDriver
+            return DiffingLinuxDriver
         return super().get_driver_class()
 
     def on_mount(self) -> None:
@@ -412,5 +412,4 @@ def _hung_up(fd: int) -> bool:
 def make_app(session: Session | None, label: str, state: MonitorState | None = None, top: bool = False,
              quit_stops_job: bool = False, on_view: Callable[[View], None] | None = None,
              early: EarlyStart | None = None) -> TuimonApp:
-    partial_updates.install()
     return TuimonApp(session, label, state, top=top, quit_stops_job=quit_stops_job, on_view=on_view, early=early)

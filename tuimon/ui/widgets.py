@@ -3,8 +3,9 @@
 A Static repaints (and re-lays-out the screen) on every update, so a panel whose one number
 changed was re-sent whole every second. A Panel renders its Text to strips itself, compares them
 with what is on screen, and marks dirty only the runs of cells that differ on each changed line;
-with partial_updates.install() the terminal then receives just those cells. A layout is asked
-for only when the number of lines changes."""
+Textual's compositor then sends each dirty line from the left edge of the widget's piece of it
+("chop") to the changed run's end (it crops chops on the right only). A layout is asked for only
+when the number of lines changes."""
 
 from __future__ import annotations
 
@@ -137,8 +138,11 @@ class Panel(Widget):
             self.refresh(layout=len(old) != len(new))
             return
         self._strips = new
-        regions = [Region(x1, y, x2 - x1, 1) for y, (a, b) in enumerate(zip(old, new, strict=True))
-                   for x1, x2 in changed_spans(a, b)]
+        # One region a changed line, its first changed cell to its last: Textual sends a line's
+        # span from the panel's left edge anyway, once a span (the driver passes on only the
+        # cells that differ), so two regions on one line would make it render and send it twice.
+        regions = [Region(runs[0][0], y, runs[-1][1] - runs[0][0], 1)
+                   for y, (a, b) in enumerate(zip(old, new, strict=True)) if (runs := changed_spans(a, b))]
         if regions:  # (one refresh: each call clears the widget's caches and checks for idle again)
             self.refresh(*regions)
 

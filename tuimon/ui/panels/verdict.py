@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable
 
+from rich.cells import cell_len, chop_cells
 from rich.console import Console
 from rich.text import Text
-
-try:
-    from rich._wrap import divide_line
-except ImportError:  # (another Rich: Text.wrap counts)
-    divide_line = None  # type: ignore[assignment]
 
 from ...analysis.verdicts import Verdict
 from ...channel.text import safe_text
@@ -38,6 +35,28 @@ def verdict_line(v: Verdict, width: int = 0) -> Text:
 
 
 _CONSOLE = Console(file=io.StringIO(), width=1000, color_system=None)  # wraps text as the panels do; draws nothing
+_WORD = re.compile(r"\s*\S+\s*")  # a word and the spaces after it (before it, at a line's start)
+
+
+def line_count(line: str, width: int) -> int:
+    """How many lines one line of plain text takes width cells wide, broken as Rich's Text.wrap
+    breaks it with overflow "fold" (words whole where they fit, a longer word folded by cells):
+    its count without building the lines. Rich's own line breaker is private, so this is
+    the same walk over public rich.cells; tests/test_ui_verdict.py checks it against Text.wrap."""
+    lines, offset = 1, 0
+    for match in _WORD.finditer(line):
+        word = match.group(0)
+        length = cell_len(word.rstrip())
+        if width - offset >= length:
+            offset += cell_len(word)
+        elif length > width:  # folded across lines: a break before it (unless at the text's start), then each piece
+            pieces = chop_cells(word, width)
+            lines += len(pieces) - (0 if match.start() else 1)
+            offset = cell_len(pieces[-1])
+        elif offset and match.start():
+            lines += 1
+            offset = cell_len(word)
+    return lines
 
 
 def wrapped_lines(text: Text, width: int) -> int:
@@ -48,9 +67,9 @@ def wrapped_lines(text: Text, width: int) -> int:
     plain = text.plain
     if not width:
         return len(plain.split("\n"))
-    if divide_line is None or "\t" in plain or text.no_wrap or (text.overflow or "fold") != "fold":
+    if "\t" in plain or text.no_wrap or (text.overflow or "fold") != "fold":
         return len(text.wrap(_CONSOLE, width))
-    return sum(len(divide_line(line, width, fold=True)) + 1 for line in plain.split("\n"))
+    return sum(line_count(line, width) for line in plain.split("\n"))
 
 
 def clamp(head: Text, tail: Text, width: int, lines: int) -> Text:
@@ -68,8 +87,8 @@ def clamp(head: Text, tail: Text, width: int, lines: int) -> Text:
     # (building a Text a try was most of a verdict's 1.6 ms, ~1 a window)
     plain, end = head.plain, "…" + tail.plain
     fits: Callable[[int], bool] = lambda n: wrapped_lines(cut(n), width) <= lines  # noqa: E731
-    if divide_line is not None and "\t" not in plain + end and not head.no_wrap and (head.overflow or "fold") == "fold":
-        fits = lambda n: sum(len(divide_line(line, width, fold=True)) + 1  # noqa: E731
+    if "\t" not in plain + end and not head.no_wrap and (head.overflow or "fold") == "fold":
+        fits = lambda n: sum(line_count(line, width)  # noqa: E731
                              for line in (plain[:n].rstrip() + end).split("\n")) <= lines
     lo, hi = 0, len(plain)  # the longest head[:n] that fits
     while lo < hi:
