@@ -311,6 +311,16 @@ def test_idle_gpus_under_dataparallel_fire_it_at_the_idle_bar():
     assert at_bar.code != "data-parallel", rule_of(at_bar)
 
 
+def test_unmeasured_gpus_read_as_host_bound_reads_them():
+    """No GPU activity at all (no NVML; under DataParallel no events on the loop's stream count): where
+    host-bound would fire, DataParallel does, whatever its own share."""
+    given = dict(steps=50, step_ms=40.0, data_share=0.01, phases={"forward": 0.85, "backward": 0.1, "other": 0.05},
+                 cuda=True, loop_cpu=40.0)
+    assert diagnose(flat_evidence(**given)).code == "host-bound"
+    v = diagnose(flat_evidence(**given, data_parallel=dp_times(0.02)))
+    assert v.code == "data-parallel" and [c.passed for c in rule_of(v).checks] == [True, False, None]
+
+
 def test_one_gpu_or_no_dataparallel_never_fires_it():
     one = diagnose(evidence(dp_times(0.5, devices=1), sm=10.0))
     assert one.code != "data-parallel" and rule_of(one).why.endswith("it calls the module itself")

@@ -23,7 +23,8 @@ side by side. VERDICTS, below, is the order they are tried in; the first rule th
   cpu-bound        no CUDA work in the job, the model's compute most of the step, the loop thread
                    near a full core
   data-parallel    torch.nn.DataParallel on 2+ GPUs, its replicate, scatter and gather >= 10% of the
-                   step or the GPUs mostly idle (SM < 50%): DistributedDataParallel, PyTorch's advice;
+                   step or the GPUs not known busy (SM < 50%, or not measured, as host-bound reads
+                   them): DistributedDataParallel, PyTorch's advice;
                    before host-bound, whose launches and Python are, under it, the replicas'
   input-moderate   >= 5%, unless a part of the step 4x larger outranks it
   sync-bound       device-to-host syncs >= 20%, or >= 5% with the GPU mostly idle, not outranked

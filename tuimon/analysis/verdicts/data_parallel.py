@@ -1,6 +1,6 @@
 """data-parallel: the model runs under torch.nn.DataParallel on 2+ GPUs, and its own work on the
 loop thread (replicating the model, scattering the inputs, gathering the outputs) holds >= 10% of
-the step, or the GPUs are mostly idle (SM < 50%): one process drives every GPU, the replicas'
+the step, or the GPUs are mostly idle (SM < 50%, or not measured: as host-bound reads it): one process drives every GPU, the replicas'
 Python shares one interpreter, and the loop waits in their join. PyTorch's own advice is
 DistributedDataParallel, one process per GPU (DataParallel's documentation). Tried after the GPU's
 own classes (a busy GPU hides the host's work) and before the host's moderate waits and host-bound,
@@ -24,7 +24,9 @@ def rule(c: Context) -> Rule:
     own = at_least("DataParallel's own work on the loop thread (replicate, scatter, gather)",
                    dp.own_share if dp else None, T.DP_OWN)
     idle = below(c.busy_name, c.busy if dp else None, T.GPU_IDLE, pct)
-    fired = bool(devices.passed) and (bool(own.passed) or bool(idle.passed))
+    # (GPU activity not measured reads as host-bound reads it: not known busy; so under DataParallel this
+    # rule takes every case host-bound would, whose launches and Python are then the replicas')
+    fired = bool(devices.passed) and (bool(own.passed) or idle.passed is not False)
     checks: list[Check] = [devices, own, idle]
     if dp is None:
         why = "no torch.nn.DataParallel in the window's steps"
