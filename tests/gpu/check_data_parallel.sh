@@ -10,6 +10,7 @@
 # Lines of the table are appended to $OUT/data_parallel.txt as they come. ~4 minutes with 2 pairs.
 # On the GPU machine: source .gpu/activate.sh; OUT=$OUT bash tests/gpu/check_data_parallel.sh
 # (PAIRS=2, SECONDS_=30 seconds timed per run, BATCH=256, WORKERS=4, ATTACH_AFTER=20, WARMUP=15 steps;
+# HZ0=1: a third arm per pair, tuimon without its line sampler (TUIMON_SAMPLE_HZ=0), ~+50 s a pair;
 # DEVICE=cpu only for a smoke test of the script: DataParallel then calls the module, no parts)
 source tests/gpu/prelude.sh
 nvidia-smi -L
@@ -21,6 +22,7 @@ PY = sys.executable
 PAIRS, SECONDS = int(os.environ.get("PAIRS", 2)), float(os.environ.get("SECONDS_", 30))
 BATCH, WORKERS = os.environ.get("BATCH", "256"), os.environ.get("WORKERS", "4")
 ATTACH_AFTER = float(os.environ.get("ATTACH_AFTER", 20))
+HZ0 = os.environ.get("HZ0") == "1"  # a third arm: tuimon with TUIMON_SAMPLE_HZ=0 (+~50 s a pair)
 EXTRA = ["--warmup", os.environ.get("WARMUP", "15"), "--device", os.environ.get("DEVICE", "cuda")]  # (cpu: a smoke test)
 TABLE = os.path.join(out, "data_parallel.txt")
 open(TABLE, "w").close()
@@ -44,9 +46,12 @@ def run(arm, k):
     job_out = open(os.path.join(out, f"{name}.out"), "w")
     cmd = [PY, "tests/workloads/data_parallel.py", "--seconds", str(SECONDS), "--batch", BATCH, "--workers", WORKERS,
            "--step-log", steps_log, *EXTRA]
-    if arm == "tuimon":
+    env = dict(os.environ)
+    if arm != "plain":
         cmd = [PY, "-m", "tuimon", "run", "--headless", "--", *cmd]
-    job = subprocess.Popen(cmd, stdout=job_out, stderr=subprocess.STDOUT)
+    if arm == "hz0":  # the probe without its line sampler (whose thread takes the GIL from the replicas 50x a second)
+        env["TUIMON_SAMPLE_HZ"] = "0"
+    job = subprocess.Popen(cmd, stdout=job_out, stderr=subprocess.STDOUT, env=env)
     doc, asked = None, None
     if arm == "tuimon":
         log = os.path.join(out, f"{name}.out")
@@ -91,27 +96,31 @@ def own_shares(steps_log, asked, n):
 
 
 say(f"DataParallel check: {PAIRS} pairs, {SECONDS:.0f} s timed per run, batch {BATCH}, {WORKERS} workers")
-say("pair  arm     exit  steps  images/s  step ms  tuimon/plain")
+say("pair  arm     exit  steps  images/s  step ms  of plain's (in this pair, so far)")
 pairs = []
 for k in range(1, PAIRS + 1):
-    order = ("plain", "tuimon") if k % 2 else ("tuimon", "plain")
+    order = ["plain", "tuimon"] + (["hz0"] if HZ0 else [])
+    order = order if k % 2 else order[::-1]
     got = {}
     for arm in order:
         r = got[arm] = run(arm, k)
         res = r["result"]
         ratio = ""
-        if len(got) == 2 and got["plain"]["result"].get("images_per_s") and got["tuimon"]["result"].get("images_per_s"):
-            ratio = f"{got['tuimon']['result']['images_per_s'] / got['plain']['result']['images_per_s']:.3f}"
+        if "plain" in got and len(got) >= 2:
+            ratio = "; ".join(f"{a} {got[a]['result']['images_per_s'] / got['plain']['result']['images_per_s']:.3f}"
+                              for a in got if a != "plain" and got[a]["result"].get("images_per_s")
+                              and got["plain"]["result"].get("images_per_s"))
         ips, ms = res.get("images_per_s"), res.get("step_ms")
         say(f"{k:>4}  {arm:6}  {r['code']:>4}  {res.get('steps', '-'):>5}  "
             f"{(f'{ips:.0f}' if ips else 'n/a'):>8}  {(f'{ms:.1f}' if ms else 'n/a'):>7}  {ratio:>12}"
             + ("" if res else f"  (no RESULT: {' | '.join(r['tail'])[:200]})"))
     pairs.append(got)
-ratios = [p["tuimon"]["result"]["images_per_s"] / p["plain"]["result"]["images_per_s"] for p in pairs
-          if p["plain"]["result"].get("images_per_s") and p["tuimon"]["result"].get("images_per_s")]
-if ratios:
-    say(f"throughput under tuimon / plain, per pair: {', '.join(f'{x:.3f}' for x in ratios)} "
-        f"(mean {sum(ratios) / len(ratios):.3f}; the budget: >= 0.99)")
+for arm in ("tuimon", "hz0") if HZ0 else ("tuimon",):
+    ratios = [p[arm]["result"]["images_per_s"] / p["plain"]["result"]["images_per_s"] for p in pairs
+              if p["plain"]["result"].get("images_per_s") and p[arm]["result"].get("images_per_s")]
+    if ratios:
+        say(f"throughput under {arm} / plain, per pair: {', '.join(f'{x:.3f}' for x in ratios)} "
+            f"(mean {sum(ratios) / len(ratios):.3f}; the budget: >= 0.99)")
 say(f"model: {pairs[0]['plain']['result'].get('model')}, DataParallel on {pairs[0]['plain']['result'].get('devices')} GPUs")
 say()
 say("What tuimon said (attach --once --json, ~%.0f s after the warm-up), beside the loop's own timers:" % ATTACH_AFTER)
