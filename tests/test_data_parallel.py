@@ -11,12 +11,14 @@ code runs on two GPUs in tests/gpu/check_data_parallel.sh."""
 
 import json
 import os
+import subprocess
+import sys
 import textwrap
 from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import run_python, seg_path
+from tests.conftest import seg_path
 from tests.helpers.flat_evidence import flat_evidence
 from tuimon.analysis import thresholds as T
 from tuimon.analysis.steps import StepRecord
@@ -48,6 +50,14 @@ def profile(frame, event, arg):
             current[name] = current.get(name, 0) + 1
 
 lock = threading.Lock()
+joining = [False]  # the loop waits in the replicas' join
+looked = [0]  # ...and meanwhile the probe's line sampler looked for it from outside (its thread took the GIL)
+from tuimon.probe import sampler as tuimon_sampler
+line_now = tuimon_sampler.LoopSampler._line_now
+def counted_line_now(self, ident):
+    looked[0] += joining[0]
+    return line_now(self, ident)
+tuimon_sampler.LoopSampler._line_now = counted_line_now
 
 def scatter_kwargs(inputs, kwargs, device_ids, dim=0):
     time.sleep(0.001)
@@ -63,13 +73,15 @@ def parallel_apply(modules, inputs, kwargs_tup=None, devices=None):
     def worker(i):  # (as torch's _worker: the replica's forward on a thread of its own)
         sys.setprofile(profile)
         try:
-            time.sleep(0.006)
+            time.sleep(JOIN_S)
             results[i] = modules[i](*inputs[i])
         finally:
             sys.setprofile(None)
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(modules))]
     [t.start() for t in threads]
+    joining[0] = True
     [t.join() for t in threads]
+    joining[0] = False
     return [results[i] for i in range(len(modules))]
 
 def gather(outputs, output_device, dim=0):
@@ -86,40 +98,49 @@ loss_fn = nn.MSELoss()
 for i in range(STEPS):
     current.clear()
     x, y = torch.randn(8, 16), torch.randn(8, 16)
-    loss = loss_fn(model(x), y)
+    loss = loss_fn(model(x), y)  # the model's line
     loss.backward()
     opt.step()
     opt.zero_grad()
     replica_calls.append(dict(current))
-print("RESULT", json.dumps({"replica_calls": replica_calls, "dp_hooks": len(model._forward_pre_hooks)
+print("RESULT", json.dumps({"replica_calls": replica_calls, "looked": looked[0], "dp_hooks": len(model._forward_pre_hooks)
                             + len(model._forward_hooks), "net_hooks": len(net._forward_pre_hooks)}), flush=True)
 """
 
 
-@pytest.fixture(scope="module")
-def dp_loop(tmp_path_factory):
-    """The loop above, run once for the tests that read it: (the probe's values by step, what the
-    loop saw)."""
-    shm = tmp_path_factory.mktemp("shm")
-    p = run_python("STEPS = 12\n" + textwrap.dedent(DP_LOOP), timeout=180,
-                   env={**os.environ, "TUIMON_SHM_DIR": str(shm)})
+def run_dp_loop(shm, steps: int, join_s: float):
+    """The loop above: (the probe's values by step, what the loop saw, the hot lines' waiting samples by
+    line)."""
+    script = shm / "dp_loop.py"  # (a file: the sampler names lines of files, not of `python -c`)
+    script.write_text(f"STEPS, JOIN_S = {steps}, {join_s}\n" + textwrap.dedent(DP_LOOP))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180,
+                       env={**os.environ, "TUIMON_SHM_DIR": str(shm)})
     assert p.returncode == 0, p.stderr
     pid = int(p.stdout.split("PID ")[1].split()[0])
     result = json.loads(p.stdout.split("RESULT ", 1)[1])
     r = SegmentReader(seg_path(shm, pid))
     b = r.drain()
     by_step: dict[int, dict[str, float]] = {}
+    waiting: dict[str, float] = {}
     for x in b.records:
         if x[0] in (L.PHASE, L.STEP_VALUE):
             by_step.setdefault(x[5], {})[r.name(x[3])] = x[8]
-    return by_step, result
+        elif x[0] == L.HOT and x[6] == L.HOW_WAITING:
+            waiting[r.name(x[3])] = waiting.get(r.name(x[3]), 0) + x[8]
+    return by_step, result, waiting
+
+
+@pytest.fixture(scope="module")
+def dp_loop(tmp_path_factory):
+    """The loop above, run once for the tests that read it."""
+    return run_dp_loop(tmp_path_factory.mktemp("shm"), 12, 0.006)
 
 
 def test_dataparallels_parts_are_timed_on_the_loop_thread_inside_its_forward(dp_loop):
     """Each step says its replicate, scatter, parallel_apply (the replicas' join) and gather times and
     its GPUs; DataParallel's forward is the step's forward phase (timed by its class: no module hook
     on it or the model once the probe found its roots), holding the four parts."""
-    by_step, result = dp_loop
+    by_step, result, _ = dp_loop
     steps = sorted(s for s in by_step if "dp.devices" in by_step[s])
     assert len(steps) >= 10, by_step
     for s in steps[4:]:  # (after the probe's discovery of the model's outermost calls)
@@ -135,10 +156,25 @@ def test_dataparallels_parts_are_timed_on_the_loop_thread_inside_its_forward(dp_
 def test_the_replicas_forwards_pass_the_probes_hooks_at_their_first_check(dp_loop):
     """On the replicas' threads no function of the probe's runs once it found the model's roots; in
     its first steps only the global module hooks, each returning at its thread check."""
-    _, result = dp_loop
+    _, result, _ = dp_loop
     calls = result["replica_calls"]
     assert set().union(*calls[:3]) <= {"_pre", "_post"}, calls[:3]
     assert all(not c for c in calls[4:]), calls
+
+
+def test_the_line_sampler_leaves_the_replicas_the_gil_while_the_loop_waits_for_them(tmp_path):
+    """The loop waits in the replicas' join 30 ms a step: the probe's line sampler does not look for it
+    from outside then (its thread would take the GIL from the replicas 50 times a second); the join's
+    time is counted as waiting samples at the line that called the model, as looking would have."""
+    from tuimon.probe import sampler
+
+    if sampler.native is None:
+        pytest.skip("no native line sampler (the C extension is not built): it samples from outside anyway")
+    by_step, result, waiting = run_dp_loop(tmp_path, 40, 0.03)
+    joined_s = sum(v.get("dp.apply_ns", 0) for v in by_step.values()) / 1e9
+    assert joined_s >= 1.2 and result["looked"] <= 2, (joined_s, result["looked"])
+    at_model = sum(n for line, n in waiting.items() if "dp_loop.py:" in line and "loss_fn(model(x), y)" in line)
+    assert at_model >= 0.8 * joined_s * sampler.HZ, (at_model, joined_s, waiting)
 
 
 class FakeEvent:

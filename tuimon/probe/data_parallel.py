@@ -14,6 +14,10 @@ wrappers return at their first check there (the calling thread is not the loop t
 the first steps (torch_hooks.DISCOVER_STEPS) no module hook of the probe's is left on the model or
 its replicas: DataParallel's own forward is timed by its class, not by a hook.
 
+While the loop waits in the replicas' join, the probe's line sampler asks nothing (sampler.py park):
+its requests would wake a thread of the probe's that takes the GIL from the replicas 50 times a
+second; the join's periods are counted as waiting samples at the line that called the model.
+
 GPU time: the replicas run on their own devices' current streams (captured by the loop thread
 before it starts them), where the probe's events on the loop's stream do not look. On the steps
 gpu_timing.py measures (about one per 160 ms), a pair of CUDA events goes on each replica's device's
@@ -28,6 +32,7 @@ around the call catches everything."""
 from __future__ import annotations
 
 import functools
+import sys
 from collections import deque
 from time import monotonic_ns as _now
 
@@ -122,12 +127,15 @@ def _part(orig, part: int, compiling):
         dp = getattr(p, "dp", None)
         if dp is None or not p.anatomy.on_loop():
             return orig(self, *args, **kwargs)
-        starts = devices = None
+        starts = devices = sampler = None
         try:
             devices = list(getattr(self, "device_ids", None) or ())
             if part == APPLY:
                 replicas = args[0] if args else kwargs.get("replicas", ())
                 starts = dp.start_events(devices[:len(replicas)])
+                sampler = getattr(p, "sampler", None)
+                if sampler is not None and not sampler.park():  # (the loop's line sampler: sampler.py park)
+                    sampler = None
         except Exception:  # noqa: BLE001 - no events this step
             starts = None
         t0 = _now()
@@ -135,6 +143,11 @@ def _part(orig, part: int, compiling):
             return orig(self, *args, **kwargs)
         finally:
             t1 = _now()
+            if sampler is not None:
+                try:
+                    sampler.unpark(t0, t1, sys._getframe())
+                except Exception:  # noqa: BLE001 - (unpark resumes the requests first)
+                    pass
             try:
                 dp.add(part, t1 - t0, len(devices) if devices else 0)
                 if starts:
