@@ -49,7 +49,7 @@ def run(arm, k):
     env = dict(os.environ)
     if arm != "plain":
         cmd = [PY, "-m", "tuimon", "run", "--headless", "--", *cmd]
-    if arm == "hz0":  # the probe without its line sampler (whose thread takes the GIL from the replicas 50x a second)
+    if arm == "hz0":  # the probe without its line sampler (parked in the replicas' join; this arm says what it costs)
         env["TUIMON_SAMPLE_HZ"] = "0"
     job = subprocess.Popen(cmd, stdout=job_out, stderr=subprocess.STDOUT, env=env)
     doc, asked = None, None
