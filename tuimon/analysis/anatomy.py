@@ -135,7 +135,6 @@ class Window:
                          blocking=round(blocking / h2d, 3) if h2d else 0.0, calls=round(calls / n, 2),
                          d2h_mb=round(d2h / n / 2**20, 2))
 
-
     def data_parallel(self) -> DataParallelTimes | None:
         """torch.nn.DataParallel's parts per step over the window (probe/data_parallel.py); None when
         none of the window's steps ran one."""
