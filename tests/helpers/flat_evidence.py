@@ -14,7 +14,7 @@ from tuimon.model import SyncSite
 # flat name -> (part, its field there); a name not listed is Evidence's own (has_channel, a part)
 FLAT = {
     **{n: ("window", n) for n in ("steps", "step_ms", "data_share", "phases", "optimizer", "copies", "ops",
-                                  "kernels_per_step", "kernel_us")},
+                                  "kernels_per_step", "kernel_us", "data_parallel")},
     "sync_per_step": ("sync", "per_step"), "sync_share": ("sync", "share"), "sync_mean_us": ("sync", "mean_us"),
     "sync_sites": ("sync", "sites"),
     **{n: ("gpu", n) for n in ("gpm", "sm_active", "tensor_active", "fp32_active", "fp16_active", "dram_bw",

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from ..model import CommTimes, CopyTimes, GpuTimes, HotLine, OpCounts, PhaseRow, Syncs, SyncSite
+from ..model import (
+    CommTimes,
+    CopyTimes,
+    DataParallelTimes,
+    GpuTimes,
+    HotLine,
+    OpCounts,
+    PhaseRow,
+    Syncs,
+    SyncSite,
+)
 from ..model.vocab import PHASES
 from .steps import StepRecord
 from .summary import percentile
@@ -124,6 +134,22 @@ class Window:
                          h2d_mb=round(h2d / n / 2**20, 2), pageable=round(pageable / h2d, 3) if h2d else 0.0,
                          blocking=round(blocking / h2d, 3) if h2d else 0.0, calls=round(calls / n, 2),
                          d2h_mb=round(d2h / n / 2**20, 2))
+
+    def data_parallel(self) -> DataParallelTimes | None:
+        """torch.nn.DataParallel's parts per step over the window (probe/data_parallel.py); None when
+        none of the window's steps ran one."""
+        measured = self.measured
+        devices = self._of("dp.devices", measured=True)
+        if not measured or not devices or self.total_ns <= 0:
+            return None
+        n, total = len(measured), self.total_ns
+        rep, sc, ap, ga = (sum(self._of(f"dp.{p}_ns", measured=True)) for p in ("replicate", "scatter", "apply", "gather"))
+        gpu = self._of("dp.gpu_ns")
+        return DataParallelTimes(devices=int(max(devices)), steps=len(devices), replicate_ms=round(rep / n / 1e6, 3),
+                                 scatter_ms=round(sc / n / 1e6, 3), apply_ms=round(ap / n / 1e6, 3),
+                                 gather_ms=round(ga / n / 1e6, 3), replicate_share=round(rep / total, 4),
+                                 scatter_gather_share=round((sc + ga) / total, 4), apply_share=round(ap / total, 4),
+                                 gpu_ms=round(sum(gpu) / len(gpu) / 1e6, 3) if gpu else None, gpu_steps=len(gpu))
 
 
 def ddp_backward_ms(gauges: dict[int, float], name_of: Callable[[int], str]) -> float | None:

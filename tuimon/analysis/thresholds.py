@@ -69,6 +69,14 @@ INTRA_OP_IDLE = Threshold(50, "%", "tuimon: the process's threads besides the lo
                                    "run on the loop thread alone (intra-op threads would each add up to a core)")
 COMM_HIGH = Threshold(0.10, "", "PyTorch Profiler's TensorBoard plugin (distributed view): more than 10% of the step "
                                 "in communication is 'high time cost on communication'")
+# torch.nn.DataParallel (tuimon/probe/data_parallel.py, analysis/verdicts/data_parallel.py).
+DP_DEVICES = Threshold(2, "GPUs", "torch.nn.DataParallel's forward on one device calls the module itself: no replicas, "
+                                  "no scatter or gather (torch/nn/parallel/data_parallel.py)")
+DP_OWN = Threshold(COMM_HIGH.value, "", "PyTorch Profiler's TensorBoard plugin (distributed view): more than 10% of the "
+                                        "step in communication is 'high time cost on communication' (as COMM_HIGH): "
+                                        "replicate, scatter and gather are DataParallel's communication (the parameters "
+                                        "broadcast to every GPU, the inputs scattered from the first and the outputs "
+                                        "gathered to it), done by the loop thread every step")
 
 # Stalls (tuimon/analysis/stall.py).
 STALL_FACTOR = Threshold(5, "x", "NVIDIA Resiliency Extension's fault tolerance: a hang timeout is the longest "

@@ -117,6 +117,30 @@ class Straggler:
 
 
 @record
+class DataParallelTimes:
+    """torch.nn.DataParallel's parts per step, timed on the loop thread (probe/data_parallel.py):
+    replicating the model to every GPU, scattering the inputs, waiting in the replicas' join
+    (parallel_apply) and gathering the outputs; all inside the forward phase."""
+
+    devices: int  # the GPUs it runs on (its device_ids)
+    steps: int  # steps of the window it ran in
+    replicate_ms: float  # per step
+    scatter_ms: float
+    apply_ms: float  # the loop thread waiting while the replicas run their forward on DataParallel's threads
+    gather_ms: float
+    replicate_share: float  # of the window's step time
+    scatter_gather_share: float
+    apply_share: float
+    gpu_ms: float | None = None  # the replicas' forward on their own devices' streams, the slowest device
+    gpu_steps: int = 0  # steps with that GPU time (CUDA events; a measured step in ~160 ms)
+
+    @property
+    def own_share(self) -> float:
+        """DataParallel's own work on the loop thread: replicate, scatter and gather."""
+        return self.replicate_share + self.scatter_gather_share
+
+
+@record
 class CopyTimes:
     """Copies between the host and the GPU per step (probe/copies.py): host-to-device ones are the
     "copy" phase; device-to-host ones are syncs, counted here by their bytes."""
@@ -287,5 +311,6 @@ class TrainingSnapshot:
     samples: int = 0  # the loop thread's samples the hot lines come from (the window's)
     optimizer: str | None = None  # the lead optimizer: 'SGD foreach=False fused=False params=600'
     copies: CopyTimes | None = None  # host <-> GPU copies (None: none seen)
+    data_parallel: DataParallelTimes | None = None  # torch.nn.DataParallel's parts (None: not seen in the window)
     ops: OpCounts | None = None  # the last counted step's ops (None: none counted yet)
     probe_notes: list[str] = field(default_factory=list)  # what went wrong in the probe, as it said it (a part stopped)

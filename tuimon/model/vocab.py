@@ -14,14 +14,14 @@ from typing import Literal, get_args
 
 # The verdict's class (analysis/verdicts/), in the order the rules try them.
 VerdictCode = Literal["exited", "stalled", "waiting", "memory-growth", "straggler", "memory-pressure", "input-bound",
-                      "copy-bound", "comm-bound", "memory-bound", "compute-bound", "healthy", "cpu-bound", "sync-bound",
-                      "host-bound", "mixed"]
+                      "copy-bound", "comm-bound", "memory-bound", "compute-bound", "healthy", "cpu-bound", "data-parallel",
+                      "sync-bound", "host-bound", "mixed"]
 VERDICT_CODES: tuple[VerdictCode, ...] = get_args(VerdictCode)
 
 # The diagnosis' rules, in the order they are tried (analysis/verdicts/: VERDICTS; a class may have two rules).
 RuleCode = Literal["exited", "stalled", "waiting", "memory-growth", "outside", "straggler", "memory-pressure", "input-high",
-                   "copy-bound", "comm-bound", "memory-bound", "compute-bound", "healthy", "cpu-bound", "input-moderate",
-                   "sync-bound", "host-bound"]
+                   "copy-bound", "comm-bound", "memory-bound", "compute-bound", "healthy", "cpu-bound", "data-parallel",
+                   "input-moderate", "sync-bound", "host-bound"]
 RULE_CODES: tuple[RuleCode, ...] = get_args(RuleCode)
 
 Confidence = Literal["high", "medium", "low"]

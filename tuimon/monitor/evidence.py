@@ -73,7 +73,7 @@ def build(training: TrainingSnapshot | None, process: ProcessSample | None, gpu_
         has_channel=True,
         window=WindowEvidence(steps=t.window_steps, step_ms=t.step_time_ms.p50 if t.step_time_ms else None,
                               data_share=t.data_wait_share, phases=phases,
-                              optimizer=t.optimizer, copies=t.copies, ops=t.ops,
+                              optimizer=t.optimizer, copies=t.copies, ops=t.ops, data_parallel=t.data_parallel,
                               kernels_per_step=kernels[0], kernel_us=kernels[1]),
         sync=SyncEvidence(per_step=t.syncs.per_step, share=t.syncs.share, mean_us=t.syncs.mean_us,
                           sites=list(t.syncs.top)) if t.syncs else

@@ -220,6 +220,7 @@ class TrainingView:
             samples=samples,
             optimizer=anatomy.optimizer(self.steps.gauges, name),
             copies=window["copies"],
+            data_parallel=window["data_parallel"],
             ops=anatomy.op_counts(self.steps.gauges, self.steps.gauge_steps, name),
             probe_notes=[n.removeprefix(L.NOTE_PREFIX) for k in self.steps.gauges
                          if (n := name(k)).startswith(L.NOTE_PREFIX)],
@@ -228,7 +229,12 @@ class TrainingView:
 
 def _anatomy(steps: list[StepRecord], name: Callable[[int], str]) -> dict:
     w = anatomy.Window(steps, name)
-    return {"phases": w.phases(), "gpu": w.gpu_times(), "syncs": w.syncs(), "comm": w.comm(), "copies": w.copies()}
+    dp = w.data_parallel()
+    # (DataParallel over 2+ GPUs: the probe's events on the loop's stream see one device of several, and
+    # none of the replicas' streams elsewhere: the GPU's share from them is unknown, not that reading)
+    gpu = None if dp is not None and dp.devices >= 2 else w.gpu_times()
+    return {"phases": w.phases(), "gpu": gpu, "syncs": w.syncs(), "comm": w.comm(), "copies": w.copies(),
+            "data_parallel": dp}
 
 
 def _chunks(records: list) -> list[list]:

@@ -101,6 +101,7 @@ class Probe:
         self.roots = None  # torch_hooks.ModuleRoots, once torch is imported
         self.gpu = None  # gpu_timing.GpuTiming, once torch is imported and has CUDA
         self.comm = None  # comm.CommTiming, once torch is imported and has torch.distributed
+        self.dp = None  # data_parallel.DataParallelTiming, once torch is imported
         self.mid_run = False  # loaded into a running job (mid_run.py): its first boundary starts step 1
 
     # -- ranges ---------------------------------------------------------------------------------
@@ -231,6 +232,9 @@ class Probe:
             comm.close(step, t1, tid)
         if self.copies is not None:
             self.copies.close(step, t1, tid)
+        dp = self.dp
+        if dp is not None and (dp.active or dp.pending):  # (else nothing to close: no DataParallel this step)
+            dp.close(step, t1, tid)
         self.step_no += 1
         self.step_t0 = t1
         gpu, ops = self.gpu, self.ops

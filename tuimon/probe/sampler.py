@@ -18,6 +18,11 @@ native thread, which says it in the byte it sends: read here, it held the GIL ~0
 the loop pays nothing for it beyond the GIL this thread holds for a sample (~0.15 ms of CPU on a
 2-core VM). (Scalene tells Python from native time by a similar delay, of a signal's.)
 
+A wait whose place the probe knows (DataParallel's join of its replicas, probe/data_parallel.py) is
+not sampled: the loop parks the native thread's requests for it and counts its periods itself, as
+waiting samples at the line that called the model (park, unpark), so the replicas it waits for keep
+the GIL.
+
 Otherwise (the loop on another thread, or no C extension) this module's thread samples every period
 from outside; it needs the GIL, so while the loop runs Python it waits for the interpreter's switch
 interval (5 ms: a late wake-up is python) and the sample lands where the loop next let the GIL go.
@@ -79,6 +84,7 @@ class LoopSampler:
         self._outside = False  # the Python thread that samples from outside runs
         self._threads: list[threading.Thread] = []  # (joined at exit: api._at_exit)
         self._lock = threading.Lock()  # (the counts: the control thread and the sampling thread)
+        self._parked_ns = 0  # time parked (park()) not yet counted as a whole period
 
     def start(self, stop: threading.Event) -> None:
         self._stop = stop
@@ -95,6 +101,32 @@ class LoopSampler:
         self.paused = on
         if self.by_main:
             native.sample_pause(on)
+
+    def park(self) -> bool:
+        """(the loop thread, before a wait whose place it knows: DataParallel's join of its replicas)
+        No requests while it waits: each would go stale and wake this module's thread, which takes the
+        GIL from the threads the loop waits for, HZ times a second, to find the loop where it is known
+        to be. True: parked; unpark() then counts the periods."""
+        if not self.by_main or self.paused:
+            return False
+        native.sample_pause(True)
+        return True
+
+    def unpark(self, t0: int, t1: int, frame) -> None:
+        """(the loop thread) The wait t0..t1 is over: its periods are waiting samples at the job's line
+        that made it (frame: the waiting call's, let go here), under the phase open; requests resume
+        (unless a pause was asked meanwhile)."""
+        native.sample_pause(self.paused)
+        self._parked_ns += t1 - t0
+        n, self._parked_ns = divmod(self._parked_ns, max(1, int(self.period * 1e9)))
+        if not n:
+            return
+        nid = self.lines.id_of(frame)
+        del frame
+        if not self._cut:
+            self._cut_at_first_step()
+        with self._lock:
+            self._add(self.probe.anatomy.top, nid, L.HOW_WAITING, int(n))
 
     def stop(self, timeout: float) -> None:
         """(at exit, the stop event set) The sampling threads end and are waited for: one left in

@@ -9,6 +9,9 @@
   job's step hooks: a third of a small optimizer's step), from a wrapper around each optimizer
   class's step as torch hooks it (classes hooked before tuimon started get it when it starts). The
   lead optimizer's step ends the step;
+- DataParallel: its forward as the forward phase; its replicate, scatter, parallel_apply (the loop
+  waiting in the replicas' join) and gather as the step's dp.* values (data_parallel.py); the
+  replicas' forwards, on DataParallel's threads, pass the probe's hooks at their first check;
 - sync: the loop blocked in a device-to-host copy or wait on a CUDA tensor or device: .item(),
   .tolist(), .cpu(), .to() to the CPU, bool()/int()/float() of a tensor,
   torch.cuda.synchronize(), Event.synchronize(), Stream.synchronize(). Implicit syncs inside
@@ -26,7 +29,7 @@ import sys
 import weakref
 from time import monotonic_ns as _now
 
-from . import comm, copies, graphs, state
+from . import comm, copies, data_parallel, graphs, state
 from .anatomy import BACKWARD, COPY, DATA, FORWARD, OPTIMIZER, SYNC
 from .core import BACKWARD_CALL, FORWARD_CALL
 
@@ -69,6 +72,7 @@ def patch(torch) -> None:
     _patch_compile(torch)
     graphs.patch(torch, _swap)
     comm.patch(torch, _swap, _compiling)
+    data_parallel.patch(torch, _swap, _compiling)
     p = state.probe
     if p is not None:
         attach(p, torch)
@@ -109,6 +113,9 @@ def attach(p, torch) -> None:
     if getattr(p, "comm", None) is None and dist is not None and dist.is_available():
         p.comm = comm.CommTiming(torch, p.emit, p.intern, p.thread_id)
         p.comm.gpu = p.gpu
+    if getattr(p, "dp", None) is None:
+        p.dp = data_parallel.DataParallelTiming(torch, p.emit, p.intern, p.thread_id)
+        p.dp.gpu = p.gpu
 
 
 def _has_compiled() -> bool:

@@ -15,6 +15,7 @@ VERDICT_NAMES: dict[VerdictCode, str] = {
     "straggler": "straggler", "memory-pressure": "memory pressure",
     "input-bound": "input-bound", "copy-bound": "copy-bound", "comm-bound": "comm-bound",
     "memory-bound": "GPU memory-bound", "compute-bound": "compute-bound", "healthy": "healthy", "cpu-bound": "CPU-bound",
+    "data-parallel": "DataParallel",
     "sync-bound": "sync-bound", "host-bound": "host-bound", "mixed": "no single bottleneck"}
 
 # The comparison's state in words: on the baseline panel's badge, and in the plain-text line.

@@ -10,6 +10,7 @@ VERDICT_STYLE: dict[VerdictCode, str] = {
     "exited": "bold red", "stalled": "bold red", "waiting": "dim", "memory-growth": "bold red", "straggler": "bold yellow",
     "input-bound": "bold yellow", "copy-bound": "bold yellow", "comm-bound": "bold yellow",
     "memory-bound": "bold magenta", "compute-bound": "bold green", "healthy": "bold green", "cpu-bound": "bold yellow",
+    "data-parallel": "bold yellow",
     "sync-bound": "bold red", "host-bound": "bold red", "mixed": "bold", "memory-pressure": "bold red"}
 COMPARISON_STYLE: dict[ComparisonState, str] = {"regression": "bold red", "faster": "bold green", "same": "bold green",
                                                 "collecting": "dim"}

@@ -22,6 +22,10 @@ side by side. VERDICTS, below, is the order they are tried in; the first rule th
                    the GPU busy (SM >= 80%), by which unit leads (gpu_unit.py)
   cpu-bound        no CUDA work in the job, the model's compute most of the step, the loop thread
                    near a full core
+  data-parallel    torch.nn.DataParallel on 2+ GPUs, its replicate, scatter and gather >= 10% of the
+                   step or the GPUs not known busy (SM < 50%, or not measured, as host-bound reads
+                   them): DistributedDataParallel, PyTorch's advice;
+                   before host-bound, whose launches and Python are, under it, the replicas'
   input-moderate   >= 5%, unless a part of the step 4x larger outranks it
   sync-bound       device-to-host syncs >= 20%, or >= 5% with the GPU mostly idle, not outranked
   host-bound       the GPU mostly idle (SM < 50%) and the loop waits neither for data nor for the
@@ -48,6 +52,7 @@ from . import (
     comm,
     copy,
     cpu,
+    data_parallel,
     exited,
     gpu_unit,
     host,
@@ -96,6 +101,9 @@ VERDICTS: Mapping[RuleCode, VerdictClass] = MappingProxyType({
     "compute-bound": gpu_unit.COMPUTE,
     "healthy": gpu_unit.HEALTHY,
     "cpu-bound": cpu.CLASS,
+    # DataParallel's cost is the host's: after the GPU's own classes (a busy GPU hides it), before the
+    # host's moderate waits and host-bound (whose launches and Python are, under DataParallel, its replicas')
+    "data-parallel": data_parallel.CLASS,
     "input-moderate": input.MODERATE,
     "sync-bound": sync.CLASS,
     "host-bound": host.CLASS,

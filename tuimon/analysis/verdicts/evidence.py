@@ -8,7 +8,17 @@ from __future__ import annotations
 from dataclasses import field
 from typing import NamedTuple
 
-from ...model import CopyTimes, HotLine, JobEnd, Memory, OpCounts, StepInProgress, Straggler, SyncSite
+from ...model import (
+    CopyTimes,
+    DataParallelTimes,
+    HotLine,
+    JobEnd,
+    Memory,
+    OpCounts,
+    StepInProgress,
+    Straggler,
+    SyncSite,
+)
 from ...model.record import record
 from ..stall import Stall
 
@@ -44,6 +54,7 @@ class WindowEvidence:
     optimizer: str | None = None  # the lead optimizer: 'SGD foreach=False fused=False params=600'
     copies: CopyTimes | None = None  # host <-> GPU copies per step
     ops: OpCounts | None = None  # the ops of the last counted step (probe/ops.py)
+    data_parallel: DataParallelTimes | None = None  # torch.nn.DataParallel's parts (probe/data_parallel.py)
     kernels_per_step: float | None = None  # from the last capture
     kernel_us: float | None = None
 

@@ -36,7 +36,7 @@ class HelpScreen(ModalScreen):
   q    {quit}  (also Ctrl-C)
 
 {verdicts}"""
-    VERDICTS = ("The verdict (e explains it): {names}; each with the numbers that decided it and a next step. "
+    VERDICTS = ("The verdict (e explains it): {names}; each with its numbers and a next step. "
                 '"now": the step in progress. "coarse": no GPM (kernel-busy time only).')
 
     TOP = """tuimon top keys
