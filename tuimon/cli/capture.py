@@ -87,42 +87,10 @@ def cmd_capture(args: argparse.Namespace) -> int:
             return 0  # (the probe runs the window; an nsys session's window is run from here: it waits)
         st = client.wait(seq, args.timeout, on_change=lambda s: print("  " + progress_line(s), file=out, flush=True),
                          on_poll=drain)
-        if st.busy and kind == kineto_windows.KIND:
-            print(f"tuimon: Kineto window {seq} is still {st.state} after {args.timeout:g} s (Kineto goes on with "
-                  "it in the job, if it took the config)", file=sys.stderr)
+        if (unfinished := _unfinished(st, kind, session, seq, args.timeout, pid)) is not None:
+            print(f"tuimon: {unfinished}", file=sys.stderr)
             return 1
-        if st.busy and session:
-            print(f"tuimon: nsys window {seq} is still {st.state} after {args.timeout:g} s: stopping it (nsys still "
-                  "writes its report)", file=sys.stderr)
-            return 1
-        if st.busy:
-            print(f"tuimon: capture {seq} is still {st.state} after {args.timeout:g} s; it goes on in the job "
-                  f"(follow it in `tuimon attach {pid}`, l lists the captures)", file=sys.stderr)
-            return 1
-        if st.state != "done":
-            print(f"tuimon: capture {seq} failed: {safe_text(st.message, 300)}", file=sys.stderr)
-            return 1
-        cost = _cost(st, log, drain, reader)
-        st = replace(st, cost=cost)
-        covered = window_steps(st.state, st.first_step, st.last_step)
-        print("  cost: " + (describe(cost) if cost is not None else "not known (the job's steps just past the "
-                            "window did not come in time)" if covered else "not known (the window covered no step: "
-                            "a window's cost is read from the job's step times)"), file=out, flush=True)
-        if kind == "nsys" and not session and not _wait_for_report(st.path, min(args.timeout, 15)):
-            print(safe_text(st.path, 1000), file=out)
-            print("nsys writes the report when the job exits; then: nsys stats --report nvtx_sum <report>", file=out)
-            if args.json:
-                print(json.dumps(to_json(st)))
-            return 0
-        result = summarize(st)
-        print(safe_text(result.file or "", 1000), file=out)
-        if result.error:
-            print(f"tuimon: {result.error}", file=sys.stderr)
-        for line in result.lines:
-            print(line, file=out)
-        if args.json:
-            print(json.dumps(to_json(replace(st, summary=result))))
-        return 0 if result.state == "done" else 1
+        return _report(st, kind, session, args, out, lambda: _cost(st, log, drain, reader))
     except (ChannelError, CaptureRefused) as e:
         print(f"tuimon: {e}", file=sys.stderr)
         return 2
@@ -143,6 +111,47 @@ def cmd_capture(args: argparse.Namespace) -> int:
             client.close()  # (a window cut short by --timeout or Ctrl-C: nsys still writes its report)
         if reader is not None:
             reader.close()
+
+
+def _unfinished(st: CaptureStatus, kind: str, session: bool, seq: int, timeout: float, pid: int) -> str | None:
+    """Why the window did not end done within timeout, in words; None when it did."""
+    if st.busy and kind == kineto_windows.KIND:
+        return (f"Kineto window {seq} is still {st.state} after {timeout:g} s (Kineto goes on with it in the job, if "
+                "it took the config)")
+    if st.busy and session:
+        return f"nsys window {seq} is still {st.state} after {timeout:g} s: stopping it (nsys still writes its report)"
+    if st.busy:
+        return (f"capture {seq} is still {st.state} after {timeout:g} s; it goes on in the job (follow it in `tuimon "
+                f"attach {pid}`, l lists the captures)")
+    if st.state != "done":
+        return f"capture {seq} failed: {safe_text(st.message, 300)}"
+    return None
+
+
+def _report(st: CaptureStatus, kind: str, session: bool, args: argparse.Namespace, out: TextIO,
+            cost_of: Callable[[], WindowCost | None]) -> int:
+    """A window done: its cost to the job, then its summary (or where nsys will write its report)."""
+    cost = cost_of()
+    st = replace(st, cost=cost)
+    covered = window_steps(st.state, st.first_step, st.last_step)
+    print("  cost: " + (describe(cost) if cost is not None else "not known (the job's steps just past the "
+                        "window did not come in time)" if covered else "not known (the window covered no step: "
+                        "a window's cost is read from the job's step times)"), file=out, flush=True)
+    if kind == "nsys" and not session and not _wait_for_report(st.path, min(args.timeout, 15)):
+        print(safe_text(st.path, 1000), file=out)
+        print("nsys writes the report when the job exits; then: nsys stats --report nvtx_sum <report>", file=out)
+        if args.json:
+            print(json.dumps(to_json(st)))
+        return 0
+    result = summarize(st)
+    print(safe_text(result.file or "", 1000), file=out)
+    if result.error:
+        print(f"tuimon: {result.error}", file=sys.stderr)
+    for line in result.lines:
+        print(line, file=out)
+    if args.json:
+        print(json.dumps(to_json(replace(st, summary=result))))
+    return 0 if result.state == "done" else 1
 
 
 def _kineto(info: SegmentInfo, reader: SegmentReader, seconds: float | None, out: TextIO) -> \
