@@ -14,6 +14,7 @@ def test_the_channel_numbers_the_same_phases_step_sources_and_capture_states():
     assert sorted(layout.PHASES) == sorted(vocab.PHASES)
     assert layout.STEP_SOURCES == ("none", *vocab.STEP_SOURCES)  # (the wire's 0: no source yet)
     assert sorted(control.STATE_NAMES.values()) == sorted(vocab.CAPTURE_STATES)
+    assert layout.HOT_CONTEXT == vocab.HOT_CONTEXT
 
 
 def test_the_diagnosis_tries_its_rules_in_the_vocabularys_order():

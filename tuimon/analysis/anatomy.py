@@ -16,7 +16,7 @@ from ..model import (
     Syncs,
     SyncSite,
 )
-from ..model.vocab import PHASES
+from ..model.vocab import HOT_CONTEXT, PHASES
 from .steps import StepRecord
 from .summary import percentile
 
@@ -165,9 +165,10 @@ def dataloader_workers(gauges: dict[int, float], name_of: Callable[[int], str]) 
 
 def hot_lines(records: Iterable[tuple[int, int, int, int, float]], name_of: Callable[[int], str],
               phase_names: tuple[str, ...], per_phase: int = 5) -> tuple[list[HotLine], int]:
-    """The lines of the job's code where the loop thread's samples fell: records (t, phase, line id,
-    how, samples) of a span of time; per phase its top `per_phase`, the largest first, each with how
-    the thread was there (hows: layout.HOWS order, python, native, waiting); and their samples."""
+    """The lines where the loop thread's samples fell: records (t, phase, line id, how, samples) of a
+    span of time; per phase its top `per_phase`, the largest first, each with how the thread was there
+    (hows: layout.HOWS order, python, native, waiting) and, for a library's line, the job's own line
+    that led there (after HOT_CONTEXT in its name: channel/layout.py); and their samples."""
     by: dict[tuple[int, int], list[float]] = {}  # (phase, line id) -> samples by how
     for _, phase, nid, how, n in records:
         if 0 <= how < 3 and n > 0:  # (a record of a damaged channel is left out, not divided by)
@@ -188,10 +189,11 @@ def hot_lines(records: Iterable[tuple[int, int, int, int, float]], name_of: Call
         mine = sorted(lines[phase], key=lambda x: -sum(x[1]))
         for nid, c in mine[:per_phase]:
             n = sum(c)
+            line, _, context = name_of(nid).partition(HOT_CONTEXT)
             rows.append(HotLine(phase=phase_names[phase] if 0 <= phase < len(phase_names) else f"phase {phase}",
-                                line=name_of(nid), samples=int(n), share=round(n / total, 4),
+                                line=line, samples=int(n), share=round(n / total, 4),
                                 phase_share=round(n / per[phase], 4), python=round(c[0] / n, 3),
-                                native=round(c[1] / n, 3), waiting=round(c[2] / n, 3)))
+                                native=round(c[1] / n, 3), waiting=round(c[2] / n, 3), context=context))
     return rows, int(total)
 
 

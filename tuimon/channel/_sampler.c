@@ -1,8 +1,9 @@
 /* Samples of the main thread's Python stack, HZ a second, asked for by a native thread that never
  * takes the GIL. Each period it asks the interpreter for a pending call (Py_AddPendingCall needs no
  * GIL), which the main thread runs at its next check between bytecodes: within microseconds while it
- * runs Python, and the callback notes where (the innermost frame of the job's own code, not under the
- * library prefixes: the standard library, torch, tuimon), the innermost frame and the open phase.
+ * runs Python, and the callback notes where (the innermost frame not tuimon's, torch's or the standard
+ * library's: the job's own code, or an installed library's with the job's own frame that led there, by
+ * the rules of probe/present.py line_rules), the innermost frame and the open phase.
  * When the call has not run LATE_NS later and the main thread ran on a CPU meanwhile (its CPU clock) or
  * sleeps, it is inside a native call (a torch op, a copy, a sleep, a wait) and would run the call
  * only at its next check, wherever that is: so the request goes
@@ -48,10 +49,18 @@ static inline void wake_main(void) {
 #define LATE_NS 1000000 /* a request not run by then: the main thread is inside a native call... */
 #define PREEMPTED_MAX 20 /* ...unless it waited for a core (little CPU time meanwhile): LATE_NS more, this often */
 
+#define CONTEXT_FRAMES 200 /* frames walked out from a library's line to find the job's own (sampler.py) */
+
+/* a frame's code: the job's own, an installed library's, passed through; the import system's (a library's
+ * line under an import is not named, the line that imports it is: probe/sampler.py LineNames says why) */
+enum { OWN, LIBRARY, SKIPPED, IMPORTING };
+static PyObject *importing = NULL; /* "<frozen importlib" */
+
 typedef struct {
     int64_t asked, taken;
-    PyObject *own_code, *inner_code; /* strong references */
-    int own_line, inner_line, phase;
+    PyObject *own_code, *inner_code; /* strong references: the line named, the innermost frame's */
+    PyObject *ctx_code;              /* the job's own frame that led to a library's line, or NULL */
+    int own_line, inner_line, phase, ctx_line;
     int periods; /* the periods it stands for (1: those the main thread spent waiting for a core are not
                   * counted: the line it resumed at says nothing about them) */
 } Sample;
@@ -63,7 +72,7 @@ static int pending;              /* a request queued and not yet run */
 static int stale;                /* ...which was sampled from outside instead: dropped when it runs */
 static int skipped;              /* periods a request not stale waited (the main thread waited for a core) */
 static int64_t asked_at;
-static PyObject *library = NULL; /* tuple of str prefixes */
+static PyObject *skip = NULL, *installed = NULL, *stdlib = NULL; /* line_rules(): tuples of str */
 static PyObject *phases = NULL;  /* the probe's Phases, or None */
 static volatile int active;      /* the native thread runs while this is set */
 static volatile int paused;
@@ -73,21 +82,70 @@ static pid_t main_tid;
 static pthread_t thread;
 static int started;
 
-static int in_library(PyCodeObject *code) {
-    PyObject *file = code->co_filename;
-    if (!library || !PyUnicode_Check(file))
-        return 0;
-    if (PyUnicode_GET_LENGTH(file) > 0 && PyUnicode_READ_CHAR(file, 0) == '<')
-        return 1;
-    Py_ssize_t n = PyTuple_GET_SIZE(library);
+static int starts_with(PyObject *file, PyObject *prefixes) {
+    Py_ssize_t n = prefixes ? PyTuple_GET_SIZE(prefixes) : 0;
     for (Py_ssize_t k = 0; k < n; k++) {
-        Py_ssize_t hit = PyUnicode_Tailmatch(file, PyTuple_GET_ITEM(library, k), 0, PY_SSIZE_T_MAX, -1);
+        Py_ssize_t hit = PyUnicode_Tailmatch(file, PyTuple_GET_ITEM(prefixes, k), 0, PY_SSIZE_T_MAX, -1);
         if (hit == 1)
             return 1;
         if (hit < 0)
             PyErr_Clear();
     }
     return 0;
+}
+
+static int holds(PyObject *file, PyObject *markers) {
+    Py_ssize_t n = markers ? PyTuple_GET_SIZE(markers) : 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t at = PyUnicode_Find(file, PyTuple_GET_ITEM(markers, k), 0, PY_SSIZE_T_MAX, 1);
+        if (at >= 0)
+            return 1;
+        if (at == -2)
+            PyErr_Clear();
+    }
+    return 0;
+}
+
+/* probe/sampler.py LineNames.kind, the same rules in the same order. */
+static int kind_of(PyCodeObject *code) {
+    PyObject *file = code->co_filename;
+    if (!PyUnicode_Check(file))
+        return OWN;
+    if (PyUnicode_GET_LENGTH(file) > 0 && PyUnicode_READ_CHAR(file, 0) == '<') {
+        Py_ssize_t hit = importing ? PyUnicode_Tailmatch(file, importing, 0, PY_SSIZE_T_MAX, -1) : 0;
+        if (hit < 0)
+            PyErr_Clear();
+        return hit == 1 ? IMPORTING : SKIPPED;
+    }
+    if (starts_with(file, skip))
+        return SKIPPED;
+    if (holds(file, installed))
+        return LIBRARY;
+    return starts_with(file, stdlib) ? SKIPPED : OWN;
+}
+
+/* kind_of per code object, remembered (a walk to a library line's context passes tens of frames a sample,
+ * each a dozen prefix matches: 58 against 17 us a sample, 30 library frames deep; line_sampler_cost.py).
+ * Direct-mapped; each entry holds its code object (never a frame), so its address is not reused while
+ * remembered. Cleared when the rules change. With the GIL only. */
+#define KINDS_KEPT 512
+static PyObject *kept_code[KINDS_KEPT];
+static unsigned char kept_kind[KINDS_KEPT];
+
+static int kind_kept(PyCodeObject *code) {
+    uintptr_t p = (uintptr_t)code;
+    size_t at = ((p >> 4) ^ (p >> 13)) & (KINDS_KEPT - 1);
+    if (kept_code[at] == (PyObject *)code)
+        return kept_kind[at];
+    int kind = kind_of(code);
+    Py_XSETREF(kept_code[at], Py_NewRef((PyObject *)code));
+    kept_kind[at] = (unsigned char)kind;
+    return kind;
+}
+
+static void kinds_forget(void) {
+    for (int k = 0; k < KINDS_KEPT; k++)
+        Py_CLEAR(kept_code[k]);
 }
 
 /* The pending call, on the main thread with the GIL. */
@@ -104,21 +162,39 @@ static int sample_now(void *unused) {
     PyCodeObject *inner = PyFrame_GetCode(f);
     int inner_line = PyFrame_GetLineNumber(f);
     Py_INCREF(f);
-    PyFrameObject *own = f; /* (a strong reference, walked outward) */
-    PyCodeObject *own_code = NULL;
-    while (own) {
-        PyCodeObject *c = PyFrame_GetCode(own);
-        if (!in_library(c)) {
-            own_code = c;
+    /* walked outward (strong references): the first frame not passed through is the line named; a
+     * library's line goes on to the job's own frame, its context, CONTEXT_FRAMES frames at most */
+    PyFrameObject *at = f;
+    PyCodeObject *own_code = NULL, *ctx_code = NULL;
+    int own_line = inner_line, ctx_line = 0, beyond = 0;
+    while (at) {
+        PyCodeObject *c = PyFrame_GetCode(at);
+        int kind = kind_kept(c);
+        if (kind == IMPORTING) { /* (the library's line found so far runs under an import: not named) */
+            Py_CLEAR(own_code);
+            own_line = inner_line;
+            beyond = 0;
+        } else if (kind != SKIPPED && !own_code) {
+            own_code = (PyCodeObject *)Py_NewRef((PyObject *)c);
+            own_line = PyFrame_GetLineNumber(at);
+            if (kind == OWN) {
+                Py_DECREF(c);
+                break;
+            }
+        } else if (kind == OWN) {
+            ctx_code = c;
+            ctx_line = PyFrame_GetLineNumber(at);
+            break;
+        } else if (own_code && ++beyond >= CONTEXT_FRAMES) {
+            Py_DECREF(c);
             break;
         }
         Py_DECREF(c);
-        PyFrameObject *back = PyFrame_GetBack(own);
-        Py_DECREF(own);
-        own = back;
+        PyFrameObject *back = PyFrame_GetBack(at);
+        Py_DECREF(at);
+        at = back;
     }
-    int own_line = own ? PyFrame_GetLineNumber(own) : inner_line;
-    Py_XDECREF(own);
+    Py_XDECREF(at);
     int phase = phases && phases != Py_None ? phases_top(phases) : -1;
     if (PyErr_Occurred())
         PyErr_Clear();
@@ -131,14 +207,18 @@ static int sample_now(void *unused) {
         s->inner_line = inner_line;
         s->own_code = own_code ? (PyObject *)own_code : Py_NewRef((PyObject *)inner);
         s->own_line = own_line;
+        s->ctx_code = (PyObject *)ctx_code;
+        s->ctx_line = ctx_line;
         s->phase = phase;
         s->periods = periods;
         inner = NULL;
         own_code = NULL;
+        ctx_code = NULL;
     }
     pthread_mutex_unlock(&lock);
     Py_XDECREF(inner);
     Py_XDECREF(own_code);
+    Py_XDECREF(ctx_code);
     return 0;
 }
 
@@ -261,14 +341,47 @@ static void in_forked_child(void) {
     wake_fd = -1;
 }
 
-/* sample_start(hz, main_native_id, library_prefixes: tuple[str], phases or None) -> the fd to read (a
- * byte: sample the main thread from outside), or -1 */
+/* The rules (probe/present.py line_rules): (skip prefixes, installed markers, stdlib prefixes), each a
+ * tuple of str; () for none (every frame the job's own). */
+static int set_rules(PyObject *rules) {
+    Py_ssize_t n = PyTuple_Check(rules) ? PyTuple_GET_SIZE(rules) : -1;
+    if (n != 0 && n != 3) {
+        PyErr_SetString(PyExc_TypeError, "rules: () or (skip prefixes, installed markers, stdlib prefixes)");
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *part = PyTuple_GET_ITEM(rules, k);
+        if (!PyTuple_Check(part)) {
+            PyErr_SetString(PyExc_TypeError, "rules: each a tuple of str");
+            return -1;
+        }
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(part); j++)
+            if (!PyUnicode_Check(PyTuple_GET_ITEM(part, j))) {
+                PyErr_SetString(PyExc_TypeError, "rules: each a tuple of str");
+                return -1;
+            }
+    }
+    if (!importing && !(importing = PyUnicode_InternFromString("<frozen importlib")))
+        return -1;
+    kinds_forget();
+    Py_XSETREF(skip, n ? Py_NewRef(PyTuple_GET_ITEM(rules, 0)) : NULL);
+    Py_XSETREF(installed, n ? Py_NewRef(PyTuple_GET_ITEM(rules, 1)) : NULL);
+    Py_XSETREF(stdlib, n ? Py_NewRef(PyTuple_GET_ITEM(rules, 2)) : NULL);
+    return 0;
+}
+
+/* sample_start(hz, main_native_id, rules, phases or None) -> the fd to read (a byte: sample the main
+ * thread from outside), or -1 */
 static PyObject *fr_sample_start(PyObject *m, PyObject *args) {
     double hz;
     int tid;
     PyObject *lib, *ph;
     int fds[2];
     if (!PyArg_ParseTuple(args, "diO!O", &hz, &tid, &PyTuple_Type, &lib, &ph))
+        return NULL;
+    if (started || hz <= 0)
+        return PyLong_FromLong(-1);
+    if (set_rules(lib) < 0)
         return NULL;
     main_tid = (pid_t)tid;
     if (pthread_getcpuclockid(pthread_self(), &main_cpu) != 0) /* (called on the main thread: probe/sampler.py) */
@@ -280,7 +393,6 @@ static PyObject *fr_sample_start(PyObject *m, PyObject *args) {
     if (started || hz <= 0 || pipe2(fds, O_CLOEXEC) < 0)
         return PyLong_FromLong(-1);
     fcntl(fds[1], F_SETFL, O_NONBLOCK);
-    Py_XSETREF(library, Py_NewRef(lib));
     Py_XSETREF(phases, Py_NewRef(ph));
     period_ns = (int64_t)(1e9 / hz);
     wake_fd = fds[1];
@@ -297,13 +409,10 @@ static PyObject *fr_sample_start(PyObject *m, PyObject *args) {
     return PyLong_FromLong(fds[0]);
 }
 
-/* sample_library(prefixes): the library prefixes change (torch imported later). */
-static PyObject *fr_sample_library(PyObject *m, PyObject *lib) {
-    if (!PyTuple_Check(lib)) {
-        PyErr_SetString(PyExc_TypeError, "a tuple of str");
+/* sample_library(rules): the rules change (torch imported later). */
+static PyObject *fr_sample_library(PyObject *m, PyObject *rules) {
+    if (set_rules(rules) < 0)
         return NULL;
-    }
-    Py_XSETREF(library, Py_NewRef(lib));
     Py_RETURN_NONE;
 }
 
@@ -329,7 +438,8 @@ static PyObject *fr_sample_stop(PyObject *m, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-/* sample_take() -> [(asked ns, taken ns, own code, own line, inner code, inner line, phase, periods)] */
+/* sample_take() -> [(asked ns, taken ns, own code, own line, inner code, inner line, phase, periods,
+ *                   context code or None, context line)] */
 static PyObject *fr_sample_take(PyObject *m, PyObject *unused) {
     Sample taken[SAMPLES];
     pthread_mutex_lock(&lock);
@@ -340,10 +450,12 @@ static PyObject *fr_sample_take(PyObject *m, PyObject *unused) {
     PyObject *list = PyList_New(n);
     for (int k = 0; k < n; k++) {
         Sample *s = &taken[k];
-        PyObject *row = list ? Py_BuildValue("(LLOiOiii)", (long long)s->asked, (long long)s->taken, s->own_code,
-                                             s->own_line, s->inner_code, s->inner_line, s->phase, s->periods) : NULL;
+        PyObject *row = list ? Py_BuildValue("(LLOiOiiiOi)", (long long)s->asked, (long long)s->taken, s->own_code,
+                                             s->own_line, s->inner_code, s->inner_line, s->phase, s->periods,
+                                             s->ctx_code ? s->ctx_code : Py_None, s->ctx_line) : NULL;
         Py_DECREF(s->own_code);
         Py_DECREF(s->inner_code);
+        Py_XDECREF(s->ctx_code);
         if (list && !row)
             Py_CLEAR(list);
         if (list)
@@ -354,9 +466,9 @@ static PyObject *fr_sample_take(PyObject *m, PyObject *unused) {
 
 static PyMethodDef sampler_methods[] = {
     {"sample_start", fr_sample_start, METH_VARARGS,
-     "sample_start(hz, main_native_id, library_prefixes, phases) -> the fd whose bytes ask for a sample from "
+     "sample_start(hz, main_native_id, rules, phases) -> the fd whose bytes ask for a sample from "
      "outside, or -1"},
-    {"sample_library", fr_sample_library, METH_O, "sample_library(prefixes): frames under these are not the job's"},
+    {"sample_library", fr_sample_library, METH_O, "sample_library(rules): how frames are told apart (probe/present.py line_rules)"},
     {"sample_pause", fr_sample_pause, METH_O, "sample_pause(bool): no requests while paused"},
     {"sample_stop", fr_sample_stop, METH_NOARGS, "sample_stop(): the thread ends, waited for; the pipe closes"},
     {"sample_take", fr_sample_take, METH_NOARGS, "sample_take() -> the samples taken since the last take"},

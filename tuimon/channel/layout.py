@@ -99,8 +99,11 @@ PHASE = 5  # the loop thread's exclusive time in a phase (name) during the step:
 STEP_VALUE = 6  # a number about the step (name: "sync.count", "gpu.step_ns", ...): value
 GAUGE = 7  # a level at t1, not tied to a step (name: "cuda.allocated", ...): value
 SITE = 8  # a device-to-host sync call site (name "file:line") during the step: value = estimated calls
-HOT = 9  # the loop thread's samples at a line of the job's code (name) in the step: value = samples, depth = the
-# phase open (anatomy.PHASES index), t0 = how the thread was (HOW_*), t1 = when counted
+HOT = 9  # the loop thread's samples at a line (name) in the step: value = samples, depth = the phase open
+# (anatomy.PHASES index), t0 = how the thread was (HOW_*), t1 = when counted. The line is the job's own or an
+# installed library's; a library's name carries after HOT_CONTEXT the job's own line that led there
+# ("transformers/trainer.py:2231 in training_step `...`" HOT_CONTEXT "hf_train.py:40"; probe/sampler.py)
+HOT_CONTEXT = "\x1f"  # (a control character: no source line's text holds one, the sampler replaces any)
 KINDS = (RANGE, STEP, DATA_WAIT, COUNT, PHASE, STEP_VALUE, GAUGE, SITE, HOT)  # _fastring.c: KIND_MAX
 KIND_NAMES = {RANGE: "range", STEP: "step", DATA_WAIT: "data_wait", COUNT: "count", PHASE: "phase",
               STEP_VALUE: "step_value", GAUGE: "gauge", SITE: "site", HOT: "hot"}

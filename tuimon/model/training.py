@@ -166,16 +166,23 @@ class OpCounts:
 
 @record
 class HotLine:
-    """A line of the job's code where the loop thread's samples fell (probe/sampler.py), in a phase."""
+    """A line where the loop thread's samples fell (probe/sampler.py), in a phase: the job's own, or
+    an installed library's (transformers, lightning ...) with the job's own line that led there."""
 
     phase: str
-    line: str  # "train.py:41 in main · x = batch.to(device)"
+    line: str  # "train.py:41 in main `x = batch.to(device)`"
     samples: int
     share: float  # of all the window's samples: about this share of the loop's time
     phase_share: float  # of the phase's samples
     python: float = 0.0  # of its own samples: running Python
     native: float = 0.0  # in a native call, on a CPU
     waiting: float = 0.0  # in a native call, blocked (sleep, lock, I/O, the GPU)
+    context: str = ""  # a library's line: the job's own line that led there, "hf_train.py:40" ("": the job's own)
+
+    @property
+    def where(self) -> str:
+        """The line, and its context beside it: "transformers/trainer.py:2231 ... · from hf_train.py:40"."""
+        return f"{self.line} · from {self.context}" if self.context else self.line
 
 
 @record(kw_only=False)

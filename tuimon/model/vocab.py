@@ -32,6 +32,10 @@ CONFIDENCES: tuple[Confidence, ...] = get_args(Confidence)
 Phase = Literal["data", "copy", "forward", "backward", "comm", "optimizer", "sync", "other"]
 PHASES: tuple[Phase, ...] = get_args(Phase)
 
+# In a hot line's name, what separates a library's line from the job's own line that led there
+# (channel/layout.py HOT_CONTEXT, the wire's).
+HOT_CONTEXT = "\x1f"
+
 # What counts the steps (probe/core.py), weakest first; the channel's STEP_SOURCES adds "none" (code 0).
 StepSource = Literal["dataloader", "forward", "backward", "optimizer", "tuimon.step"]
 STEP_SOURCES: tuple[StepSource, ...] = get_args(StepSource)

@@ -49,6 +49,28 @@ def library_dirs() -> tuple[str, ...]:
     return tuple(d if d in _TUIMON_PARTS else os.path.join(d, "") for d in dirs if d)
 
 
+# An installed package's file (transformers, lightning, accelerate, numpy ...): library code, named
+# where the loop's time goes inside it, but not the job's own. Found by its folder's name, wherever
+# the packages live: a virtual environment's, or under the standard library's own folder (pyenv,
+# conda, python.org and Docker builds put site-packages inside lib/python3.X).
+INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+
+
+def line_rules() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """How the hot lines (probe/sampler.py, channel/_sampler.c) tell a frame's code apart, the first
+    that matches: (prefixes never named: tuimon's own code and torch's, where the loop only passes
+    through; markers of an installed library's files, a line of which is named, with the job's own
+    line that led there beside it; prefixes of the standard library, never named). A file none of
+    them matches (nor `<frozen ...>`, never named) is the job's own."""
+    paths = sysconfig.get_paths()
+    skip = [*_TUIMON_PARTS]
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch, "__file__", None):
+        skip.append(os.path.join(os.path.dirname(torch.__file__), ""))
+    stdlib = {os.path.join(d, "") for d in (paths.get("stdlib"), paths.get("platstdlib")) if d}
+    return tuple(skip), INSTALLED, tuple(sorted(stdlib))
+
+
 def _frame_text(f) -> str:
     return f"{short_path(f.f_code.co_filename)}:{f.f_lineno} in {f.f_code.co_name}"
 

@@ -1,6 +1,7 @@
 """Where the loop thread's time goes, line by line: HZ times a second a sample of the loop thread's
-Python stack, counted at the innermost line of the job's own code (not the standard library, torch
-or tuimon), under the phase open at that moment, and by how the thread was there:
+Python stack, counted at its innermost line that is not tuimon's, torch's or the standard library's
+(the job's own, or an installed library's with the job's own line that led there: LineNames), under
+the phase open at that moment, and by how the thread was there:
 
 - python: running Python;
 - native: inside a native call, on a CPU (a torch op on the CPU, a copy, a spin-wait on the GPU);
@@ -43,7 +44,7 @@ from time import monotonic_ns as _now
 from ..channel import layout as L
 from ..channel import procinfo, ring
 from .anatomy import short_path
-from .present import library_dirs
+from .present import line_rules
 
 HZ = 50
 LATE_NS = 1_000_000  # a sample asked for and not taken within this: the thread was inside a native call
@@ -80,6 +81,7 @@ class LoopSampler:
         self._loop_tid: int | None = None
         self.samples = 0
         self.by_main = False  # the main thread samples itself (channel/_sampler.c)
+        self._rules_sent: tuple = ()  # the rules channel/_sampler.c has (LineNames.library)
         self._stop: threading.Event | None = None
         self._outside = False  # the Python thread that samples from outside runs
         self._threads: list[threading.Thread] = []  # (joined at exit: api._at_exit)
@@ -90,7 +92,8 @@ class LoopSampler:
         self._stop = stop
         main = threading.main_thread()
         if native is not None and self.probe.anatomy.loop == main.ident and threading.current_thread() is main:
-            fd = native.sample_start(self.hz, main.native_id, self.lines.library(), self.probe.anatomy)
+            self._rules_sent = self.lines.library()
+            fd = native.sample_start(self.hz, main.native_id, self._rules_sent, self.probe.anatomy)
             if fd >= 0:
                 self.by_main = True
                 self._spawn(self._outside_on_request, fd, stop)
@@ -156,12 +159,14 @@ class LoopSampler:
             self.by_main = False
             self._start_outside()
             return
-        if self.lines.library_changed():
-            native.sample_library(self.lines.library())
+        rules = self.lines.library()  # (compared with what the native side has, not with torch_seen: the
+        if rules is not self._rules_sent:  # outside thread's naming may have updated them first)
+            native.sample_library(rules)
+            self._rules_sent = rules
         self._loop_tid = threading.main_thread().native_id
         self._step = p.step_no
-        taken = [(asked, phase, self.lines.id_of_code(own, line), periods)
-                 for asked, _, own, line, _, _, phase, periods in native.sample_take()]
+        taken = [(asked, phase, self.lines.id_of_code(own, line, ctx, ctx_line), periods)
+                 for asked, _, own, line, _, _, phase, periods, ctx, ctx_line in native.sample_take()]
         first = p.first_t0
         if first:  # the setup's samples (asked before the first step's start) are written stamped before it,
             early = [x for x in taken if x[0] < first]  # also when the outside thread made the cut first
@@ -310,36 +315,81 @@ class LoopSampler:
         return getattr(t, "native_id", None)
 
 
+OWN, LIBRARY, SKIPPED, IMPORTING = 0, 1, 2, 3  # a frame's code: the job's own, an installed library's, passed
+IMPORT = "<frozen importlib"  # through; the import system's (IMPORTING)
+CONTEXT_FRAMES = 200  # frames walked out from a library's line to find the job's own line, at most
+
+
 class LineNames:
-    """Lines of the job's own code (not the standard library, torch or tuimon), named
-    "train.py:41 in main `x = batch.to(device)`" and interned, MAX_LINES at most."""
+    """The loop's lines, named "train.py:41 in main `x = batch.to(device)`" and interned, MAX_LINES
+    at most. The line named is the innermost frame that is not tuimon's, torch's or the standard
+    library's: the job's own code, or an installed library's (transformers, lightning, accelerate: a
+    loop a library drives spends its time there, not at the job's one line that called it). A
+    library's line carries the job's own innermost line outside it as its context, after
+    L.HOT_CONTEXT in the name: "transformers/trainer.py:2231 in training_step `...`\x1fhf_train.py:40".
+    A library's line under an import (a module's top level run as it is imported) is not named: the
+    line that imports it is, outside the import (the job's `import torch` spent its seconds in numpy's,
+    sympy's and jinja's module bodies, hundreds of lines that took MAX_LINES before the loop began)."""
 
     def __init__(self, intern):
         self._intern = intern
-        self._names: dict[tuple, str] = {}  # (file, line) -> name
+        self._names: dict[tuple, str] = {}  # (file, line, context file, context line) -> name
         self._ids: dict[str, int] = {}
-        self._library: tuple[str, ...] = ()
+        self._rules: tuple = ((), (), ())
+        self._kinds: dict[str, int] = {}  # file -> OWN, LIBRARY or SKIPPED under self._rules
         self._torch_seen = None
 
-    def library_changed(self) -> bool:
-        return ("torch" in sys.modules) != self._torch_seen
-
-    def library(self) -> tuple[str, ...]:
-        """The prefixes of code that is not the job's own (torch's once it is imported)."""
+    def library(self) -> tuple:
+        """presents.line_rules() (torch's folder once it is imported), as channel/_sampler.c takes them."""
         torch_now = "torch" in sys.modules
         if torch_now != self._torch_seen:
-            self._library, self._torch_seen = library_dirs(), torch_now
-        return self._library
+            self._rules, self._torch_seen = line_rules(), torch_now
+            self._kinds = {}
+        return self._rules
+
+    def kind(self, file: str) -> int:
+        k = self._kinds.get(file)
+        if k is None:
+            skip, installed, stdlib = self.library()
+            k = (IMPORTING if file.startswith(IMPORT) else
+                 SKIPPED if file.startswith("<") or file.startswith(skip) else
+                 LIBRARY if any(m in file for m in installed) else
+                 SKIPPED if file.startswith(stdlib) else OWN)
+            if len(self._kinds) < 4 * MAX_LINES:
+                self._kinds[file] = k
+        return k
+
+    def where(self, frame) -> tuple:
+        """(code, line, context code or None, context line) of the line a sample of `frame` is at:
+        channel/_sampler.c's walk, in Python (the samples taken from outside)."""
+        self.library()
+        kind = self.kind
+        f, hot, n = frame, None, 0
+        while f is not None:
+            k = kind(f.f_code.co_filename)
+            if k == IMPORTING:  # (a library's line found so far runs under an import: not named)
+                hot, n = None, 0
+            elif hot is None and k != SKIPPED:
+                hot = f
+                if k == OWN:
+                    break
+            elif k == OWN:
+                break
+            elif hot is not None:
+                n += 1
+                if n >= CONTEXT_FRAMES:
+                    break
+            f = f.f_back
+        if hot is None:
+            hot = frame
+        own = f if f is not None and f is not hot and kind(f.f_code.co_filename) == OWN else None
+        where = (hot.f_code, hot.f_lineno, own.f_code if own is not None else None, own.f_lineno if own is not None else 0)
+        del f, hot, own, frame  # (before the source is read: _line_now says why)
+        return where
 
     def name_of(self, frame) -> str:
-        library = self.library()
-        f = frame
-        while f is not None and (f.f_code.co_filename.startswith(library) or f.f_code.co_filename.startswith("<")):
-            f = f.f_back
-        if f is None:
-            f = frame
-        code, line = f.f_code, f.f_lineno
-        del f, frame  # (before _name reads the source: _line_now says why)
+        """The line's name, without its context (the op counter's lines: probe/ops.py)."""
+        code, line, _, _ = self.where(frame)
         return self._name(code, line)
 
     def _name(self, code, line: int | None) -> str:
@@ -353,9 +403,27 @@ class LineNames:
             if not line:
                 name = self._names[key] = f"{short_path(key[0])} in {code.co_name}"
                 return name
-            text = linecache.getline(key[0], line).strip()
+            text = linecache.getline(key[0], line).strip().replace(L.HOT_CONTEXT, " ")
             text = text if len(text) <= CODE_CHARS else text[: CODE_CHARS - 1] + "…"
             name = self._names[key] = f"{short_path(key[0])}:{line} in {code.co_name}" + (f" `{text}`" if text else "")
+        return name
+
+    def _name_in(self, code, line: int | None, ctx, ctx_line: int | None) -> str:
+        """The line's name, and its context's after L.HOT_CONTEXT (the line cut, never the context,
+        where both are longer than a name may be)."""
+        if ctx is None:
+            return self._name(code, line)
+        key = (code.co_filename, line or 0, ctx.co_filename, ctx_line or 0)
+        name = self._names.get(key)
+        if name is None:
+            if len(self._names) >= MAX_LINES:
+                return "(other lines)"
+            where = self._name(code, line)
+            context = L.HOT_CONTEXT + f"{short_path(ctx.co_filename)}:{ctx_line or 0}"
+            room = L.MAX_NAME_BYTES - len(context.encode())
+            if len(where.encode()) > room:
+                where = where.encode()[: max(room - 3, 0)].decode(errors="ignore") + "…"
+            name = self._names[key] = where + context
         return name
 
     def _id(self, name: str) -> int:
@@ -365,7 +433,7 @@ class LineNames:
         return nid
 
     def id_of(self, frame) -> int:
-        return self._id(self.name_of(frame))
+        return self._id(self._name_in(*self.where(frame)))
 
-    def id_of_code(self, code, line: int | None) -> int:
-        return self._id(self._name(code, line))
+    def id_of_code(self, code, line: int | None, ctx=None, ctx_line: int | None = None) -> int:
+        return self._id(self._name_in(code, line, ctx, ctx_line))

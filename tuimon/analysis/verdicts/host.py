@@ -111,7 +111,7 @@ def _outside_model(c: Context, rules: list[Rule], model: float, other: float, co
                                  "CPU, once read, tells Python work from a thread blocked on something tuimon does not "
                                  "see", confidence="low", rules=rules)
     line = next((x for x in h.hot if x.phase == "other"), None)
-    at = f" · {line.line} {share(line.share)} of the time ({how_of(line)[0]})" if line else ""
+    at = f" · {line.where} {share(line.share)} of the time ({how_of(line)[0]})" if line else ""
     launches = _launches_outside(c, rules, other, at, confidence)
     if launches is not None:
         return launches
@@ -119,7 +119,7 @@ def _outside_model(c: Context, rules: list[Rule], model: float, other: float, co
     blocked = _blocked_share(h.hot, "other")  # (None: no samples there: the CPU alone says it)
     computing = blocked is not None and blocked < T.LOOP_BLOCKED_SAMPLES.value
     if h.loop_cpu + wait < T.LOOP_CPU_BUSY.value and not computing:
-        where = (f"it is blocked at {line.line} ({share(line.waiting)} of that line's samples blocked in a call: a "
+        where = (f"it is blocked at {line.where} ({share(line.waiting)} of that line's samples blocked in a call: a "
                  "sleep, a lock, I/O, a wait)" if line and line.waiting >= 0.5 else
                  "it is blocked on something tuimon does not see (I/O, locks, sleeps, collectives): h shows the "
                  "lines")
@@ -128,10 +128,10 @@ def _outside_model(c: Context, rules: list[Rule], model: float, other: float, co
                        next_step=f"outside the model, data and syncs the loop thread is mostly not computing: {where}",
                        confidence=confidence, rules=rules)
     step = (f"{share(other)} of the step is Python outside the model, data and syncs"
-            + (f", {share(line.share)} of it at {line.line}" if line else "")
+            + (f", {share(line.share)} of it at {line.where}" if line else "")
             + ": move it off the loop (logging, metrics, host-side preprocessing), or do it every N steps")
     if line and line.native >= 0.5:
-        step = (f"{share(other)} of the step is outside the model, {share(line.share)} of the time at {line.line}, "
+        step = (f"{share(other)} of the step is outside the model, {share(line.share)} of the time at {line.where}, "
                 f"in a native call ({share(line.native)} of its samples: a copy or an op on the CPU): move that work "
                 "to the GPU or to the DataLoader's workers, or do it every N steps")
     if h.loop_cpu + wait < T.LOOP_CPU_BUSY.value:  # its own samples say it computes there

@@ -55,7 +55,7 @@ def breakdown_panel(view: View, width: int, plain: bool = False) -> Text:
             out.append(" · ".join(f"{safe_text(r.name, 30)} {r.share:.0%}" for r in ranges[:8]))
         for h in top_lines(t, 2):  # (h: all of them)
             out.append("\n")
-            out.append(fit(f"{h.phase} {h.share:.0%}: {h.line}", max(20, width - 12)))
+            out.append(line_text(f"{h.phase} {h.share:.0%}: ", h, max(20, width - 12)))
             out.append(f"  {how_words(h)}", "dim")
     elif t.breakdown:
         colors = ["yellow", "green", "magenta", "blue", "cyan", "red", "white"]
@@ -76,6 +76,17 @@ def breakdown_panel(view: View, width: int, plain: bool = False) -> Text:
                        "dim")
     if t.dropped:
         out.append(f"\n{t.dropped:,} records dropped (ring overrun)", "yellow")
+    return out
+
+
+def line_text(prefix: str, h: HotLine, width: int) -> Text:
+    """prefix and the line in width cells; a library's line with the job's own line that led there
+    beside it, which is kept whole where the library's line is cut ("… · from hf_train.py:40")."""
+    if not h.context:
+        return Text(fit(prefix + h.line, width))
+    tail = fit(f" · from {h.context}", max(width // 2, 1))
+    out = Text(fit(prefix + h.line, max(width - len(tail), 1)))
+    out.append(tail)
     return out
 
 

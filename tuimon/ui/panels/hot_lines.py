@@ -6,6 +6,7 @@ from rich.text import Text
 
 from ...monitor.state import View
 from ..format import fit
+from .breakdown import line_text
 from .outside import outside_panel, outside_words
 
 
@@ -24,7 +25,7 @@ def hot_lines_text(view: View, width: int) -> Text:
             phase = h.phase
             out.append(f"\n{phase}\n", "bold")
         out.append(f"  {h.share:>4.0%} {h.phase_share:>5.0%}  ")
-        out.append(fit(h.line, max(20, width - 46)))
+        out.append(line_text("", h, max(20, width - 46)))
         out.append(f"  Python {h.python:.0%} · native {h.native:.0%} · blocked {h.waiting:.0%}\n", "dim")
     return out
 
