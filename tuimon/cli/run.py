@@ -35,16 +35,8 @@ def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, de
     """demo: `q` (or a closed terminal) stops the job, and that is a clean exit (0). metrics:
     (port, address) to serve Prometheus metrics on while the monitor runs. baseline: (file,
     Baseline) to compare the job against."""
-    if not cmd:
-        print("tuimon: nothing to run: tuimon run [--headless] -- COMMAND [ARGS...]", file=sys.stderr)
-        return 2
-    if headless and metrics:
-        print("tuimon: --headless runs no monitor, so nothing serves metrics: `tuimon export --port PORT PID` "
-              "beside it does", file=sys.stderr)
-        return 2
-    if headless and baseline:
-        print("tuimon: --headless runs no monitor to compare with a baseline: `tuimon attach PID --baseline FILE` "
-              "beside it does", file=sys.stderr)
+    if (refused := _refused(cmd, headless, metrics is not None, baseline is not None)) is not None:
+        print(f"tuimon: {refused}", file=sys.stderr)
         return 2
     if os.getpid() == 1 and not headless:  # a container's entrypoint: stay PID 1 as tini does
         code = serve_as_init()
@@ -64,21 +56,11 @@ def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, de
     env = launch.probe_env(kineto=not nsys)  # (under nsys: nsys traces; Kineto's CUPTI stays out of its way)
     session = None
     if nsys:
-        tool = find_nsys()
-        if tool is None:
-            print("tuimon: --nsys: Nsight Systems (nsys) not found; install it or put it on PATH "
-                  "(captures without it use torch.profiler: run without --nsys)", file=sys.stderr)
-            return 2
         try:
-            launch_args, start_args = split_args(shlex.split(nsys_args))
-        except (NsysArgsError, ValueError) as e:
+            cmd, session = _under_nsys(cmd, env, nsys_args)
+        except NsysArgsError as e:
             print(f"tuimon: {e}", file=sys.stderr)
             return 2
-        # The job runs in an nsys session of its own (tracing set up at launch); each window is
-        # `nsys start` / `nsys stop` from the monitor, with a complete report while the job runs.
-        session = NsysSession(tool, session_name())
-        env.update(TUIMON_NSYS="1", TUIMON_NSYS_SESSION=session.name, TUIMON_NSYS_START_ARGS=shlex.join(start_args))
-        cmd = launch_command(tool, session.name, cmd, launch_args)
     if headless:
         try:
             os.execvpe(cmd[0], cmd, env)  # the job keeps our PID: `tuimon attach $!` works
@@ -126,6 +108,35 @@ def run(cmd: list[str], headless: bool, interval: float, plain: bool = False, de
                 os.unlink(segment_path(child.pid))  # a finished job of ours: nobody else reads it
             except OSError:
                 pass
+
+
+def _refused(cmd: list[str], headless: bool, metrics: bool, baseline: bool) -> str | None:
+    """Why these options cannot run, in words; None when they can."""
+    if not cmd:
+        return "nothing to run: tuimon run [--headless] -- COMMAND [ARGS...]"
+    if headless and metrics:
+        return "--headless runs no monitor, so nothing serves metrics: `tuimon export --port PORT PID` beside it does"
+    if headless and baseline:
+        return ("--headless runs no monitor to compare with a baseline: `tuimon attach PID --baseline FILE` beside "
+                "it does")
+    return None
+
+
+def _under_nsys(cmd: list[str], env: dict, nsys_args: str) -> tuple[list[str], NsysSession]:
+    """The job's command inside an nsys session of its own (tracing set up at launch; each window is
+    `nsys start` / `nsys stop` from the monitor, with a complete report while the job runs), and that
+    session; env gets what the probe needs to know of it. NsysArgsError: no nsys, or bad --nsys-args."""
+    tool = find_nsys()
+    if tool is None:
+        raise NsysArgsError("--nsys: Nsight Systems (nsys) not found; install it or put it on PATH (captures "
+                            "without it use torch.profiler: run without --nsys)")
+    try:
+        launch_args, start_args = split_args(shlex.split(nsys_args))
+    except ValueError as e:
+        raise NsysArgsError(str(e)) from None
+    session = NsysSession(tool, session_name())
+    env.update(TUIMON_NSYS="1", TUIMON_NSYS_SESSION=session.name, TUIMON_NSYS_START_ARGS=shlex.join(start_args))
+    return launch_command(tool, session.name, cmd, launch_args), session
 
 
 def _after_monitor(child: subprocess.Popen, demo: bool, log_path: str, supervisor: Supervisor) -> int:

@@ -16,7 +16,7 @@ from ..capture.cost import StepLog
 from ..channel import Batch, SegmentReader
 from ..channel import layout as L
 from ..channel.control import Now, open_control
-from ..model import ProcessSteps, StepInProgress, TimelineStep, TrainingSnapshot
+from ..model import HotLine, ProcessSteps, StepInProgress, TimelineStep, TrainingSnapshot
 from ..sources.channel import ChannelSource
 
 STACKS_KEEP_BYTES = 16 * 1024  # of a stacks dump, in a snapshot (and so in a recording)
@@ -143,6 +143,21 @@ class TrainingView:
         finally:
             view.close()
 
+    def _hot_lines(self, steps: list, state: str, end_ns: int, last: StepRecord | None,
+                   name: Callable[[int], str]) -> tuple[list[HotLine], int]:
+        """The hot lines of the last HOT_SPAN_S (or the window's steps, if longer), and their samples."""
+        span_ns = max(HOT_SPAN_S * 1e9, (steps[-1].t1 - steps[0].t0) if steps else 0)  # (the window's, at least)
+        # an ended job's lines up to its loop's last step (what ran after it, a teardown, is not the loop's)
+        until = last.t1 if state != "alive" and last is not None else end_ns
+        since = time.monotonic_ns() - span_ns if state == "alive" else until - span_ns
+        if self.first_step_t0:  # (the job's setup before its loop is not the loop's time)
+            since = max(since, self.first_step_t0)
+        hot, samples = anatomy.hot_lines([h for h in self.steps.hot if since <= h[0] <= until], name, L.PHASES)
+        # kept: twice the span shown and back to the window's oldest step (a window that grows, as a long
+        # step ends, finds its past), not HOT_RECORDS of them (~180 B each with their numbers, scanned each cycle)
+        self.steps.forget_hot(int(min(since - span_ns, steps[0].t0 if steps else since - span_ns)))
+        return hot, samples
+
     def snapshot(self, window_steps: int = 100) -> TrainingSnapshot:
         r = self.source.reader
         info = r.info
@@ -158,16 +173,7 @@ class TrainingView:
         state = r.process_state()
         end_ns = _end_ns(r, state)
         last = self.steps.completed[-1] if self.steps.completed else None
-        span_ns = max(HOT_SPAN_S * 1e9, (steps[-1].t1 - steps[0].t0) if steps else 0)  # (the window's, at least)
-        # an ended job's lines up to its loop's last step (what ran after it, a teardown, is not the loop's)
-        until = last.t1 if state != "alive" and last is not None else end_ns
-        since = time.monotonic_ns() - span_ns if state == "alive" else until - span_ns
-        if self.first_step_t0:  # (the job's setup before its loop is not the loop's time)
-            since = max(since, self.first_step_t0)
-        hot, samples = anatomy.hot_lines([h for h in self.steps.hot if since <= h[0] <= until], name, L.PHASES)
-        # kept: twice the span shown and back to the window's oldest step (a window that grows, as a long
-        # step ends, finds its past), not HOT_RECORDS of them (~180 B each with their numbers, scanned each cycle)
-        self.steps.forget_hot(int(min(since - span_ns, steps[0].t0 if steps else since - span_ns)))
+        hot, samples = self._hot_lines(steps, state, end_ns, last, name)
         end = r.end()
         stacks = r.stacks() if self._stacks_asked else None
         now = r.now() if state == "alive" else None
