@@ -8,12 +8,14 @@ import json
 import os
 import sys
 import threading
+from dataclasses import replace
 
 from ..channel.text import safe_text
-from ..model import CaptureStatus, CaptureSummary
+from ..model import CaptureStatus, CaptureSummary, KernelRow
 from ..model.units import human_bytes
 from . import nsys as nsys_tools
 from .commands import CommandFailed, run
+from .ncu import function_name
 
 TIMEOUT_S = 120.0
 
@@ -59,8 +61,10 @@ def _torch(path: str, status: CaptureStatus, timeout: float, cancel: threading.E
         if s[key]:
             lines.append(title + ":")
             lines += [f"  {r['ms']:>9.3f} ms  {r['calls']:>6}x  {safe_text(r['name'], 70)}" for r in s[key]]
+    kernels = [KernelRow(name=str(r["name"]), calls=int(r["calls"]), ms=float(r["ms"]),
+                         function_calls=int(r.get("function_calls") or r["calls"])) for r in s.get("top_kernels", [])]
     return CaptureSummary(state="done", file=path, size=size, lines=lines, kernels_per_step=per_step,
-                          kernel_us=kernel_us)
+                          kernel_us=kernel_us, kernels=kernels)
 
 
 VIEWER = "https://pytorch.org/memory_viz"
@@ -107,7 +111,7 @@ def _nsys(report: str, timeout: float, cancel: threading.Event | None) -> Captur
         return CaptureSummary(state="failed", file=report, size=size,
                               error="nsys not found here: cannot summarise the report")
     s = nsys_tools.stats(tool, report, timeout=timeout, cancel=cancel)
-    lines = []
+    lines: list[str] = []
     for title, key in (("top kernels", "cuda_gpu_kern_sum"), ("NVTX ranges", "nvtx_sum"),
                        ("top CUDA API calls", "cuda_api_sum")):
         lines.append(title + ":")
@@ -116,4 +120,20 @@ def _nsys(report: str, timeout: float, cancel: threading.Event | None) -> Captur
             lines.append("  " + safe_text(s[key + "_error"], 200))
         elif not s[key]:
             lines.append("  (none in this window)")
-    return CaptureSummary(state="done", file=report, size=size, lines=lines)
+    return CaptureSummary(state="done", file=report, size=size, lines=lines, kernels=nsys_kernels(s["cuda_gpu_kern_sum"]))
+
+
+def nsys_kernels(rows: list[dict]) -> list[KernelRow]:
+    """cuda_gpu_kern_sum's rows as kernels; a function's launches summed over the rows it has
+    (its instantiations among the report's top 10)."""
+    out = []
+    for r in rows:
+        try:
+            out.append(KernelRow(name=str(r["name"]), calls=int(str(r["instances"]).replace(",", "")),
+                                 ms=float(str(r.get("total_ns") or 0).replace(",", "")) / 1e6))
+        except (KeyError, ValueError):
+            continue
+    per_function: dict[str, int] = {}
+    for k in out:
+        per_function[function_name(k.name)] = per_function.get(function_name(k.name), 0) + k.calls
+    return [replace(k, function_calls=per_function[function_name(k.name)]) for k in out]

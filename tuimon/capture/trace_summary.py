@@ -13,6 +13,8 @@ import json
 import sys
 from collections.abc import Iterator
 
+from .ncu import function_name
+
 CHUNK = 1 << 20
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -66,6 +68,7 @@ def trace_events(path: str) -> Iterator[dict]:
 
 def summarize(path: str, top: int = 5) -> dict:
     device: dict[str, list] = {}
+    kernel_names: dict[str, list] = {}  # cat "kernel" only: name -> [calls, us]
     kernels, kernel_us = 0, 0.0
     ops: dict[tuple, list] = {}  # (pid, tid) -> [(ts, end, name)]
     for e in trace_events(path):
@@ -79,6 +82,9 @@ def summarize(path: str, top: int = 5) -> dict:
             if cat == "kernel":
                 kernels += 1
                 kernel_us += dur
+                row = kernel_names.setdefault(name, [0, 0.0])
+                row[0] += 1
+                row[1] += dur
         elif cat == "cpu_op":
             ops.setdefault((e.get("pid"), e.get("tid")), []).append((float(e["ts"]), float(e["ts"]) + dur, name))
     host = _self_times(ops)
@@ -87,8 +93,14 @@ def summarize(path: str, top: int = 5) -> dict:
         ranked = sorted(table.items(), key=lambda kv: -kv[1][1])[:top]
         return [{"name": k, "calls": c, "ms": round(us / 1e3, 3)} for k, (c, us) in ranked]
 
+    per_function: dict[str, int] = {}
+    for name, (calls, _us) in kernel_names.items():
+        fn = function_name(name)
+        per_function[fn] = per_function.get(fn, 0) + calls
+    top_kernels = [dict(r, function_calls=per_function.get(function_name(r["name"]), r["calls"]))
+                   for r in rows(kernel_names)]
     return {"top_device": rows(device), "top_host_self": rows(host), "kernels": kernels,
-            "kernel_ms": round(kernel_us / 1e3, 3)}
+            "kernel_ms": round(kernel_us / 1e3, 3), "top_kernels": top_kernels}
 
 
 def _self_times(ops: dict[tuple, list]) -> dict[str, list]:

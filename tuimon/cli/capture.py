@@ -11,13 +11,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..analysis import stall
-from ..capture import kineto_windows, nsys_session
-from ..capture.client import MEMORY_STEPS, CaptureClient, CaptureRefused, window_steps
+from ..capture import backends, kineto_windows, nsys_session
+from ..capture.client import MEMORY_STEPS, CaptureRefused, window_steps
 from ..capture.cost import StepLog, describe, expected_pause, window_cost
+from ..capture.ncu import with_ncu_commands
 from ..capture.summary import summarize
 from ..channel import ChannelError
 from ..channel.control import KIND_MEMORY
-from ..channel.paths import program_name
 from ..channel.text import count, safe_text
 from ..model import CaptureStatus, WindowCost, to_json
 from ..monitor.target import open_channel
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import argparse
     from typing import TextIO
 
-    from ..channel.reader import SegmentInfo, SegmentReader
+    from ..channel.reader import SegmentReader
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 COST_WAIT_S = 15.0  # after a window: for the steps just past its end, whose times tell its cost
@@ -63,11 +63,11 @@ def cmd_capture(args: argparse.Namespace) -> int:
             print(f"tuimon: PID {info.pid} {why}: a window of {count(steps, 'step')} opens at its next step and "
                   "would wait for it; --seconds 10 takes a time window", file=sys.stderr)
             return 2
-        client = (None if memory else nsys_session.for_job(info, lambda: reader.steps)) or \
-            (None if memory else _kineto(info, reader, seconds, out)) or \
-            CaptureClient(info.path, info.pid, info.start_ticks)
-        kind = "memory" if memory else kineto_windows.KIND if isinstance(client, kineto_windows.KinetoWindows) \
-            else safe_text(info.meta.capture_kind, 40)
+        now = reader.now()
+        client = backends.choose(info, lambda: reader.steps, backends.Ask(steps, seconds, memory),
+                                 now.source if now is not None else None,
+                                 say=lambda s: print(f"  ({s})", file=out, flush=True))
+        kind = backends.kind_of(client, memory, safe_text(info.meta.capture_kind, 40))
         before = client.status()  # the job's last window, whose cost tells what the next one will cost
         seq = client.request(steps=steps, seconds=seconds, kind=KIND_MEMORY if memory else 0)
         what = f"{seconds:g} s" if seconds is not None else count(steps, "step")
@@ -79,7 +79,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
             if before.state == "done" and before.kind == kind and steps else None
         if last_cost is not None and (note := expected_pause(last_cost, steps)):
             print(f"  ({note})", file=out, flush=True)
-        session = isinstance(client, (nsys_session.SessionWindows, kineto_windows.KinetoWindows))
+        session = backends.runs_here(client)
         if session:
             note = kineto_windows.COST_NOTE if kind == kineto_windows.KIND else nsys_session.COST_NOTE
             print(f"  ({note})", file=out, flush=True)
@@ -90,7 +90,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
         if (unfinished := _unfinished(st, kind, session, seq, args.timeout, pid)) is not None:
             print(f"tuimon: {unfinished}", file=sys.stderr)
             return 1
-        return _report(st, kind, session, args, out, lambda: _cost(st, log, drain, reader))
+        return _report(st, kind, session, args, out, lambda: _cost(st, log, drain, reader),
+                       ncu_for=(pid, [str(a) for a in info.meta.argv] or _cmdline(pid)))
     except (ChannelError, CaptureRefused) as e:
         print(f"tuimon: {e}", file=sys.stderr)
         return 2
@@ -107,7 +108,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
                   "l lists the captures)", file=sys.stderr)
         return INTERRUPTED
     finally:
-        if isinstance(client, (nsys_session.SessionWindows, kineto_windows.KinetoWindows)):
+        if client is not None and backends.runs_here(client):
             client.close()  # (a window cut short by --timeout or Ctrl-C: nsys still writes its report)
         if reader is not None:
             reader.close()
@@ -129,8 +130,9 @@ def _unfinished(st: CaptureStatus, kind: str, session: bool, seq: int, timeout: 
 
 
 def _report(st: CaptureStatus, kind: str, session: bool, args: argparse.Namespace, out: TextIO,
-            cost_of: Callable[[], WindowCost | None]) -> int:
-    """A window done: its cost to the job, then its summary (or where nsys will write its report)."""
+            cost_of: Callable[[], WindowCost | None], ncu_for: tuple[int, list[str]]) -> int:
+    """A window done: its cost to the job, then its summary (or where nsys will write its report) and
+    the ncu commands of its top kernels (ncu_for: the job's pid and command line)."""
     cost = cost_of()
     st = replace(st, cost=cost)
     covered = window_steps(st.state, st.first_step, st.last_step)
@@ -143,38 +145,20 @@ def _report(st: CaptureStatus, kind: str, session: bool, args: argparse.Namespac
         if args.json:
             print(json.dumps(to_json(st)))
         return 0
-    result = summarize(st)
+    result = with_ncu_commands(summarize(st), st, *ncu_for)
     print(safe_text(result.file or "", 1000), file=out)
     if result.error:
         print(f"tuimon: {result.error}", file=sys.stderr)
     for line in result.lines:
         print(line, file=out)
+    if result.ncu_commands:
+        print("one launch of each top kernel in Nsight Compute (a new run of the job; capture/ncu.py says which):",
+              file=out)
+        for c in result.ncu_commands:
+            print("  " + safe_text(c, 4000), file=out)
     if args.json:
-        print(json.dumps(to_json(replace(st, summary=result))))
+        print(json.dumps(dict(to_json(replace(st, summary=result)), ncu_commands=result.ncu_commands)))
     return 0 if result.state == "done" else 1
-
-
-def _kineto(info: SegmentInfo, reader: SegmentReader, seconds: float | None, out: TextIO) -> \
-        kineto_windows.KinetoWindows | None:
-    """Kineto's on-demand windows for a job that asks this host's endpoint (started with
-    KINETO_USE_DAEMON=1, as `tuimon run` starts jobs); None: the probe's window. Kineto counts its
-    iterations at optimizer steps: a job whose steps are counted otherwise gets the probe's window
-    of steps; and a window in seconds is the probe's (Kineto's duration trace, asked for 0.5 s on
-    torch 2.13, recorded ~10 s from the config's arrival: 22 MiB, the loop 10x its worst step)."""
-    if kineto_windows.why_not(info.pid) is not None:
-        return None
-    now = reader.now()
-    if seconds is not None:
-        print("  (a torch.profiler window through the probe: Kineto's time windows record from the config's "
-              "arrival, seconds longer than asked)", file=out, flush=True)
-        return None
-    if now is None or now.source != "optimizer":
-        print("  (a torch.profiler window through the probe: Kineto counts optimizer steps, and this job's steps "
-              f"are counted by {now.source if now else 'nothing yet'})", file=out, flush=True)
-        return None
-    print("  (asking Kineto's endpoint: the job polls it every 5 s)", file=out, flush=True)
-    return kineto_windows.for_job(info.pid, info.start_ticks, program_name(list(info.meta.argv)),
-                                  lambda: reader.steps, say=lambda s: print(f"  ({s})", file=out, flush=True))
 
 
 def no_steps_coming(reader: SegmentReader, log: StepLog) -> str | None:
@@ -219,6 +203,15 @@ def progress_line(st: CaptureStatus) -> str:
     message = safe_text(st.message, 200)
     parts = [f"{st.state}:", steps, message if message != st.state else ""]
     return " ".join(p for p in parts if p)
+
+
+def _cmdline(pid: int) -> list[str]:
+    """The job's command line from /proc (a channel whose header holds no argv)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
 
 
 def _wait_for_report(report: str, timeout: float) -> bool:

@@ -7,7 +7,7 @@ Every type is a frozen dataclass that goes to JSON and back (codec.py): recordin
 NA carrying its reason, never a made-up number."""
 
 from .baseline import BASELINE_VERSION, Baseline, Comparison, PeakMemory, PhaseDelta
-from .capture import CaptureStatus, CaptureSummary, WindowCost
+from .capture import CaptureStatus, CaptureSummary, KernelRow, WindowCost
 from .codec import BadValue, from_json, to_json
 from .cycle import Cycle
 from .gpu import GpuProcess, GpuSample
@@ -37,7 +37,7 @@ from .training import (
 from .values import NA, is_na, num, reason
 
 __all__ = [
-    "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PeakMemory", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "CommTimes", "CopyTimes", "Cycle", "DataParallelTimes", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "HotLine", "JobEnd", "Memory", "MemoryGrowth", "OpCounts",
+    "BASELINE_VERSION", "NA", "Baseline", "Comparison", "PeakMemory", "PhaseDelta", "BadValue", "CaptureStatus", "CaptureSummary", "KernelRow", "CommTimes", "CopyTimes", "Cycle", "DataParallelTimes", "GpuProcess", "GpuSample", "GpuTimes", "HostSample", "HotLine", "JobEnd", "Memory", "MemoryGrowth", "OpCounts",
     "OUTSIDE_PHASE", "OutsideLines",
     "PhaseRow", "ProcRow", "ProcessSample", "RangeRow", "RankRow", "StepInProgress", "StepTimes", "Straggler", "SyncSite", "Syncs", "TrainingSnapshot",
     "ProcessSteps", "TimelineStep", "WindowCost", "from_json", "is_na", "num", "reason", "to_json",

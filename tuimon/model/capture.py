@@ -11,6 +11,18 @@ BUSY: tuple[CaptureState, ...] = ("armed", "capturing", "writing")  # a window i
 
 
 @record
+class KernelRow:
+    """One of a window's top GPU kernels: its name as the trace or report has it, its launches and
+    time in the window, and the launches of every kernel of its function name (what ncu's
+    --launch-skip counts: capture/ncu.py)."""
+
+    name: str
+    calls: int
+    ms: float
+    function_calls: int = 0
+
+
+@record
 class CaptureSummary:
     state: str  # 'pending' (being read) | 'done' | 'failed' | 'waiting' (nsys has not written it yet)
     file: str | None = None
@@ -19,6 +31,8 @@ class CaptureSummary:
     error: str | None = None  # why it failed
     kernels_per_step: float | None = None  # GPU kernels the window ran, per step (torch.profiler windows)
     kernel_us: float | None = None  # their mean duration
+    kernels: list[KernelRow] = field(default_factory=list)  # the top kernels (torch.profiler, Kineto, nsys)
+    ncu_commands: list[str] = field(default_factory=list)  # Nsight Compute, one per top kernel (capture/ncu.py)
 
 
 @record

@@ -183,7 +183,7 @@ class LiveSession:
         if training is not None and training.probe_notes:  # (the probe's own failures: never in the job's stderr)
             problems["probe"] = "; ".join(training.probe_notes)
         if training is not None:
-            capture = self.captures.status(view, problems)
+            capture = self.captures.status(view, problems, training.step_source)
             if self.procs is not None and training.pid == self.pid:
                 # its CPU is read from the next cycle on; before the first step, the main thread's
                 # (the probe's loop thread until a step says otherwise: tid = pid)

@@ -30,10 +30,10 @@ def capture_panel(view: View, steps: int, refused: Refusal | None = None) -> Tex
         why = view.problems.get("capture")
         return Text(safe_text(why) if why else "captures need a live job with the probe (tuimon attach / run)",
                     "red" if why else "dim")
-    kind = safe_text(t.capture_kind or "torch.profiler", 40)
+    kind = "kineto" if c.kind == "kineto" else safe_text(t.capture_kind or "torch.profiler", 40)  # (Kineto: chosen at c)
     what = count(steps, "step") if t.steps > 0 else "10 s (no steps seen)"
     if c.busy:
-        out.append(f"capture {c.seq} {c.state}", "bold yellow")
+        out.append(f"capture {c.seq} {c.state}" if c.seq else f"capture {c.state}", "bold yellow")
         covered = window_steps(c.state, c.first_step, c.last_step)
         if covered:
             out.append("  " + covered)
@@ -49,7 +49,7 @@ def capture_panel(view: View, steps: int, refused: Refusal | None = None) -> Tex
     if refused is not None and (refused.seq, refused.state) == (c.seq, c.state):
         out.append("\nc refused: ", "bold red")
         out.append(safe_text(refused.message, 160))
-    if c.state == "idle" and c.kind == "nsys" and c.message:
+    if c.state == "idle" and c.kind in ("nsys", "kineto") and c.message:
         out.append("\n" + safe_text(c.message, 120), "dim")  # (what a window costs the job, said before the first)
     if c.state == "failed":
         out.append(f"\nlast capture {c.seq} failed: ", "bold red")
@@ -61,6 +61,7 @@ def capture_panel(view: View, steps: int, refused: Refusal | None = None) -> Tex
         out.append(safe_text(((s.file if s else None) or c.path).rsplit("/", 1)[-1], 90))
         if s and s.size:
             out.append(f"  {human_bytes(s.size)}")
+        out.append(f"  ({safe_text(c.kind, 20)})", "dim")  # (which kind ran: kineto, torch.profiler, nsys, memory)
         if c.cost is not None:
             out.append("\n  " + describe(c.cost), "red" if c.cost.ratio > BUDGET else "dim")
         if s and s.error:

@@ -44,6 +44,9 @@ class CapturesScreen(ViewScreen):
         if done:
             s = done[-1]
             lines = ([s.file or ""] + ([s.error] if s.error else []) + s.lines)
+            if s.ncu_commands:  # (kept whole: a command cut short cannot be pasted)
+                lines += ["one launch of each top kernel in Nsight Compute (a new run of the job):"] + s.ncu_commands
         else:
             lines = ["no finished capture yet (c on the main screen)"]
-        self.query_one("#capture-summary", Panel).show(Text("\n".join(safe_text(str(x), 120) for x in lines)))
+        self.query_one("#capture-summary", Panel).show(Text("\n".join(safe_text(str(x), 4000 if str(x).startswith("ncu ")
+                                                                                    else 120) for x in lines)))

@@ -1,0 +1,112 @@
+"""Which client takes a job's capture windows, chosen here for `tuimon capture` and the TUI's `c`
+alike (issue 42: one place): the job's nsys session (`tuimon run --nsys`), Kineto's on-demand path
+(a job started with KINETO_USE_DAEMON=1 that asks this host's endpoint: capture/kineto_windows.py),
+or the probe's control block (torch.profiler and memory windows). Every client has the same
+interface, `WindowClient`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from ..channel.paths import program_name
+from ..model import CaptureStatus
+from . import kineto_windows, nsys_session
+from .client import CaptureClient
+
+if TYPE_CHECKING:
+    from ..channel.reader import SegmentInfo
+
+
+class WindowClient(Protocol):
+    """A job's capture windows: CaptureClient (the probe's), nsys_session.SessionWindows,
+    kineto_windows.KinetoWindows."""
+
+    def status(self) -> CaptureStatus: ...
+
+    def request(self, steps: int | None = None, seconds: float | None = None, kind: int = 0) -> int: ...
+
+    def wait(self, seq: int, timeout: float, on_change: Callable[[CaptureStatus], object] | None = None,
+             on_poll: Callable[[], object] | None = None) -> CaptureStatus: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Ask:
+    """The window asked for: steps or seconds; memory (the allocator's history: the probe's)."""
+    steps: int | None
+    seconds: float | None
+    memory: bool = False
+
+
+def kineto_why_not(pid: int, ask: Ask | None, step_source: str | None) -> str | None:
+    """Why this window does not go through Kineto's path, in words; None when it is tried (the
+    endpoint is then asked, which can take ~6.5 s). Fast: reads /proc/PID/environ only."""
+    if ask is None:
+        return "no window asked for yet"
+    if ask.memory:
+        return "a memory window is the probe's"
+    if (why := kineto_windows.why_not(pid)) is not None:
+        return why
+    if ask.seconds is not None:  # (Kineto's duration trace, asked for 0.5 s on torch 2.13: ~10 s, 22 MiB)
+        return "Kineto's time windows record from the config's arrival, seconds longer than asked"
+    if step_source != "optimizer":
+        return f"Kineto counts optimizer steps, and this job's steps are counted by {step_source or 'nothing yet'}"
+    return None
+
+
+def may_wait(info: SegmentInfo, ask: Ask | None, step_source: str | None, current: WindowClient | None) -> bool:
+    """Whether choose() may wait for Kineto's endpoint (up to kineto_windows.REGISTER_WAIT_S):
+    then it belongs on a worker, never on the sampler thread nor the UI's."""
+    if info.meta.nsys_session or kineto_why_not(info.pid, ask, step_source) is not None:
+        return False
+    return not isinstance(current, kineto_windows.KinetoWindows)
+
+
+def choose(info: SegmentInfo, steps_now: Callable[[], int], ask: Ask | None = None, step_source: str | None = None,
+           current: WindowClient | None = None, say: Callable[[str], object] | None = None) -> WindowClient:
+    """The client for this job's next window (ask None: the one to follow before any is asked):
+    its nsys session's; Kineto's, when kineto_why_not() is None and the job asks the endpoint
+    (waits up to ~6.5 s for that: may_wait() says when); else the probe's. current: the client
+    in use, kept when it is still the right kind (the caller closes it otherwise). say: why a job
+    in Kineto's daemon mode gets the probe's window this time. Raises CaptureRefused (nsys not
+    found) and ChannelError (the segment gone)."""
+    if info.meta.nsys_session and not (ask is not None and ask.memory):  # (memory: the probe's, in any job)
+        if isinstance(current, nsys_session.SessionWindows):
+            return current
+        found = nsys_session.for_job(info, steps_now)
+        assert found is not None  # (the session is named)
+        return found
+    why = kineto_why_not(info.pid, ask, step_source)
+    if why is None:
+        if isinstance(current, kineto_windows.KinetoWindows) and current.endpoint.registered(info.pid):
+            return current
+        if say is not None:
+            say("asking Kineto's endpoint: the job polls it every 5 s")
+        k = kineto_windows.for_job(info.pid, info.start_ticks, program_name(list(info.meta.argv)), steps_now, say=say)
+        if k is not None:
+            return k
+    elif say is not None and ask is not None and not ask.memory and kineto_windows.why_not(info.pid) is None:
+        say(f"a torch.profiler window through the probe: {why}")
+    if isinstance(current, CaptureClient):
+        return current
+    return CaptureClient(info.path, info.pid, info.start_ticks)
+
+
+def kind_of(client: WindowClient, memory: bool, probe_kind: str) -> str:
+    """What a window of this client is called ('nsys', 'kineto', 'torch.profiler', 'memory')."""
+    if memory:
+        return "memory"
+    if isinstance(client, kineto_windows.KinetoWindows):
+        return kineto_windows.KIND
+    if isinstance(client, nsys_session.SessionWindows):
+        return "nsys"
+    return probe_kind
+
+
+def runs_here(client: WindowClient) -> bool:
+    """Whether the window is run from this monitor (nsys start/stop, Kineto's endpoint) rather than
+    by the job's probe: it ends with this process."""
+    return isinstance(client, (nsys_session.SessionWindows, kineto_windows.KinetoWindows))
