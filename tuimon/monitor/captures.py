@@ -88,20 +88,26 @@ class Captures:
         if memory and isinstance(client, nsys_session.SessionWindows):
             raise CaptureRefused("this job's windows are its nsys session's here: `tuimon capture PID --memory` asks "
                                  "its probe for a memory window")
-        if client.status().busy:
-            raise CaptureRefused(f"capture {client.status().seq} is {client.status().state}: one at a time")
         reader = shown.source.reader
         ask = Ask(steps, seconds, memory)
+        self.note = None
         what = f"{'memory ' if memory else ''}capture {{}} asked: {count(steps, 'step') if steps else f'{seconds:g} s'}"
         if backends.may_wait(reader.info, ask, self._source, client):
+            _one_at_a_time(client)
             with self._lock:
                 self._asking = CaptureStatus(seq=0, state="armed", kind="kineto", message=ASKING)
                 generation = self._generation
             threading.Thread(target=self._choose_and_request, args=(shown, ask, generation),
                              name="tuimon-capture-choose", daemon=True).start()
             return what.format("") + " (" + ASKING + ")"
-        chosen = self._swap(backends.choose(reader.info, lambda: reader.steps, ask, self._source, current=client,
-                                            say=self._said))
+        chosen = backends.choose(reader.info, lambda: reader.steps, ask, self._source, current=client, say=self._said)
+        if chosen is not client:
+            try:
+                _one_at_a_time(client)  # (the client replaced is closed: not while its window runs)
+            except CaptureRefused:
+                chosen.close()
+                raise
+            self._swap(chosen)
         return what.format(chosen.request(steps=steps, seconds=seconds, kind=KIND_MEMORY if memory else 0))
 
     def _said(self, words: str) -> None:
@@ -156,3 +162,10 @@ class Captures:
         """The session ends: the client closed, the summary being made killed."""
         self.close()
         self.summaries.stop()
+
+
+def _one_at_a_time(client: WindowClient) -> None:
+    """Raises CaptureRefused while the client's window is under way (it would be closed)."""
+    st = client.status()
+    if st.busy:
+        raise CaptureRefused(f"a capture is already {st.state} (one at a time)")

@@ -149,7 +149,8 @@ class MonitorState:
         self._last_step = 0
         self.gpu_note: str | None = None
         self.capture: CaptureStatus | None = None
-        self.captures: dict[int, CaptureStatus] = {}  # request seq -> last state seen (this session)
+        self.captures: dict[tuple[bool, int], CaptureStatus] = {}  # (Kineto's?, seq) -> last state seen, first seen
+        # first (a Kineto window's seq counts from 1 beside the probe's or the nsys session's)
         self.problems: dict[str, str] = {}
         self.channel: str | NA | None = None
         self.shown_why: str | None = None
@@ -230,7 +231,7 @@ class MonitorState:
         if c.capture is not None:
             self.capture = c.capture
             if c.capture.seq:
-                self.captures[c.capture.seq] = c.capture
+                self.captures[(c.capture.kind == "kineto", c.capture.seq)] = c.capture
         if c.channel is not None:
             self.channel, self.shown_why = c.channel, c.shown_why
         self.gpu_note = c.gpu_note
@@ -295,7 +296,7 @@ class MonitorState:
         return View(training=self.training, process=self.process, gpus=gpus, step_ms=list(self._step_ms),
                     verdict=verdict, target_gpus=self.target_gpus(),
                     gpu_note=self.gpu_note, paused=paused, capture=self.capture,
-                    captures=[self.captures[k] for k in sorted(self.captures)], problems=dict(self.problems),
+                    captures=list(self.captures.values()), problems=dict(self.problems),
                     channel=self.channel, shown_why=self.shown_why,
                     step_columns=self._series(self._done_steps, lambda c: c.step_ms.value),
                     gpu_step_columns=self._series(self._done_gpu_steps, lambda c: c.gpu_step_ms.value),
@@ -358,7 +359,7 @@ class MonitorState:
         gpm = any(self.gpus[i].gpm for i in used)
         has_channel = self.training is not None or not isinstance(self.channel, NA)
         e = evidence.build(self.training, self._live_process, means, gpm,
-                           [self.captures[k] for k in sorted(self.captures)], has_channel,
+                           list(self.captures.values()), has_channel,
                            len(self.ranks), straggler, comm_share, rows=self.ranks, power_share=self._power_share(used),
                            outside=self.outside if self.training is None else None,
                            cpus=self.host.cpus if self.host is not None else None, on_gpu=bool(self.target_gpus()))
