@@ -28,7 +28,7 @@ from tuimon.channel import SegmentReader, SegmentWriter
 from tuimon.channel import layout as L
 from tuimon.channel.control import open_control
 from tuimon.channel.meta import JobMeta
-from tuimon.monitor.captures import Captures
+from tuimon.monitor.captures import ASKING, Captures
 from tuimon.monitor.summaries import SummaryWorker
 from tuimon.monitor.training import TrainingView
 from tuimon.sources.channel import ChannelSource
@@ -112,7 +112,8 @@ def test_c_on_a_job_in_kinetos_daemon_mode_takes_a_kineto_window_off_the_sampler
     try:
         problems: dict = {}
         first = captures.status(view, problems, "optimizer")
-        assert first.kind != "kineto" and isinstance(captures.client, CaptureClient)  # (before `c`)
+        assert isinstance(captures.client, CaptureClient)  # (before `c`: the probe's client; the line says kineto)
+        assert (first.state, first.kind) == ("idle", "kineto") and "c asks its endpoint first" in first.message
         t0 = time.monotonic()
         said = captures.request(5, None, False, "-")
         t_request = time.monotonic() - t0
@@ -153,8 +154,8 @@ def test_a_daemon_job_that_never_asks_the_endpoint_gets_the_probes_window(daemon
         try:
             assert _until(lambda: ctl.read_request().seq == 1, 10)  # the probe's window, asked after the wait
             problems: dict = {}
-            st = _until(lambda: (s := captures.status(view, problems, "optimizer")).kind != "kineto" and s, 5)
-            assert st and isinstance(captures.client, CaptureClient), st
+            assert _until(lambda: captures.status(view, problems, "optimizer").message != ASKING, 5)
+            assert isinstance(captures.client, CaptureClient)
             assert "did not ask Kineto's endpoint within 0.5 s" in problems["capture"], problems
         finally:
             fv.close()
@@ -208,6 +209,7 @@ async def test_c_in_the_tui_takes_a_kineto_window_and_l_shows_its_ncu_commands(d
             end = time.monotonic() + 20
             while time.monotonic() < end and "c: capture" not in panel("#capture"):
                 await pilot.pause(0.05)
+            assert "c: capture 10 steps with kineto" in panel("#capture"), panel("#capture")  # (what c takes, said)
             app._set_steps(5)
             await pilot.press("c")
             end = time.monotonic() + 40

@@ -81,8 +81,8 @@ def choose(info: SegmentInfo, steps_now: Callable[[], int], ask: Ask | None = No
         return found
     why = kineto_why_not(info.pid, ask, step_source)
     if why is None:
-        if isinstance(current, kineto_windows.KinetoWindows) and current.endpoint.registered(info.pid):
-            return current
+        if isinstance(current, kineto_windows.KinetoWindows):
+            return current  # (its endpoint holds the name: a job that stopped asking it is refused in words)
         if say is not None:
             say("asking Kineto's endpoint: the job polls it every 5 s")
         k = kineto_windows.for_job(info.pid, info.start_ticks, program_name(list(info.meta.argv)), steps_now, say=say)

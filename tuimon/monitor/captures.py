@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from ..capture import backends, nsys_session
 from ..capture.backends import Ask, WindowClient
-from ..capture.client import CaptureRefused
+from ..capture.client import CaptureClient, CaptureRefused
 from ..capture.cost import window_cost
 from ..capture.ncu import with_ncu_commands
 from ..channel import ChannelError
@@ -26,6 +26,7 @@ from .summaries import SummaryWorker
 from .training import TrainingView
 
 ASKING = "asking Kineto's endpoint (the job polls it every 5 s)"
+NEXT = "the job is in Kineto's daemon mode: c asks its endpoint first (the probe's window if it does not answer)"
 
 
 class Captures:
@@ -39,6 +40,7 @@ class Captures:
         self._asking: CaptureStatus | None = None  # while the chooser's thread asks Kineto's endpoint
         self._generation = 0  # one more at every close(): a chooser's answer for a process no longer shown is dropped
         self.note: str | None = None  # why the last window of a job in Kineto's daemon mode was the probe's
+        self._daemon_pid, self._daemon = 0, False  # whether that process is in Kineto's daemon mode
 
     def status(self, shown: TrainingView, problems: dict, step_source: str | None = None) -> CaptureStatus | None:
         """The capture state of the shown process (a client opened for it if none is); a done
@@ -56,6 +58,8 @@ class Captures:
         except (ChannelError, CaptureRefused) as e:
             problems["capture"] = str(e)
             return None
+        if status.state == "idle" and self._kineto_next(shown, client, step_source):
+            status = replace(status, kind="kineto", message=NEXT)  # (what `c` takes: the line says kineto)
         if self.note:
             problems["capture"] = self.note
         if status.state == "done":
@@ -63,6 +67,15 @@ class Captures:
             summary = with_ncu_commands(self.summaries.summary(status), status, info.pid, list(info.meta.argv))
             status = replace(status, summary=summary, cost=self._cost(shown, status))
         return status
+
+    def _kineto_next(self, shown: TrainingView, client: WindowClient, step_source: str | None) -> bool:
+        """Whether `c` would try Kineto's path now (the job's environment read once per process)."""
+        if not isinstance(client, CaptureClient):
+            return False
+        pid = shown.source.reader.info.pid
+        if self._daemon_pid != pid:
+            self._daemon_pid, self._daemon = pid, backends.kineto_why_not(pid, Ask(1, None), "optimizer") is None
+        return self._daemon and step_source == "optimizer"
 
     def _cost(self, shown: TrainingView, status: CaptureStatus) -> WindowCost | None:
         """What the done window cost the job, from the shown process's own step times (None until
@@ -91,7 +104,7 @@ class Captures:
         reader = shown.source.reader
         ask = Ask(steps, seconds, memory)
         self.note = None
-        what = f"{'memory ' if memory else ''}capture {{}} asked: {count(steps, 'step') if steps else f'{seconds:g} s'}"
+        what = f"{'memory ' if memory else ''}capture {{}}asked: {count(steps, 'step') if steps else f'{seconds:g} s'}"
         if backends.may_wait(reader.info, ask, self._source, client):
             _one_at_a_time(client)
             with self._lock:
@@ -108,7 +121,7 @@ class Captures:
                 chosen.close()
                 raise
             self._swap(chosen)
-        return what.format(chosen.request(steps=steps, seconds=seconds, kind=KIND_MEMORY if memory else 0))
+        return what.format(f"{chosen.request(steps=steps, seconds=seconds, kind=KIND_MEMORY if memory else 0)} ")
 
     def _said(self, words: str) -> None:
         if words.startswith("a torch.profiler window"):
