@@ -39,8 +39,10 @@ import pyte
 IDLE_S = 0.02  # no output this long: emulate what came
 
 
-def first_frame(cmd: list[str], cols: int, rows: int, want: int, timeout: float) -> tuple[float | None, str]:
-    """(seconds from spawn until `want` non-empty rows, or None; the screen's last non-empty line)."""
+def first_frame(cmd: list[str], cols: int, rows: int, want: int, timeout: float, show: bool = False
+                ) -> tuple[float | None, str]:
+    """(seconds from spawn until `want` non-empty rows, or None; the screen's last non-empty line).
+    show: print the non-empty rows after each read, and the screen once it has them."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows))
@@ -65,7 +67,10 @@ def first_frame(cmd: list[str], cols: int, rows: int, want: int, timeout: float)
                     continue
             for t, data in pending:  # idle (or ended): emulate what came
                 stream.feed(data)
-                if sum(1 for line in screen.display if line.strip()) >= want:
+                n = sum(1 for line in screen.display if line.strip())
+                if show:
+                    print(f"  {t:.3f} s: {len(data)} bytes, {n} non-empty rows")
+                if n >= want:
                     found = t
                     break
             pending.clear()
@@ -82,6 +87,8 @@ def first_frame(cmd: list[str], cols: int, rows: int, want: int, timeout: float)
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
         os.close(master)
+    if show:
+        print("\n".join(screen.display))
     last = next((line.strip() for line in reversed(screen.display) if line.strip()), "")
     return found, last
 
@@ -93,6 +100,7 @@ def main() -> None:
     ap.add_argument("--size", default="120x40")
     ap.add_argument("--rows", type=int, default=15, help="non-empty rows that make a frame (default 15)")
     ap.add_argument("--timeout", type=float, default=10.0)
+    ap.add_argument("--show", action="store_true", help="each read's rows, and the screen at the frame")
     args = ap.parse_args()
     cols, rows = (int(x) for x in args.size.split("x"))
     programs = {}
@@ -105,7 +113,7 @@ def main() -> None:
         first_frame(cmd, cols, rows, args.rows, args.timeout)
     for k in range(args.starts):
         for name, cmd in programs.items():
-            t, last = first_frame(cmd, cols, rows, args.rows, args.timeout)
+            t, last = first_frame(cmd, cols, rows, args.rows, args.timeout, args.show)
             times[name].append(t)
             print(f"start {k + 1}: {name:<12} {'no frame' if t is None else f'{t:.3f} s'}", flush=True)
             if t is None:
