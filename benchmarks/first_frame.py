@@ -120,13 +120,14 @@ def main() -> None:
                 notes[name] = last[:100]
     print(f"\nfirst frame: spawn until {args.rows} non-empty rows of {cols}x{rows} (pyte), {args.starts} alternating "
           "starts each")
-    print(f"{'program':<14}{'min s':>8}{'median s':>10}{'max s':>8}{'frames':>8}")
+    w = max(14, *(len(name) + 2 for name in times))
+    print(f"{'program':<{w}}{'min s':>8}{'median s':>10}{'max s':>8}{'frames':>8}")
     for name, ts in times.items():
         ok = [t for t in ts if t is not None]
         if ok:
-            print(f"{name:<14}{min(ok):>8.3f}{statistics.median(ok):>10.3f}{max(ok):>8.3f}{len(ok):>5}/{len(ts)}")
+            print(f"{name:<{w}}{min(ok):>8.3f}{statistics.median(ok):>10.3f}{max(ok):>8.3f}{len(ok):>5}/{len(ts)}")
         else:
-            print(f"{name:<14}{'n/a':>8}{'n/a':>10}{'n/a':>8}{0:>5}/{len(ts)}")
+            print(f"{name:<{w}}{'n/a':>8}{'n/a':>10}{'n/a':>8}{0:>5}/{len(ts)}")
     for name, why in notes.items():
         print(f"  {name}: no frame; last line: {why!r}")
 
