@@ -11,4 +11,7 @@ if [ "${1:-}" = test ]; then
 elif ! .venv/bin/python -c "import torch" 2>/dev/null; then
   pip install "$(grep -E '^torch==' requirements-dev.txt)"   # for the demo workload
 fi
+# An editable install compiles nothing: bytecode now, or (with PYTHONDONTWRITEBYTECODE set) every start of
+# the monitor compiles tuimon again (+0.5 s to the first frame on the dev machine; benchmarks/first_frame.py)
+.venv/bin/python -m compileall -q tuimon >/dev/null || true
 .venv/bin/python -c "import tuimon, torch" || { echo "setup failed: see the pip output above" >&2; exit 1; }
