@@ -108,3 +108,15 @@ def test_comm_bound_says_the_mean_of_the_ranks_from_two():
     e = dict(steps=50, step_ms=30.0, data_share=0.01, sync_share=0.0, comm_share=0.3)
     assert "(the mean of 2 ranks)" in diagnose(Evidence(**e, ranks=2)).evidence
     assert "the mean of" not in diagnose(Evidence(**e, ranks=1)).evidence
+
+
+def test_an_oom_with_as_much_reserved_unallocated_as_it_asked_is_fragmentation():
+    from tuimon.analysis.verdicts.exited import oom_step
+
+    def said(asked: str, spare: str) -> str:
+        return oom_step(f"CUDA out of memory. Tried to allocate {asked}. GPU 0 has a total capacity of 79.10 GiB of "
+                        f"which 1.00 GiB is free. {spare} is reserved by PyTorch but unallocated.", None)
+
+    assert "fragmentation: PYTORCH_CUDA_ALLOC_CONF" in said("2.00 GiB", "2.00 GiB")
+    assert said("2.00 GiB", "1.99 GiB").startswith("the GPU ran out of memory asking for 2.0 GiB (1.0 GiB free on")
+    assert oom_step("CUDA out of memory.", None).startswith("the GPU ran out of memory: a smaller batch")
