@@ -120,3 +120,11 @@ def test_an_oom_with_as_much_reserved_unallocated_as_it_asked_is_fragmentation()
     assert "fragmentation: PYTORCH_CUDA_ALLOC_CONF" in said("2.00 GiB", "2.00 GiB")
     assert said("2.00 GiB", "1.99 GiB").startswith("the GPU ran out of memory asking for 2.0 GiB (1.0 GiB free on")
     assert oom_step("CUDA out of memory.", None).startswith("the GPU ran out of memory: a smaller batch")
+
+
+def test_compute_bound_on_tensor_cores_or_on_the_other_pipes():
+    gpu = dict(steps=50, step_ms=30.0, data_share=0.01, sync_share=0.0, gpm=True, sm_active=95.0, dram_bw=5.0)
+    assert diagnose(Evidence(**gpu, tensor_active=90.0, fp32_active=2.0)).next_step.startswith(
+        "tensor cores 90% busy: the math itself is the limit")
+    assert diagnose(Evidence(**gpu, tensor_active=2.0, fp32_active=90.0)).next_step.startswith(
+        "FP32 pipes 90% busy, tensor cores 2%: move the math to tensor cores")
