@@ -85,3 +85,23 @@ def test_a_moderate_wait_yields_to_a_part_4x_larger_a_high_one_never():
     assert headline(phases={"forward": 0.3, "backward": 0.3}, sync_share=0.15) == \
         "host-bound: launches and Python in the model"  # 60%: 4x 15% outranks it
     assert headline(phases={"forward": 0.3, "backward": 0.3}, sync_share=0.1501) == "sync-bound"
+
+
+def test_outside_the_model_a_wait_for_a_core_counts_from_half_a_percent():
+    phases = {"forward": 0.05, "other": 0.95}
+    assert headline(phases=phases, loop_cpu=89.6, loop_cpu_wait=0.5) == "host-bound: Python outside the model"
+    assert headline(phases=phases, loop_cpu=89.6, loop_cpu_wait=0.49) == "host-bound: the loop waits elsewhere"
+
+
+def test_without_a_step_time_ops_explain_nothing():
+    ops = OpCounts(step=9, total=20, by_phase={"other": 10, "forward": 10})
+    assert headline(phases={"forward": 0.05, "other": 0.95}, ops=ops, step_ms=None) == \
+        "host-bound: Python outside the model"
+
+
+def test_the_host_rule_never_lets_a_high_wait_be_outranked():
+    def host_rule(data: float):
+        v = diagnose(Evidence(**{**BASE, "data_share": data}, phases={"forward": 0.45, "backward": 0.45}))
+        [rule] = [r for r in v.rules if r.code == "host-bound"]
+        return rule.fired
+    assert host_rule(0.1999) is True and host_rule(0.20) is False
