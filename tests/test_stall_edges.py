@@ -74,3 +74,9 @@ def test_the_rank_the_others_wait_for():
     low, high = rank(0, "comm", steps=9), rank(1, "comm", steps=10)
     assert culprits([low, high]) == ([low], [high])
     assert culprits([rank(0, "comm"), rank(1, "comm")]) == ([], [rank(0, "comm"), rank(1, "comm")])
+
+
+def test_a_time_since_a_step_counts_only_once_a_step_was_made():
+    s = check(snap(steps=0, since_step_s=30.0, uptime_s=100.0, now=now("forward", 5.0)))
+    assert s.first_step and not s.stalled and s.quiet_s == 5.0
+    assert not rank_check(rank(0, steps=0, since_s=30.0, phase="forward", phase_s=5.0))
