@@ -57,3 +57,11 @@ def test_a_peak_of_90_percent_of_the_cap_is_full_and_below_it_fragmented():
     assert frag.startswith("the live tensors peak at 90% of") and "fragmentation" in frag
     assert diagnose(Evidence(**BASE, memory=pressure(0.0625))).confidence == "high"  # 1.25x the bar
     assert diagnose(Evidence(**BASE, memory=pressure(0.0624))).confidence == "medium"
+
+
+def test_a_flat_line_never_reaches_the_cap():
+    [rule] = [r for r in diagnose(Evidence(**BASE, memory=growth(rate=0.0, peak_rate=0.0))).rules
+              if r.code == "memory-growth"]
+    assert (rule.checks[-1].value, rule.checks[-1].passed) == ("never (not growing)", False)
+    [rule] = [r for r in diagnose(Evidence(**BASE, memory=growth())).rules if r.code == "memory-growth"]
+    assert (rule.checks[-1].value, rule.checks[-1].passed) == ("~10 min", True)
