@@ -97,3 +97,25 @@ def test_dataloader_workers_at_90_percent_are_busy():
     assert step([90.0, 90.0]).startswith("num_workers=2 and the workers at 90% CPU: more workers")
     assert step([90.0, 89.9]).startswith("num_workers=2, the workers at 90% CPU (not busy)")
     assert diagnose(Evidence(**{**HOST, "data_share": 0.4}, **gpm(30), workers=0)).next_step.startswith("num_workers=0")
+
+
+def rule_of(code_: str, **given):
+    [r] = [r for r in diagnose(Evidence(**given)).rules if r.code == code_]
+    return r
+
+
+def test_the_rules_own_checks_and_words_at_their_edges():
+    full = {c.what: c.passed for c in rule_of("memory-pressure", **HOST, memory=Memory(
+        retries_per_step=0.1, peak_allocated=90, total=100)).checks}
+    assert full["peak of live tensors, of what the allocator may use"] is True
+    assert {c.what: c.passed for c in rule_of("memory-pressure", **HOST, memory=Memory(
+        retries_per_step=0.1, peak_allocated=89, total=100)).checks}[
+        "peak of live tensors, of what the allocator may use"] is False
+    assert [c.what for c in rule_of("stalled", **HOST, ranks=2).checks][1:] == ["ranks stalled"]
+    assert len(rule_of("stalled", **HOST, ranks=1).checks) == 1
+    assert rule_of("straggler", **HOST, ranks=2).why == "fewer than two ranks with enough steps"
+    assert rule_of("straggler", **HOST, ranks=1).why == "one process"
+    s = Straggler(rank=1, pid=7, ratio=2.0, own_ms=20.0, others_ms=0.0, others_measured_ms=0.05)
+    assert "(they measure 0.1," in rule_of("straggler", **HOST, ranks=2, straggler=s).why  # 0.05 ms more: said
+    s = Straggler(rank=1, pid=7, ratio=2.0, own_ms=20.0, others_ms=0.0, others_measured_ms=0.0499)
+    assert "they measure" not in rule_of("straggler", **HOST, ranks=2, straggler=s).why
