@@ -44,3 +44,31 @@ def test_another_process_or_a_counter_that_went_back_starts_over():
     assert b.counted == 94
     b.add(snap(99, 100.0, [1.0] * 99, pid=2))
     assert b.counted == 94 and b.pid == 2
+
+
+def test_a_step_beginning_at_10_s_exactly_counts():
+    b = StepBatches(10)
+    b.add(snap(100, 20.0, [1000.0] * 10))  # steps 91..100 began at 10, 11, ..., 19 s
+    assert b.counted == 10
+
+
+def test_the_same_snapshot_twice_adds_nothing():
+    b = StepBatches(10)
+    b.add(snap(100, 100.0, [100.0] * 10))
+    b.add(snap(100, 100.0, [100.0] * 10))
+    assert (b.counted, b.counted_ms) == (10, 1000.0)
+
+
+def test_as_many_new_steps_as_the_snapshot_holds_are_taken_one_by_one():
+    b = StepBatches(10)
+    b.add(snap(100, 100.0, [100.0] * 10))
+    b.add(snap(110, 101.0, [100.0] * 10))
+    assert [(x.steps, x.ms) for x in b.batches] == [(5, 500.0), (5, 500.0), (5, 500.0), (5, 500.0)]
+
+
+def test_the_end_of_the_last_step_moves_only_with_a_new_step():
+    b = StepBatches(10)
+    b.add(snap(100, 100.0, [100.0] * 10))
+    b.add(TrainingSnapshot(pid=1, steps=100, uptime_s=101.0, since_step_s=None, recent_step_ms=[100.0] * 10))
+    b.add(snap(400, 103.0, [10.0] * 120))  # 300 steps in the 3 s since step 100 ended at 100 s
+    assert b.counted == 310 and b.counted_ms == 4000.0
