@@ -175,3 +175,15 @@ def exit_code_served(code: int) -> float:
 
 def test_an_exit_code_as_a_shell_says_it():
     assert [exit_code_served(c) for c in (0, 1, 255, -1, -15)] == [0, 1, 255, 129, 143]
+
+
+def test_the_sources_served_with_no_job_and_with_one():
+    def sources(state) -> dict[str, float]:
+        return {dict(k[1:])["source"]: v for k, v in samples(state.view()).items() if k[0] == "tuimon_source_up"}
+
+    assert sources(MonitorState()) == {"nvml": 0.0}  # (no job watched: no process, no channel)
+    state = MonitorState()
+    state.apply(Cycle(t=1, process=ProcessSample(pid=1, procs=[])))
+    assert sources(state)["process"] == 1.0
+    h100 = state_from_recording(str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl"))
+    assert sources(h100) == {"nvml": 1.0, "process": 1.0, "channel": 1.0}
