@@ -8,7 +8,15 @@ Each mutant is written into a copy of the repository and the fast tests run agai
 first failure kills it); a mutant that passes every test survived. The score is killed / tried.
 
     .venv/bin/python scripts/mutation_check.py [--sample N --seed S] [--paths tuimon/analysis ...]
-        [--tests FILE ...] [--list]
+        [--tests FILE ...] [--list] [--again OUTPUT]
+
+A scoped run (one module or package, the fast unit tests for it), as the team reruns it:
+
+    .venv/bin/python scripts/mutation_check.py --paths tuimon/analysis/verdicts \\
+        --tests tests/test_diagnosis.py tests/test_rule_edges.py ... > run.txt
+    .venv/bin/python scripts/mutation_check.py --paths tuimon/analysis/verdicts --tests ... --again run.txt
+
+(--again: only the mutants an earlier run's output lists as survivors, after tests were added.)
 
 The fast tests: the test files that import the mutated packages, less their tests that take over
 FAST_S in a first run without mutants (real jobs, real Prometheus: the ones a boundary bug is least
@@ -152,12 +160,16 @@ def main() -> int:
     ap.add_argument("--sample", type=int, help="try this many mutants, drawn at random")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--list", action="store_true", help="list the mutants and stop")
+    ap.add_argument("--again", metavar="OUTPUT", help="try only the survivors named in an earlier run's output")
     args = ap.parse_args()
     files = sorted({str(f.relative_to(ROOT)) for p in args.paths  # a folder's modules, or one module named
                     for f in ([ROOT / p] if (ROOT / p).is_file() else (ROOT / p).rglob("*.py"))})
     if not files:
         sys.exit(f"no module under {args.paths}")
     every = [m for f in files for m in mutants(f)]
+    if args.again:
+        named = set(re.findall(r"^(?:\[\d+/\d+\] SURVIVED |  )(\S+:\d+: .+? -> .+?)\s*$", Path(args.again).read_text(), re.M))
+        every = [m for m in every if m.where() in named]
     chosen = random.Random(args.seed).sample(every, args.sample) if args.sample and args.sample < len(every) else every
     if args.list:
         print("\n".join(m.where() for m in chosen))
