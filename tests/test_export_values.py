@@ -187,3 +187,18 @@ def test_the_sources_served_with_no_job_and_with_one():
     assert sources(state)["process"] == 1.0
     h100 = state_from_recording(str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl"))
     assert sources(h100) == {"nvml": 1.0, "process": 1.0, "channel": 1.0}
+
+
+def test_a_gpu_is_throttled_for_any_reason_but_idle():
+    from tuimon.model import GpuSample
+
+    def gpu_series(**kw) -> dict[str, float]:
+        state = MonitorState()
+        state.apply(Cycle(t=1, gpus=[GpuSample(index=0, name="G", **kw)]))
+        return {name: v for (name, *_), v in samples(state.view()).items() if name.startswith("tuimon_gpu")}
+
+    assert gpu_series(clock_events=["GPU idle"])["tuimon_gpu_throttled"] == 0.0
+    assert gpu_series(clock_events=["GPU idle", "SW power cap"])["tuimon_gpu_throttled"] == 1.0
+    assert gpu_series(clock_events=[])["tuimon_gpu_throttled"] == 0.0
+    coarse = gpu_series(util_gpu=37.0, uses_target=False)
+    assert coarse["tuimon_gpu_utilization_coarse_ratio"] == 0.37 and coarse["tuimon_gpu_used_by_job"] == 0.0

@@ -28,7 +28,8 @@ def test_the_peaks_line_is_over_the_newest_third():
 
 
 def test_the_least_squares_line():
-    assert line([0.0, 1.0, 2.0], [1.0, 3.0, 5.0]) == (2.0, 1.0)
+    assert line([0.0, 1.0, 2.0], [1.0, 3.0, 5.0]) == (2.0, 1.0) and line([0.0, 2.0], [1.0, 5.0]) == (2.0, 1.0)
+    assert line([0.0, 1.0, 2.0], [1.0, 1.0, 1.0]) == (0.0, 0.0)  # (flat: no trend to explain)
     assert line([1.0], [1.0]) == (None, 0.0) and line([1.0, 1.0], [1.0, 2.0]) == (None, 0.0)
 
 
