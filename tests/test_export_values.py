@@ -202,3 +202,11 @@ def test_a_gpu_is_throttled_for_any_reason_but_idle():
     assert gpu_series(clock_events=[])["tuimon_gpu_throttled"] == 0.0
     coarse = gpu_series(util_gpu=37.0, uses_target=False)
     assert coarse["tuimon_gpu_utilization_coarse_ratio"] == 0.37 and coarse["tuimon_gpu_used_by_job"] == 0.0
+
+
+def test_a_channel_that_failed_this_cycle_is_down_with_its_reason():
+    h100 = state_from_recording(str(ROOT / "tests" / "fixtures" / "h100_demo_v2.jsonl"))
+    h100.apply(Cycle(t=10**6, process=ProcessSample(pid=465, procs=[]), problems={"channel": "segment gone"}))
+    up = {dict(k[1:])["source"]: (dict(k[1:])["reason"], v) for k, v in samples(h100.view()).items()
+          if k[0] == "tuimon_source_up"}
+    assert up["channel"] == ("segment gone", 0.0)

@@ -23,8 +23,8 @@ def test_the_growth_line_over_the_newest_60_s():
 
 def test_the_peaks_line_is_over_the_newest_third():
     reads = [(k * S, k, 0.0) for k in range(31)]  # 30 s
-    peaks = [(k * S, k, 0.0 if k < 20 else 100.0 * (k - 20)) for k in range(31)]  # rising from 20 s on
-    assert growth(reads, peaks).peak_rate == 100.0  # 20..30 s: exactly the newest third, 20 s included
+    peaks = [(k * S, k, 0.0 if k < 20 else 500.0 if k == 20 else 100.0 * (k - 20)) for k in range(31)]
+    assert growth(reads, peaks).peak_rate == 77.3  # 20..30 s: exactly the newest third, 20 s included (21..30: 100)
 
 
 def test_the_least_squares_line():
