@@ -68,3 +68,22 @@ def test_a_baseline_of_another_world_size_in_words(then, now, note):
     b = baseline(noisy(3000, 20, 1), world_size=then)
     t, bs = job(noisy(600, 20, 3), world_size=now)
     assert note in compare(b, "b", t, bs).notes
+
+
+def test_welch_from_two_values_a_side_and_the_t_tail_at_0():
+    from tuimon.analysis.regression import student_t_sf, welch
+
+    greater, less = welch([1.0, 3.0], [0.0, 1.0, 2.0])
+    assert greater == pytest.approx(0.246048, abs=1e-6) and less == pytest.approx(1 - greater)  # (scipy.stats.ttest_ind)
+    assert welch([1.0, 3.0], [0.0, 2.0]) == pytest.approx((0.276393, 0.723607), abs=1e-6)
+    assert student_t_sf(0.0, 5) == 0.5 and student_t_sf(1e9, 5) < 1e-40
+
+
+def test_collecting_counts_steps_from_half_a_second_a_step():
+    from tests.test_regression import job
+    from tuimon.analysis.regression import compare
+
+    t, bs = job([500.0] * 4)
+    assert compare(baseline(noisy(3000, 20, 1)), "b", t, bs).progress == "collecting: 2 s of 5 (4 of 10 steps)"
+    t, bs = job([499.0] * 4)
+    assert compare(baseline(noisy(3000, 20, 1)), "b", t, bs).progress.endswith("of 5")
