@@ -166,7 +166,8 @@ def test_a_capture_still_running_at_its_timeout_says_so(shm_dir, tmp_path, monke
     try:
         assert job.stdout.readline().strip() == "training"
         p = tuimon("capture", job.pid, "--steps", 200, "--wait", "--timeout", "0.5")
-        assert p.returncode == 1 and "is still armed after 0.5 s" in p.stderr or "is still capturing after 0.5 s" in p.stderr
+        assert p.returncode == 1, p.stderr
+        assert "is still armed after 0.5 s" in p.stderr or "is still capturing after 0.5 s" in p.stderr
         assert "it goes on in the job" in p.stderr
     finally:
         job.kill()
