@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import ast
 import io
+import os
 import random
 import re
 import shutil
