@@ -256,7 +256,7 @@ def test_a_job_raising_after_10_steps_is_exited_with_its_message(tmp_path):
     assert doc["verdict"]["code"] == "exited" and doc["steps"] == 10
     assert end["exception"] == "RuntimeError: planted failure after 10 steps"
     assert end["frames"][0].startswith("at tests/workloads/present.py:") or "present.py" in end["frames"][0]
-    assert doc["verdict"]["headline"] == "exited: RuntimeError"
+    assert doc["verdict"]["headline"] == "exited (code 1): RuntimeError"  # (its exit code: issue 43 item 12)
     env = {**os.environ, "TUIMON_SHM_DIR": str(tmp_path)}
     r = subprocess.run(tuimon_cmd("run", "--plain", "--interval", "0.5", "--", sys.executable, PRESENT, "raise",
                                   "--steps", 10), env=env, capture_output=True, text=True, timeout=120)

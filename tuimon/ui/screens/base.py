@@ -3,7 +3,7 @@ and it reads the app as tuimon's own (`tuimon`: typed, not cast)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from textual.screen import Screen
 
@@ -18,13 +18,10 @@ class ViewScreen(Screen):
 
     @property
     def tuimon(self) -> TuimonApp:
-        """The app that pushed this screen (always tuimon's), typed."""
-        from ..app import TuimonApp  # (app.py imports the screens)
-
-        app = self.app
-        if not isinstance(app, TuimonApp):
-            raise TypeError(f"{type(self).__name__} is shown only by TuimonApp, not {type(app).__name__}")
-        return app
+        """The app that pushed this screen: always tuimon's (make_app builds it; a screen is never pushed by
+        another), typed here once rather than cast in each screen. (No import of ui/app.py at run time: it
+        imports the screens.)"""
+        return cast("TuimonApp", self.app)
 
     def show_view(self, view: View, label: str) -> None:
         """Draw view (label: the header's source, e.g. 'PID 123')."""
