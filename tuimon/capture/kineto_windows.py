@@ -21,6 +21,7 @@ from ..channel.paths import safe_file_part
 from ..model import CaptureStatus
 from .client import CaptureRefused, check_free_space, check_request
 from .kineto_daemon import POLL_S, EndpointTaken, KinetoEndpoint
+from .monitor_run import MonitorRunWindows
 
 KIND = "kineto"
 REGISTER_WAIT_S = POLL_S + 1.5  # a job in daemon mode asks within one poll interval
@@ -49,7 +50,7 @@ def why_not(pid: int) -> str | None:
     return None
 
 
-class KinetoWindows:
+class KinetoWindows(MonitorRunWindows):
     def __init__(self, endpoint: KinetoEndpoint, pid: int, program: str, steps_now: Callable[[], int],
                  alive: Callable[[], bool]):
         self.endpoint, self.pid, self.program = endpoint, pid, program
@@ -112,33 +113,6 @@ class KinetoWindows:
                               f"{time.monotonic() - t0:.1f} s after it took the config, while the job ran")
         except Exception as e:  # noqa: BLE001 - a bug here must not end the monitor
             self._set(state="failed", message=f"{type(e).__name__}: {e}"[:300])
-
-    def _until(self, done: Callable[[], bool], timeout: float) -> bool:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if done():
-                return True
-            if self._closed.is_set():
-                raise RuntimeError("the monitor quit")
-            if not self.alive():
-                raise RuntimeError(f"process {self.pid} exited during the window")
-            time.sleep(0.02)
-        return False
-
-    def wait(self, seq: int, timeout: float, on_change: Callable[[CaptureStatus], object] | None = None,
-             on_poll: Callable[[], object] | None = None) -> CaptureStatus:
-        end = time.monotonic() + timeout
-        last = None
-        while True:
-            if on_poll is not None:
-                on_poll()
-            st = self._status
-            if st.seq == seq and st != last and on_change is not None:
-                on_change(st)
-            last = st
-            if st.seq == seq and st.state in ("done", "failed") or time.monotonic() >= end:
-                return st
-            time.sleep(0.05)
 
     def close(self) -> None:
         """The monitor quits: a window under way is Kineto's, which writes it all the same."""

@@ -22,6 +22,7 @@ from ..channel.text import safe_text
 from ..model import CaptureStatus
 from .client import CaptureRefused, check_free_space, check_request
 from .commands import CommandFailed, run
+from .monitor_run import MonitorRunWindows
 
 if TYPE_CHECKING:
     from ..channel.reader import SegmentInfo
@@ -130,8 +131,11 @@ class NsysSession:
             pass
 
 
-class SessionWindows:
+class SessionWindows(MonitorRunWindows):
     """Windows of one job's session, each on a thread of its own (nsys stop takes seconds)."""
+
+    POLL_S = 0.005  # a step boundary is seen within this
+    FAILED = CommandFailed
 
     def __init__(self, session: NsysSession, pid: int, program: str, steps_now: Callable[[], int],
                  alive: Callable[[], bool], start_args: Sequence[str] = (), lock_path: str | None = None):
@@ -235,35 +239,6 @@ class SessionWindows:
         if n >= first:
             self._set(last_step=n)
         return n
-
-    def _until(self, done: Callable[[], bool], timeout: float) -> bool:
-        """Poll done() every 5 ms (a step boundary is seen within that) until true, timeout, the
-        job's exit or close()."""
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if done():
-                return True
-            if self._closed.is_set():
-                raise CommandFailed("the monitor quit")
-            if not self.alive():
-                raise CommandFailed(f"process {self.pid} exited during the window")
-            time.sleep(0.005)
-        return False
-
-    def wait(self, seq: int, timeout: float, on_change: Callable[[CaptureStatus], object] | None = None,
-             on_poll: Callable[[], object] | None = None) -> CaptureStatus:
-        end = time.monotonic() + timeout
-        last = None
-        while True:
-            if on_poll is not None:
-                on_poll()
-            st = self._status
-            if st.seq == seq and st != last and on_change is not None:
-                on_change(st)
-            last = st
-            if st.seq == seq and st.state in ("done", "failed") or time.monotonic() >= end:
-                return st
-            time.sleep(0.05)
 
     def close(self) -> None:
         """The monitor is quitting: a collection still running is stopped (its report is still
