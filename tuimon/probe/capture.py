@@ -48,7 +48,7 @@ class TorchWindow:
     CPU here, most of it holding the GIL, in a job that has not imported it yet: one whose optimizer
     has stepped has).
 
-    Where the time goes (docs/measurements.md): stopping (Kineto's flush and the building of its
+    Where the time goes (docs/reference.md): stopping (Kineto's flush and the building of its
     event lists), writing the trace and freeing the result are each one C++ call that holds the
     GIL throughout, a few us per event recorded: whichever thread runs them, the loop waits. So
     the most that can move off the loop moves: with a global profiler state (torch >= 2.7's
