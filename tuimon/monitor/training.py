@@ -217,7 +217,7 @@ class TrainingView:
             since_step_s=round(max(0, end_ns - last.t1) / 1e9, 3) if last is not None else None,
             longest_step_ms=round(self.longest_ns / 1e6, 3) if self.longest_ns else None,
             now=_in_progress(now, name, completed, last, uncounted),
-            end={L.END_EXCEPTION: "exception", L.END_CLEAN: "clean"}.get(end.kind),
+            end={L.EndKind.EXCEPTION: "exception", L.EndKind.CLEAN: "clean"}.get(end.kind),
             end_text=end.text,
             exit_code=r.exit_code() if state != "alive" else None,
             stacks=stacks[2][:STACKS_KEEP_BYTES] if stacks is not None else None,

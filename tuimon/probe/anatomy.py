@@ -24,7 +24,8 @@ from ..channel import layout as L
 from ..channel.ring import Phases
 
 PHASES = L.PHASES
-OTHER, DATA, FORWARD, BACKWARD, OPTIMIZER, SYNC, COMM, COPY = range(len(PHASES))
+OTHER, DATA, FORWARD, BACKWARD, OPTIMIZER, SYNC, COMM, COPY = L.Phase  # (the members, module globals: as cheap to
+#   load as the ints they were, and read by the phase clock's C as ints)
 SITE_WALKS = 16  # stack walks per step at most (each ~1-2 us warm, ~10 cold)
 SITE_WALK_GAP_NS = 100_000_000  # and one per 100 ms at most: <= 10 a second (~0.1 ms of the loop's second),
 #   ~100 in the monitor's 10 s window: a site's share known within ~5 points (binomial, n = 100)
