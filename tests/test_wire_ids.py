@@ -12,7 +12,7 @@ def test_phases_are_the_phase_members_in_id_order():
     assert anatomy.PHASES is L.PHASES
     assert (anatomy.OTHER, anatomy.DATA, anatomy.FORWARD, anatomy.BACKWARD, anatomy.OPTIMIZER, anatomy.SYNC,
             anatomy.COMM, anatomy.COPY) == tuple(range(8))
-    assert anatomy.SYNC is L.Phase.SYNC
+    assert type(anatomy.SYNC) is int  # (phases_py.py takes exact ints: anatomy.py says why)
 
 
 def test_step_sources_are_the_step_source_members_in_id_order():

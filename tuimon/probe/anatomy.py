@@ -25,8 +25,10 @@ from ..channel import layout as L
 from ..channel.ring import Phases
 
 PHASES = L.PHASES
-OTHER, DATA, FORWARD, BACKWARD, OPTIMIZER, SYNC, COMM, COPY = L.Phase  # (the members, module globals: as cheap to
-#   load as the ints they were, and read by the phase clock's C as ints)
+# The phase ids as plain ints, bound from layout.Phase: the phase clock's pure-Python twin (phases_py.py) takes
+# an exact int only (`type(phase) is int`, on every enter and exit), which an IntEnum member is not; _phases.c
+# reads either (PyLong_AsLong).
+OTHER, DATA, FORWARD, BACKWARD, OPTIMIZER, SYNC, COMM, COPY = (int(p) for p in L.Phase)
 SITE_WALKS = 16  # stack walks per step at most (each ~1-2 us warm, ~10 cold)
 SITE_WALK_GAP_NS = 100_000_000  # and one per 100 ms at most: <= 10 a second (~0.1 ms of the loop's second),
 #   ~100 in the monitor's 10 s window: a site's share known within ~5 points (binomial, n = 100)
