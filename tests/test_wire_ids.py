@@ -23,6 +23,7 @@ def test_step_sources_are_the_step_source_members_in_id_order():
     assert all(names[s] == s.name.lower() for s in L.StepSource if s is not L.StepSource.EXPLICIT)
     assert (core.NO_SOURCE, core.DATALOADER, core.FORWARD_CALL, core.BACKWARD_CALL, core.OPTIMIZER_STEP,
             core.EXPLICIT) == tuple(L.StepSource)
+    assert type(core.EXPLICIT) is int  # (plain ints on the hot path: core.py says why)
     assert L.STEP_SOURCES[1:] == vocab.STEP_SOURCES  # the monitor's vocabulary: all but "none"
 
 

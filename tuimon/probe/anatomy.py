@@ -27,7 +27,7 @@ from ..channel.ring import Phases
 PHASES = L.PHASES
 # The phase ids as plain ints, bound from layout.Phase: the phase clock's pure-Python twin (phases_py.py) takes
 # an exact int only (`type(phase) is int`, on every enter and exit), which an IntEnum member is not; _phases.c
-# reads either (PyLong_AsLong).
+# reads either (PyLong_AsLong); and ints compare faster (core.py's step sources say how much).
 OTHER, DATA, FORWARD, BACKWARD, OPTIMIZER, SYNC, COMM, COPY = (int(p) for p in L.Phase)
 SITE_WALKS = 16  # stack walks per step at most (each ~1-2 us warm, ~10 cold)
 SITE_WALK_GAP_NS = 100_000_000  # and one per 100 ms at most: <= 10 a second (~0.1 ms of the loop's second),

@@ -39,7 +39,9 @@ _tls = threading.local()
 # change, the loop's own period: its outermost backward(), its outermost module call, its
 # DataLoader's next(). A data loader and a module call mark where an iteration starts; the others
 # where it ends.
-NO_SOURCE, DATALOADER, FORWARD_CALL, BACKWARD_CALL, OPTIMIZER_STEP, EXPLICIT = L.StepSource  # (its members)
+# Plain ints bound from layout.StepSource: boundary() compares them a few times a step, and an IntEnum member
+# compares slower than an int (here, Python 3.11: `<` 49 ns against 35, `in` a tuple 63 against 31).
+NO_SOURCE, DATALOADER, FORWARD_CALL, BACKWARD_CALL, OPTIMIZER_STEP, EXPLICIT = (int(s) for s in L.StepSource)
 _STARTS_ITERATION = (DATALOADER, FORWARD_CALL)
 WARMUP_STEPS = 5  # steps not counted in the longest one (analysis/thresholds.py STALL_WARMUP_STEPS says why)
 MEMORY_STATS = (("cuda.allocated", "allocated_bytes.all.current"), ("cuda.reserved", "reserved_bytes.all.current"),
