@@ -19,10 +19,13 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..channel import layout as L
 from ..channel.ring import Phases
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 PHASES = L.PHASES
 # The phase ids as plain ints, bound from layout.Phase: the phase clock's pure-Python twin (phases_py.py) takes
@@ -56,14 +59,14 @@ class Anatomy(Phases):
         super().restart(t)
         self.sync_spans, self.sites = [], {}
 
-    def sync(self, t0: int, t1: int, frame: Any, timed: bool = False) -> None:
+    def sync(self, t0: int, t1: int, frame: FrameType | None, timed: bool = False) -> None:
         """The loop thread was blocked t0..t1 in a device-to-host sync; frame: the caller's. timed:
         the sync phase was entered and left around it (its time is given already)."""
         weight = self.synced(t0, t1, timed)
         if weight:
             self.walk(frame, weight)
 
-    def walk(self, frame: Any, weight: int) -> None:
+    def walk(self, frame: FrameType | None, weight: int) -> None:
         """Name the call site of a sync (frame: the caller's) that stands for `weight` syncs (synced)."""
         nid = self._site(frame)
         self.sites[nid] = self.sites.get(nid, 0) + weight
@@ -82,7 +85,7 @@ class Anatomy(Phases):
             self.sites = {}
         return spans
 
-    def _site(self, frame: Any) -> int:
+    def _site(self, frame: FrameType | None) -> int:
         """The name id of the first frame outside torch and tuimon: where the user's code synced."""
         f = frame
         while f is not None and f.f_code.co_filename.startswith(self._skip):

@@ -43,6 +43,8 @@ from ..channel.text import count
 from . import graphs
 
 if TYPE_CHECKING:
+    from ..channel.writer import SegmentWriter
+    from .core import Probe
     from .present import Present
 
 
@@ -236,7 +238,7 @@ GAP_MIN_S, GAP_MAX_S = 0.05, 1.0  # between the calls that hold the GIL after a 
 
 
 class Capturer:
-    def __init__(self, probe: Any, writer: Any) -> None:
+    def __init__(self, probe: Probe, writer: SegmentWriter) -> None:
         self.probe = probe
         self.ctl = ControlBlock(MappedView(writer._mm, L.CONTROL_OFFSET))
         self.kind = KIND_NSYS if os.environ.get("TUIMON_NSYS") == "1" else KIND_TORCH  # the probe's own kind
@@ -439,7 +441,7 @@ MEMORY_EVERY_S = 0.5
 EXPORT_AT_EXIT_S = 60.0  # the longest the job's exit waits for a trace being written
 
 
-def control_thread(capturer: Capturer, writer: Any, stop: threading.Event, present: Present | None = None, period: float = 0.2) -> None:
+def control_thread(capturer: Capturer, writer: SegmentWriter, stop: threading.Event, present: Present | None = None, period: float = 0.2) -> None:
     """Polls the control block, keeps the heartbeat, says what the loop is doing now (present:
     probe/present.py) and reads the GPU memory gauges, until the process ends."""
     memory_at: float | None = 0.0  # (None: the memory gauges off)

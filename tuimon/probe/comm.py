@@ -28,12 +28,16 @@ import functools
 import weakref
 from collections import deque
 from time import monotonic_ns as _now
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..channel import layout as L
 from . import graphs, state
 from .anatomy import BACKWARD, COMM
 from .marks import TIMES_FORWARD, mark
+
+if TYPE_CHECKING:
+    from .core import Probe
+    from .gpu_timing import GpuTiming
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
                "broadcast", "reduce", "all_to_all", "all_to_all_single", "barrier", "gather", "scatter",
@@ -57,7 +61,7 @@ class CommTiming:
         self._hooked: weakref.WeakSet = weakref.WeakSet()  # DDP modules whose parameters have our hook
         self._names: dict[str, int] = {}
         self._bytes_id, self._calls_id = intern("comm.bytes"), intern("comm.calls")
-        self.gpu = None  # the probe's GpuTiming: its measured steps get event pairs (none without it)
+        self.gpu: GpuTiming | None = None  # the probe's GpuTiming: its measured steps get event pairs (none without it)
         self._ddp_iteration = None  # the iteration of DDP's own timing last read (sample_ddp)
         self.last_call = 0  # name id of the last collective the loop called (what a stalled rank waits in)
         self._ddp_call = intern("all_reduce (DDP's gradient buckets)")
@@ -141,7 +145,7 @@ class CommTiming:
         # (on autograd's thread while the loop thread waits in backward: nothing here runs at once)
         self._final = (_now(), self.event())
 
-    def backward_done(self, probe: Any, t_end: int) -> None:
+    def backward_done(self, probe: Probe, t_end: int) -> None:
         """A backward returned at t_end: what followed the gradients being queued was DDP's wait
         for its reduction. (Called only while `reducing`: nothing is armed or queued otherwise.)"""
         final, self._final, self._armed = self._final, None, False

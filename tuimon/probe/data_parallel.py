@@ -35,11 +35,14 @@ import functools
 import sys
 from collections import deque
 from time import monotonic_ns as _now
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..channel import layout as L
 from . import graphs, state
 from .marks import TIMES_FORWARD, mark
+
+if TYPE_CHECKING:
+    from .gpu_timing import GpuTiming
 
 PARTS = ("replicate", "scatter", "apply", "gather")  # dp.<part>_ns
 REPLICATE, SCATTER, APPLY, GATHER = range(len(PARTS))
@@ -59,7 +62,7 @@ class DataParallelTiming:
         self.active = False  # a DataParallel part ran this step (close() has something to say)
         self.pending: deque = deque()  # (step, [(start event, end event), ...]) not yet resolved, oldest first
         self._free: dict[int, list] = {}  # device -> events made on it, free again
-        self.gpu = None  # the probe's GpuTiming: event pairs only on the steps it measures
+        self.gpu: GpuTiming | None = None  # the probe's GpuTiming: event pairs only on the steps it measures
 
     def add(self, part: int, ns: int, devices: int = 0) -> None:
         self.ns[part] += ns

@@ -18,15 +18,18 @@ import importlib.util
 import sys
 import types
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import state
 from .marks import mark
 
+if TYPE_CHECKING:
+    from .core import Probe
+
 _patched: set[str] = set()
 
 
-def install(probe: Any) -> None:
+def install(probe: Probe) -> None:
     """Patch what is imported, and what will be as its import finishes; patched functions report
     to state.probe (api.py sets it first)."""
     for name in _PATCHES:

@@ -16,11 +16,17 @@ from __future__ import annotations
 import sys
 import threading
 from time import monotonic_ns as _now
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..channel import layout as L
 from ..channel import ring
 from .anatomy import PHASES
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType
+
+    from .core import Probe
 
 FIRST = 20  # the first counted step (after warm-up)
 COST_SHARE = 0.001  # of the step time, what counting may cost on average: 0.1% of the probe's 1% in all (as the
@@ -59,7 +65,7 @@ def profiled(capturer: Any) -> bool:
 
 
 class OpCounter:
-    def __init__(self, probe: Any, line_of: Any) -> None:
+    def __init__(self, probe: Probe, line_of: Callable[[FrameType], str]) -> None:
         """line_of(frame) -> the name of the innermost line of the job's own code (sampler.LineNames)."""
         from torch.utils._python_dispatch import TorchDispatchMode
 

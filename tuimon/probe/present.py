@@ -17,13 +17,17 @@ import sysconfig
 import threading
 import traceback
 from time import monotonic_ns as _now
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..channel import layout as L
 from ..channel import procinfo
 from ..channel.control import ControlBlock, Now, write_stacks
 from ..channel.fileview import MappedView
 from .anatomy import PHASES, short_path
+
+if TYPE_CHECKING:
+    from ..channel.writer import SegmentWriter
+    from .core import Probe
 
 MAX_FRAMES = 48  # per thread in a stacks dump (the innermost ones)
 END_FRAMES = 4  # of an uncaught exception's traceback, innermost first
@@ -188,7 +192,7 @@ class Present:
     """Owned by the control thread. publish() writes the step in progress and answers a stacks
     request; ended() records how the job ended (at interpreter exit)."""
 
-    def __init__(self, probe: Any, writer: Any) -> None:
+    def __init__(self, probe: Probe, writer: SegmentWriter) -> None:
         self.probe = probe
         self.ctl = ControlBlock(MappedView(writer._mm, L.CONTROL_OFFSET))
         self.stacks = MappedView(writer._mm, L.STACKS_OFFSET)

@@ -40,12 +40,15 @@ import os
 import sys
 import threading
 from time import monotonic_ns as _now
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..channel import layout as L
 from ..channel import procinfo, ring
 from .anatomy import short_path
 from .present import line_rules
+
+if TYPE_CHECKING:
+    from .core import Probe
 
 HZ = 50
 LATE_NS = 1_000_000  # a sample asked for and not taken within this: the thread was inside a native call
@@ -71,7 +74,7 @@ def rate() -> float:
 class LoopSampler:
     paused = False  # (benchmarks switch the probe off and on: api.switch)
 
-    def __init__(self, probe: Any, hz: float = HZ) -> None:
+    def __init__(self, probe: Probe, hz: float = HZ) -> None:
         self.probe, self.hz, self.period = probe, hz, 1.0 / hz
         self.lines = LineNames(probe.intern)
         self._counts: dict[tuple[int, int, int], int] = {}  # (phase, name id, how) -> samples, not yet written

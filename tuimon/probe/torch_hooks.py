@@ -29,12 +29,15 @@ import sys
 import weakref
 from collections.abc import Callable
 from time import monotonic_ns as _now
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import comm, copies, data_parallel, graphs, state
 from .anatomy import BACKWARD, COPY, DATA, FORWARD, OPTIMIZER, SYNC
 from .core import BACKWARD_CALL, FORWARD_CALL, Probe
 from .marks import mark
+
+if TYPE_CHECKING:
+    from .copies import Copies
 
 DISCOVER_STEPS = 3
 _compiling: Callable[[], bool]  # torch.compiler.is_dynamo_compiling, bound by patch() (why: _compile_check); no
@@ -94,7 +97,7 @@ def _compile_check(torch: Any) -> Any:
         or (lambda: False)
 
 
-def attach(p: Any, torch: Any) -> None:
+def attach(p: Probe, torch: Any) -> None:
     """Give this process's probe its torch-side helpers (forward roots, GPU timing)."""
     from .gpu_timing import GpuTiming
 
@@ -268,7 +271,7 @@ def _patch_backward(torch: Any) -> None:
 # -- syncs ----------------------------------------------------------------------------------------
 
 
-def _waiting(p: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+def _waiting(p: Probe, fn: Any, *args: Any, **kwargs: Any) -> Any:
     """fn blocks the loop until the GPU has caught up: the sync phase while it runs (what the
     step in progress shows, and a loop stuck on a kernel that never ends), then counted."""
     a = p.anatomy
@@ -288,7 +291,7 @@ def _waiting(p: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
             gpu.after_sync()
 
 
-def _copying(p: Any, fn: Any, src: Any, *args: Any, **kwargs: Any) -> Any:
+def _copying(p: Probe, copies: Copies, fn: Any, src: Any, *args: Any, **kwargs: Any) -> Any:
     """fn copies src from the host to the GPU: the copy phase while the host is in it (the whole
     transfer from pageable memory; only queuing it from pinned memory with non_blocking=True)."""
     a = p.anatomy
@@ -297,7 +300,7 @@ def _copying(p: Any, fn: Any, src: Any, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
     finally:
         a.exit(COPY)
-        p.copies.host_to_device(src, kwargs.get("non_blocking", False))
+        copies.host_to_device(src, kwargs.get("non_blocking", False))
 
 
 def _tensor_sync(orig: Any) -> Any:
@@ -372,7 +375,7 @@ def _tensor_cuda(orig: Any) -> Any:
         p = state.probe
         if p is None or self.is_cuda or p.copies is None or not p.anatomy.on_loop():
             return orig(self, *args, **kwargs)
-        return _copying(p, orig, self, self, *args, **kwargs)
+        return _copying(p, p.copies, orig, self, self, *args, **kwargs)
 
     mark(wrapper)
     return wrapper
@@ -391,7 +394,7 @@ def _tensor_copy_(orig: Any) -> Any:
             return orig(self, src, *args, **kwargs)
         to_gpu, from_gpu = self.is_cuda, getattr(src, "is_cuda", False)
         if to_gpu and not from_gpu:
-            return _copying(p, orig, src, self, src, *args, **kwargs)
+            return _copying(p, p.copies, orig, src, self, src, *args, **kwargs)
         if from_gpu and not to_gpu:
             result = _waiting(p, orig, self, src, *args, **kwargs)
             p.copies.device_to_host(src)
