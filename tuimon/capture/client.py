@@ -95,10 +95,10 @@ class CaptureClient:
         check_free_space()
         seq = max(pending, st.ack_seq) + 1
         if steps is not None:
-            self.ctl.write_request(seq, L.CAPTURE_STEPS, steps=steps, kind=kind)
+            self.ctl.write_request(seq, L.CaptureMode.STEPS, steps=steps, kind=kind)
         else:
             assert seconds is not None  # (check_request: steps or seconds)
-            self.ctl.write_request(seq, L.CAPTURE_SECONDS, seconds=seconds, kind=kind)
+            self.ctl.write_request(seq, L.CaptureMode.SECONDS, seconds=seconds, kind=kind)
         return seq
 
     def wait(self, seq: int, timeout: float, on_change: Callable[[CaptureStatus], object] | None = None,

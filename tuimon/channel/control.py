@@ -20,7 +20,7 @@ from .fileview import FileView, View, open_own_segment
 
 _T = TypeVar("_T")
 
-STATE_NAMES = {L.STATE_IDLE: "idle", L.STATE_ARMED: "armed", L.STATE_CAPTURING: "capturing",
+STATE_NAMES: dict[int, str] = {L.STATE_IDLE: "idle", L.STATE_ARMED: "armed", L.STATE_CAPTURING: "capturing",
                L.STATE_WRITING: "writing", L.STATE_DONE: "done", L.STATE_FAILED: "failed"}
 KIND_NSYS, KIND_TORCH, KIND_MEMORY = 1, 2, 3
 KIND_NAMES = {0: "none", KIND_NSYS: "nsys", KIND_TORCH: "torch.profiler", KIND_MEMORY: "memory"}

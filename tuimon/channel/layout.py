@@ -18,6 +18,7 @@ Readers trust nothing in a segment: every offset and length here is checked agai
 from __future__ import annotations
 
 import struct
+from enum import IntEnum
 
 MAGIC = b"TUIMONCH"
 LAYOUT_VERSION = 3  # v3: the step in progress, the job's end, the threads' stacks, hot lines (v2: the anatomy)
@@ -109,7 +110,24 @@ KIND_NAMES = {RANGE: "range", STEP: "step", DATA_WAIT: "data_wait", COUNT: "coun
               STEP_VALUE: "step_value", GAUGE: "gauge", SITE: "site", HOT: "hot"}
 NOTE_PREFIX = "probe.note:"  # a GAUGE whose name is this + what went wrong in the probe (Probe.say): the job's
 # streams are the job's, so the probe tells the monitor here (the name table cuts it at MAX_NAME_BYTES)
-PHASES = ("other", "data", "forward", "backward", "optimizer", "sync", "comm", "copy")  # the step's phases (probe/anatomy.py)
+
+
+class Phase(IntEnum):
+    """The step's exclusive phases on the loop thread (probe/anatomy.py): a PHASE record's name is
+    PHASES[id], a HOT record's depth is one of these; the phase clock (_phases.c, phases_py.py) takes
+    them as ids (an int subclass: PyLong_AsLong reads it as it reads an int)."""
+
+    OTHER = 0
+    DATA = 1
+    FORWARD = 2
+    BACKWARD = 3
+    OPTIMIZER = 4
+    SYNC = 5
+    COMM = 6
+    COPY = 7
+
+
+PHASES = tuple(p.name.lower() for p in Phase)  # the phases' names, by id: "other", "data", ... "copy"
 HOW_PYTHON, HOW_NATIVE, HOW_WAITING = 0, 1, 2  # a sample's thread: running Python, in a native call on a
 HOWS = ("python", "native", "waiting")  # CPU, or in a native call blocked (a sleep, a lock, I/O, the GPU)
 
@@ -142,7 +160,17 @@ CTL_END = struct.Struct("<qII")  # when (0: not ended), kind (END_*), text lengt
 CTL_END_AT = 2176
 CTL_END_TEXT_AT = 2192
 CTL_END_CAPACITY = 1536  # -> 3728, inside the page
-END_NONE, END_EXCEPTION, END_CLEAN = 0, 1, 2
+
+
+class EndKind(IntEnum):
+    """How the job ended, as the probe saw it (CTL_END's kind)."""
+
+    NONE = 0
+    EXCEPTION = 1
+    CLEAN = 2
+
+
+END_NONE, END_EXCEPTION, END_CLEAN = EndKind
 # How the process ended, as the process itself said it where no Python runs any more (_exitwatch.c:
 # glibc's on_exit() for the exit status, a handler on signals left at their default action):
 # when (0: not said; published last), how (EXIT_*), the exit code or the signal's number.
@@ -150,17 +178,44 @@ CTL_EXIT = struct.Struct("<qii")
 CTL_EXIT_AT = 3728  # (after the end's text) -> 3744, inside the page
 EXIT_NONE, EXIT_CODE, EXIT_SIGNAL = 0, 1, 2
 STACKS_HEAD = struct.Struct("<QqI4x")  # request answered, when written, text length; text follows
-STEP_SOURCES = ("none", "dataloader", "forward", "backward", "optimizer", "tuimon.step")  # weakest first
 
-CAPTURE_NONE, CAPTURE_STEPS, CAPTURE_SECONDS = 0, 1, 2
-(
-    STATE_IDLE,
-    STATE_ARMED,
-    STATE_CAPTURING,
-    STATE_WRITING,
-    STATE_DONE,
-    STATE_FAILED,
-) = range(6)
+
+class StepSource(IntEnum):
+    """What calls the step boundary (probe/core.py, where the comment above its aliases says why in
+    this order), weakest first: CTL_NOW's source and the "step.source" gauge's value."""
+
+    NONE = 0
+    DATALOADER = 1
+    FORWARD = 2
+    BACKWARD = 3
+    OPTIMIZER = 4
+    EXPLICIT = 5  # tuimon.step()
+
+
+STEP_SOURCES = ("none", "dataloader", "forward", "backward", "optimizer", "tuimon.step")  # by StepSource id
+
+
+class CaptureMode(IntEnum):
+    """A capture request's mode (CTL_REQUEST)."""
+
+    NONE = 0
+    STEPS = 1
+    SECONDS = 2
+
+
+class CaptureState(IntEnum):
+    """A capture window's state (CTL_STATE), written by the probe."""
+
+    IDLE = 0
+    ARMED = 1
+    CAPTURING = 2
+    WRITING = 3
+    DONE = 4
+    FAILED = 5
+
+
+CAPTURE_NONE, CAPTURE_STEPS, CAPTURE_SECONDS = CaptureMode
+STATE_IDLE, STATE_ARMED, STATE_CAPTURING, STATE_WRITING, STATE_DONE, STATE_FAILED = CaptureState
 
 
 def ring_bytes(records: int) -> int:

@@ -92,8 +92,9 @@ def thread_run_delay_ns(pid: int, tid: int) -> int | None:
     return int(fields[1]) if len(fields) > 1 else None
 
 
-def thread_state(pid: int, tid: int) -> str | None:
-    """One thread's state letter (R running, S sleeping, D waiting in I/O, T stopped, ...)."""
+def thread_state(pid: int, tid: int | None) -> str | None:
+    """One thread's state letter (R running, S sleeping, D waiting in I/O, T stopped, ...); tid None: the
+    process's (read_stat's /proc/PID/stat: its main thread's)."""
     try:
         fields = read_stat(pid, tid)[1]
     except OSError:

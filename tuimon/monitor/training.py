@@ -37,6 +37,8 @@ SKIM_MAX = 1 << 18  # (a skim copies what it reads at once: 12 MiB at most; a la
 SKIM_KINDS = frozenset((L.GAUGE, L.HOT, L.STEP))
 RECENT_STEPS = 120  # the newest steps' times a snapshot carries (the step-time sparkline)
 
+END_WORDS: dict[int, str] = {L.EndKind.EXCEPTION: "exception", L.EndKind.CLEAN: "clean"}  # how the job ended (CTL_END)
+
 
 class TrainingView:
     def __init__(self, source: ChannelSource, history_steps: int = 256):  # >= the windows below
@@ -217,7 +219,7 @@ class TrainingView:
             since_step_s=round(max(0, end_ns - last.t1) / 1e9, 3) if last is not None else None,
             longest_step_ms=round(self.longest_ns / 1e6, 3) if self.longest_ns else None,
             now=_in_progress(now, name, completed, last, uncounted),
-            end={L.END_EXCEPTION: "exception", L.END_CLEAN: "clean"}.get(end.kind),
+            end=END_WORDS.get(end.kind),
             end_text=end.text,
             exit_code=r.exit_code() if state != "alive" else None,
             stacks=stacks[2][:STACKS_KEEP_BYTES] if stacks is not None else None,

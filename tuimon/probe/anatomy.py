@@ -19,12 +19,19 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from typing import TYPE_CHECKING, Any
 
 from ..channel import layout as L
 from ..channel.ring import Phases
 
+if TYPE_CHECKING:
+    from types import FrameType
+
 PHASES = L.PHASES
-OTHER, DATA, FORWARD, BACKWARD, OPTIMIZER, SYNC, COMM, COPY = range(len(PHASES))
+# The phase ids as plain ints, bound from layout.Phase: the phase clock's pure-Python twin (phases_py.py) takes
+# an exact int only (`type(phase) is int`, on every enter and exit), which an IntEnum member is not; _phases.c
+# reads either (PyLong_AsLong); and ints compare faster (core.py's step sources say how much).
+OTHER, DATA, FORWARD, BACKWARD, OPTIMIZER, SYNC, COMM, COPY = (int(p) for p in L.Phase)
 SITE_WALKS = 16  # stack walks per step at most (each ~1-2 us warm, ~10 cold)
 SITE_WALK_GAP_NS = 100_000_000  # and one per 100 ms at most: <= 10 a second (~0.1 ms of the loop's second),
 #   ~100 in the monitor's 10 s window: a site's share known within ~5 points (binomial, n = 100)
@@ -38,28 +45,28 @@ class Anatomy(Phases):
     are its methods, called straight from the wrappers) and, in Python, what only syncs need: their
     spans for the GPU timing and their sampled call sites."""
 
-    def __init__(self, ring, intern):
+    def __init__(self, ring: Any, intern: Any) -> None:
         super().__init__(ring, [intern(p) for p in PHASES], intern("sync.count"), SYNC, SITE_WALKS,
                          threading.main_thread().ident, SITE_WALK_GAP_NS)
         self._emit, self._intern = ring.emit, intern
         self.sync_spans: list[tuple[int, int]] = []  # this step's syncs (host ns), for the GPU timing (synced appends)
         self.sites: dict[int, int] = {}  # name id -> sampled syncs there, this step (a walk counts those it stands for)
         self._site_names: dict[tuple, int] = {}
-        self._skip = _HERE  # frames inside these are not the call site (torch's dir added by hooks)
+        self._skip: tuple[str, ...] = _HERE  # frames inside these are not the call site (torch's dir added by hooks)
 
     def restart(self, t: int) -> None:
         """The step starts at t (the first step starts at its first batch): time before is dropped."""
         super().restart(t)
         self.sync_spans, self.sites = [], {}
 
-    def sync(self, t0: int, t1: int, frame, timed: bool = False) -> None:
+    def sync(self, t0: int, t1: int, frame: FrameType | None, timed: bool = False) -> None:
         """The loop thread was blocked t0..t1 in a device-to-host sync; frame: the caller's. timed:
         the sync phase was entered and left around it (its time is given already)."""
         weight = self.synced(t0, t1, timed)
         if weight:
             self.walk(frame, weight)
 
-    def walk(self, frame, weight: int) -> None:
+    def walk(self, frame: FrameType | None, weight: int) -> None:
         """Name the call site of a sync (frame: the caller's) that stands for `weight` syncs (synced)."""
         nid = self._site(frame)
         self.sites[nid] = self.sites.get(nid, 0) + weight
@@ -78,7 +85,7 @@ class Anatomy(Phases):
             self.sites = {}
         return spans
 
-    def _site(self, frame) -> int:
+    def _site(self, frame: FrameType | None) -> int:
         """The name id of the first frame outside torch and tuimon: where the user's code synced."""
         f = frame
         while f is not None and f.f_code.co_filename.startswith(self._skip):

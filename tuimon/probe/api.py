@@ -10,6 +10,7 @@ import socket
 import sys
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from ..channel import layout as L
 from ..channel import procinfo, ring
@@ -63,14 +64,14 @@ def _meta(mid_run: bool = False) -> JobMeta:
     )
 
 
-def _int(v) -> int | None:
+def _int(v: Any) -> int | None:
     try:
         return int(v)
     except (TypeError, ValueError):
         return None
 
 
-def _nvtx_domain(forward: bool | None):
+def _nvtx_domain(forward: bool | None) -> Any:
     """NVTX's default domain when ranges should be forwarded: only when a tool (nsys) has
     injected itself, since otherwise nobody sees them; TUIMON_NVTX=0/1 overrides."""
     setting = os.environ.get("TUIMON_NVTX")
@@ -259,11 +260,11 @@ class range(ring.Range):  # noqa: A001 - mirrors nvtx.annotate / torch.cuda.nvtx
 
     __slots__ = ()
 
-    def __call__(self, fn):
+    def __call__(self, fn: Any) -> Any:
         name = self.name
 
         @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             with range(name):
                 return fn(*args, **kwargs)
 

@@ -25,6 +25,7 @@ import pickle
 import shutil
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 
 from ..channel import layout as L
 from ..channel.control import (
@@ -40,6 +41,11 @@ from ..channel.fileview import MappedView
 from ..channel.paths import capture_floor_bytes, captures_dir, free_bytes, program_name, safe_file_part
 from ..channel.text import count
 from . import graphs
+
+if TYPE_CHECKING:
+    from ..channel.writer import SegmentWriter
+    from .core import Probe
+    from .present import Present
 
 
 class TorchWindow:
@@ -68,7 +74,7 @@ class TorchWindow:
         config, self.stop_anywhere = _experimental_config()
         cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # (a job on the CPU gets no CUDA context)
         self.device = torch.cuda.current_device() if cuda else None
-        self.prof = autograd_profiler.profile(use_cpu=True, use_device="cuda" if cuda else None, use_kineto=True,
+        self.prof: Any = autograd_profiler.profile(use_cpu=True, use_device="cuda" if cuda else None, use_kineto=True,
                                               experimental_config=config)
         self.held_ms: dict[str, float] = {}  # stop / write / free: each a call that holds the GIL
         self.stopped_on = ""
@@ -89,7 +95,7 @@ class TorchWindow:
         self.prof.__exit__(None, None, None)  # CUDA sync, then Kineto's flush and event lists
         self.held_ms["stop"] = (time.perf_counter() - t) * 1e3
 
-    def finish(self, pause, at_exit: bool = False) -> tuple[str, str]:
+    def finish(self, pause: Any, at_exit: bool = False) -> tuple[str, str]:
         """Writes the trace (gzip) and frees the result, pause() between the calls that hold the
         GIL; returns (path, message). The summary is the monitor's job, read from the trace."""
         tmp = self.trace[: -len(".gz")]
@@ -142,7 +148,7 @@ class MemoryWindow:
         self.stopped_on = ""
         self.snapshot = None
         self.events = 0
-        kw = dict(enabled="all", context="alloc", stacks="python", max_entries=MEMORY_MAX_ENTRIES)
+        kw: dict[str, Any] = dict(enabled="all", context="alloc", stacks="python", max_entries=MEMORY_MAX_ENTRIES)
         if "clear_history" in inspect.signature(memory._record_memory_history_impl
                                                 if hasattr(memory, "_record_memory_history_impl")
                                                 else memory._record_memory_history).parameters:
@@ -163,7 +169,7 @@ class MemoryWindow:
         traces = self.snapshot.get("device_traces") if isinstance(self.snapshot, dict) else None
         self.events = sum(len(d) for d in traces if isinstance(d, list)) if isinstance(traces, list) else 0
 
-    def finish(self, pause, at_exit: bool = False) -> tuple[str, str]:
+    def finish(self, pause: Any, at_exit: bool = False) -> tuple[str, str]:
         """Pickles the snapshot (a file written then renamed: a reader never sees half of one),
         pause() before freeing it; returns (path, message)."""
         tmp = self.path + ".part"
@@ -199,15 +205,16 @@ def _size(n: int) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.0f} KiB"
 
 
-def _experimental_config():
+def _experimental_config() -> Any:
     """(the config, whether the profiler state is global): trace_only and profile_all_threads
     where this torch has them."""
     try:
         from torch._C._profiler import _ExperimentalConfig
     except ImportError:
         return None, False
-    for kw, global_state in (({"trace_only": True, "profile_all_threads": True}, True),
-                             ({"profile_all_threads": True}, True), ({}, False)):
+    tries: tuple[tuple[dict[str, Any], bool], ...] = (({"trace_only": True, "profile_all_threads": True}, True),
+                                                      ({"profile_all_threads": True}, True), ({}, False))
+    for kw, global_state in tries:
         try:
             return _ExperimentalConfig(**kw), global_state
         except TypeError:  # a torch without it
@@ -215,7 +222,7 @@ def _experimental_config():
     return None, False
 
 
-def _add_distributed_info(torch, autograd_profiler) -> None:
+def _add_distributed_info(torch: Any, autograd_profiler: Any) -> None:
     """The rank in the trace's metadata, as torch.profiler writes it (for multi-rank tools)."""
     try:
         import torch.distributed as dist
@@ -231,7 +238,7 @@ GAP_MIN_S, GAP_MAX_S = 0.05, 1.0  # between the calls that hold the GIL after a 
 
 
 class Capturer:
-    def __init__(self, probe, writer):
+    def __init__(self, probe: Probe, writer: SegmentWriter) -> None:
         self.probe = probe
         self.ctl = ControlBlock(MappedView(writer._mm, L.CONTROL_OFFSET))
         self.kind = KIND_NSYS if os.environ.get("TUIMON_NSYS") == "1" else KIND_TORCH  # the probe's own kind
@@ -239,8 +246,9 @@ class Capturer:
         self.lock = threading.Lock()
         self.seq = self.ctl.read_request().seq
         self.pending = None  # a request waiting for the next step boundary
-        self.window = None
-        self.first = self.mode = self.length = 0
+        self.window: MemoryWindow | TorchWindow | None = None
+        self.first = self.mode = 0
+        self.length: float = 0  # steps (CAPTURE_STEPS) or seconds
         self.started = 0.0
         self.step_ns: list[int] = []  # the window's steps (their durations), for the gaps after it
         self.boundary_ns = 0
@@ -251,7 +259,8 @@ class Capturer:
         self._exit_hook = False
         self._set(L.STATE_IDLE, message="ready")
 
-    def _set(self, state, first=0, last=0, message="", path="", seq=None):
+    def _set(self, state: int, first: int = 0, last: int = 0, message: str = "", path: str = "", seq: int | None = None
+             ) -> None:
         self.ctl.write_state(self.seq if seq is None else seq, state, first, last, self.window_kind,
                              time.monotonic_ns(), message, path)
 
@@ -274,7 +283,7 @@ class Capturer:
                     time.monotonic() - self.started >= self.length:
                 self._close(self.probe.step_no - 1, on_loop=False)
 
-    def _take(self, req) -> None:
+    def _take(self, req: Any) -> None:
         mode = req.base_mode
         if req.kind not in (0, KIND_MEMORY):
             self.window_kind = self.kind
@@ -330,10 +339,11 @@ class Capturer:
         ended: why the window closes before its length (the job is exiting), said first in its
         state; all of it then runs here, on the exiting thread, with no pauses."""
         window, self.window = self.window, None
+        assert window is not None  # (every caller closes an open window)
         first, seq = self.first, self.seq
         gap = 0.0 if ended else self._gap_s()
 
-        def pause():
+        def pause() -> None:
             time.sleep(gap)
 
         def stop(where: str) -> bool:
@@ -352,7 +362,7 @@ class Capturer:
         self.finishing = True
         self._set(L.STATE_WRITING, first, last_step, message=ended + ("stopping" if elsewhere else "writing"))
 
-        def finish():
+        def finish() -> None:
             try:
                 if elsewhere:
                     if not stop("tuimon's thread"):
@@ -431,10 +441,10 @@ MEMORY_EVERY_S = 0.5
 EXPORT_AT_EXIT_S = 60.0  # the longest the job's exit waits for a trace being written
 
 
-def control_thread(capturer: Capturer, writer, stop: threading.Event, present=None, period: float = 0.2) -> None:
+def control_thread(capturer: Capturer, writer: SegmentWriter, stop: threading.Event, present: Present | None = None, period: float = 0.2) -> None:
     """Polls the control block, keeps the heartbeat, says what the loop is doing now (present:
     probe/present.py) and reads the GPU memory gauges, until the process ends."""
-    memory_at = 0.0
+    memory_at: float | None = 0.0  # (None: the memory gauges off)
     while not stop.wait(period):
         sampler = capturer.probe.sampler
         if sampler is not None:

@@ -28,10 +28,16 @@ import functools
 import weakref
 from collections import deque
 from time import monotonic_ns as _now
+from typing import TYPE_CHECKING, Any
 
 from ..channel import layout as L
 from . import graphs, state
 from .anatomy import BACKWARD, COMM
+from .marks import TIMES_FORWARD, mark
+
+if TYPE_CHECKING:
+    from .core import Probe
+    from .gpu_timing import GpuTiming
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
                "broadcast", "reduce", "all_to_all", "all_to_all_single", "barrier", "gather", "scatter",
@@ -40,7 +46,7 @@ MAX_PENDING = 64  # event pairs not yet resolved; more: the GPU is far behind, s
 
 
 class CommTiming:
-    def __init__(self, torch, emit, intern, tid_of_record):
+    def __init__(self, torch: Any, emit: Any, intern: Any, tid_of_record: Any) -> None:
         self.torch = torch
         self.cuda = torch.cuda if torch.cuda.is_available() else None
         self._emit, self._intern, self._tid = emit, intern, tid_of_record
@@ -55,14 +61,14 @@ class CommTiming:
         self._hooked: weakref.WeakSet = weakref.WeakSet()  # DDP modules whose parameters have our hook
         self._names: dict[str, int] = {}
         self._bytes_id, self._calls_id = intern("comm.bytes"), intern("comm.calls")
-        self.gpu = None  # the probe's GpuTiming: its measured steps get event pairs (none without it)
+        self.gpu: GpuTiming | None = None  # the probe's GpuTiming: its measured steps get event pairs (none without it)
         self._ddp_iteration = None  # the iteration of DDP's own timing last read (sample_ddp)
         self.last_call = 0  # name id of the last collective the loop called (what a stalled rank waits in)
         self._ddp_call = intern("all_reduce (DDP's gradient buckets)")
 
     # -- explicit collectives (the loop thread) -----------------------------------------------------
 
-    def event(self):
+    def event(self) -> Any:
         gpu = self.gpu
         if gpu is None or not gpu.measuring or self.cuda is None or not self.cuda.is_initialized() \
                 or len(self._pairs) >= MAX_PENDING or graphs.capturing(self.cuda):
@@ -71,7 +77,7 @@ class CommTiming:
         gpu.record_on(ev)
         return ev
 
-    def add_pair(self, step: int, start, end) -> None:
+    def add_pair(self, step: int, start: Any, end: Any) -> None:
         if start is None or end is None:
             return
         self._pairs.append((step, start, end))
@@ -83,7 +89,7 @@ class CommTiming:
 
     # -- DDP (the loop thread, then autograd's) --------------------------------------------------
 
-    def ddp_forward(self, module) -> None:
+    def ddp_forward(self, module: Any) -> None:
         """A DDP forward that will reduce in its backward (the loop thread)."""
         nbytes = module.__dict__.get("_tuimon_grad_bytes")
         if nbytes is None or module.__dict__.get("_tuimon_hooked_by") is not self:  # (a WeakSet lookup costs more)
@@ -125,7 +131,7 @@ class CommTiming:
             module.__dict__.pop("_tuimon_hooked_by", None)
         self._hooked = weakref.WeakSet()
 
-    def _queue_final(self, param) -> None:
+    def _queue_final(self, param: Any) -> None:
         # (in the engine, as a gradient is accumulated: the loop thread waits in backward meanwhile)
         if not self.reducing or self._armed:
             return
@@ -139,7 +145,7 @@ class CommTiming:
         # (on autograd's thread while the loop thread waits in backward: nothing here runs at once)
         self._final = (_now(), self.event())
 
-    def backward_done(self, probe, t_end: int) -> None:
+    def backward_done(self, probe: Probe, t_end: int) -> None:
         """A backward returned at t_end: what followed the gradients being queued was DDP's wait
         for its reduction. (Called only while `reducing`: nothing is armed or queued otherwise.)"""
         final, self._final, self._armed = self._final, None, False
@@ -191,7 +197,7 @@ class CommTiming:
         return nid
 
 
-def _nbytes(x) -> int:
+def _nbytes(x: Any) -> int:
     """Bytes in a tensor or a list of tensors (0 for anything else: objects, None)."""
     try:
         if isinstance(x, (list, tuple)):
@@ -201,16 +207,16 @@ def _nbytes(x) -> int:
         return 0
 
 
-def _collective(orig, compiling):
+def _collective(orig: Any, compiling: Any) -> Any:
     name = getattr(orig, "__name__", "collective")
 
     @functools.wraps(orig)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         if compiling():  # (first: under torch.compile the wrapper traces to nothing)
             return orig(*args, **kwargs)
         p = state.probe
-        comm = getattr(p, "comm", None)
-        if comm is None or not p.anatomy.on_loop():
+        comm = p.comm if p is not None else None  # (None: no probe, or no torch.distributed timing)
+        if comm is None or p is None or not p.anatomy.on_loop():
             return orig(*args, **kwargs)
         first = args[0] if args else next(iter(kwargs.values()), None)
         cuda = getattr(first, "is_cuda", False) or (isinstance(first, (list, tuple)) and first
@@ -227,11 +233,11 @@ def _collective(orig, compiling):
             if start is not None:
                 comm.add_pair(p.step_no, start, comm.event())
 
-    wrapper._tuimon = True
+    mark(wrapper)
     return wrapper
 
 
-def patch(torch, swap, compiling) -> None:
+def patch(torch: Any, swap: Any, compiling: Any) -> None:
     """Wrap torch.distributed's collectives and DDP, with swap(owner, name, wrapper)."""
     dist = getattr(torch, "distributed", None)
     if dist is None or not dist.is_available():
@@ -246,7 +252,7 @@ def patch(torch, swap, compiling) -> None:
 # -- DDP --------------------------------------------------------------------------------------------
 
 
-def _patch_ddp(torch, swap, compiling) -> None:
+def _patch_ddp(torch: Any, swap: Any, compiling: Any) -> None:
     try:
         from torch.nn.parallel import DistributedDataParallel as DDP
     except Exception:  # noqa: BLE001 - no DDP in this build
@@ -256,7 +262,7 @@ def _patch_ddp(torch, swap, compiling) -> None:
     orig_forward = DDP.forward
 
     @functools.wraps(orig_forward)
-    def forward(self, *args, **kwargs):
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         if compiling():
             return orig_forward(self, *args, **kwargs)
         p = state.probe
@@ -268,6 +274,6 @@ def _patch_ddp(torch, swap, compiling) -> None:
             return roots.call(self, orig_forward, args, kwargs)
         return orig_forward(self, *args, **kwargs)
 
-    forward._tuimon = True
-    forward._tuimon_times_forward = True  # ModuleRoots: this wrapper opens the forward phase itself
+    mark(forward)
+    mark(forward, TIMES_FORWARD)  # ModuleRoots: this wrapper opens the forward phase itself
     swap(DDP, "forward", forward)

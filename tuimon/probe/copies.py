@@ -16,6 +16,8 @@ answer is never remembered: that copy is slow anyway)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..channel import layout as L
 from . import graphs
 
@@ -23,14 +25,14 @@ PINNED_FOR_NS = 10_000_000_000  # how long an address found pinned is taken as p
 PINNED_MAX = 1024  # addresses remembered at most
 
 
-def nbytes(t) -> int:
+def nbytes(t: Any) -> int:
     try:
         return t.nbytes
     except Exception:  # noqa: BLE001 - not a tensor
         return 0
 
 
-def to_cuda(d) -> bool:
+def to_cuda(d: Any) -> bool:
     """Does Tensor.to(d, ...) go to a CUDA device? (d: a device, string, index or tensor; a dtype
     stays where it is). A torch.device, the common case, is asked first."""
     kind = getattr(d, "type", None)  # torch.device (a dtype, a str or an int has no .type)
@@ -49,14 +51,14 @@ class Copies:
     NAMES = ("copy.h2d_bytes", "copy.h2d_pageable_bytes", "copy.h2d_blocking_bytes", "copy.h2d_calls",
              "copy.d2h_bytes")
 
-    def __init__(self, emit, intern):
+    def __init__(self, emit: Any, intern: Any) -> None:
         self._emit = emit
         self._ids = [intern(n) for n in self.NAMES]
         self.h2d = self.pageable = self.blocking = self.calls = self.d2h = 0
         self._pinned: set[int] = set()  # data addresses found pinned since _pinned_since
         self._pinned_since = 0
 
-    def host_to_device(self, src, non_blocking) -> None:
+    def host_to_device(self, src: Any, non_blocking: Any) -> None:
         if graphs.open_captures:
             return  # (is_pinned() asks the driver: not inside a CUDA-graph capture)
         try:
@@ -74,7 +76,7 @@ class Copies:
         if not non_blocking:
             self.blocking += n
 
-    def device_to_host(self, src) -> None:
+    def device_to_host(self, src: Any) -> None:
         self.d2h += nbytes(src)
 
     def close(self, step: int, t1: int, tid: int) -> None:

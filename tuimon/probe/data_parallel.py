@@ -35,9 +35,14 @@ import functools
 import sys
 from collections import deque
 from time import monotonic_ns as _now
+from typing import TYPE_CHECKING, Any
 
 from ..channel import layout as L
 from . import graphs, state
+from .marks import TIMES_FORWARD, mark
+
+if TYPE_CHECKING:
+    from .gpu_timing import GpuTiming
 
 PARTS = ("replicate", "scatter", "apply", "gather")  # dp.<part>_ns
 REPLICATE, SCATTER, APPLY, GATHER = range(len(PARTS))
@@ -46,9 +51,9 @@ MAX_PENDING = 16  # steps with event pairs not yet resolved; more: the GPUs are 
 
 
 class DataParallelTiming:
-    def __init__(self, torch, emit, intern, tid_of_record):
+    def __init__(self, torch: Any, emit: Any, intern: Any, tid_of_record: Any) -> None:
         cuda = getattr(torch, "cuda", None)
-        self.cuda = cuda if cuda is not None and cuda.is_available() else None
+        self.cuda: Any = cuda if cuda is not None and cuda.is_available() else None
         self._emit, self._tid = emit, tid_of_record
         self._ids = [intern(f"dp.{p}_ns") for p in PARTS]
         self._devices_id, self._gpu_id = intern("dp.devices"), intern("dp.gpu_ns")
@@ -57,7 +62,7 @@ class DataParallelTiming:
         self.active = False  # a DataParallel part ran this step (close() has something to say)
         self.pending: deque = deque()  # (step, [(start event, end event), ...]) not yet resolved, oldest first
         self._free: dict[int, list] = {}  # device -> events made on it, free again
-        self.gpu = None  # the probe's GpuTiming: event pairs only on the steps it measures
+        self.gpu: GpuTiming | None = None  # the probe's GpuTiming: event pairs only on the steps it measures
 
     def add(self, part: int, ns: int, devices: int = 0) -> None:
         self.ns[part] += ns
@@ -67,7 +72,7 @@ class DataParallelTiming:
 
     # -- GPU time on the replicas' streams ----------------------------------------------------------
 
-    def start_events(self, devices) -> list | None:
+    def start_events(self, devices: Any) -> list | None:
         """Before parallel_apply, on a measured step: an event on each device's current stream (the
         stream the replica on it will run on). None: not this step, or no CUDA."""
         gpu, cuda = self.gpu, self.cuda
@@ -80,7 +85,7 @@ class DataParallelTiming:
         """After parallel_apply: the replicas' work is queued; the pair's second events."""
         self.pending.append((step, [(start, d, self._record(d)) for d, start in starts]))
 
-    def _record(self, device):
+    def _record(self, device: Any) -> Any:
         free = self._free.get(device)
         ev = free.pop() if free else self.cuda.Event(enable_timing=True)
         ev.record(self.cuda.current_stream(device))
@@ -116,16 +121,16 @@ class DataParallelTiming:
                 self.pending.clear()
 
 
-def _part(orig, part: int, compiling):
+def _part(orig: Any, part: int, compiling: Any) -> Any:
     """A DataParallel method timed on the loop thread (parallel_apply: with its event pairs)."""
 
     @functools.wraps(orig)
-    def wrapper(self, *args, **kwargs):
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         if compiling():
             return orig(self, *args, **kwargs)
         p = state.probe
-        dp = getattr(p, "dp", None)
-        if dp is None or not p.anatomy.on_loop():
+        dp = p.dp if p is not None else None
+        if dp is None or p is None or not p.anatomy.on_loop():
             return orig(self, *args, **kwargs)
         starts = devices = sampler = None
         try:
@@ -155,11 +160,11 @@ def _part(orig, part: int, compiling):
             except Exception:  # noqa: BLE001 - timing never breaks the job's forward
                 pass
 
-    wrapper._tuimon = True
+    mark(wrapper)
     return wrapper
 
 
-def patch(torch, swap, compiling) -> None:
+def patch(torch: Any, swap: Any, compiling: Any) -> None:
     """Wrap torch.nn.DataParallel's forward (timed as the forward phase, as a root, once the probe has
     found its roots) and its four parts, with swap(owner, name, wrapper)."""
     try:
@@ -175,7 +180,7 @@ def patch(torch, swap, compiling) -> None:
     orig_forward = DataParallel.forward
 
     @functools.wraps(orig_forward)
-    def forward(self, *args, **kwargs):
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         if compiling():
             return orig_forward(self, *args, **kwargs)
         roots = getattr(state.probe, "roots", None)
@@ -183,6 +188,6 @@ def patch(torch, swap, compiling) -> None:
             return roots.call(self, orig_forward, args, kwargs)
         return orig_forward(self, *args, **kwargs)
 
-    forward._tuimon = True
-    forward._tuimon_times_forward = True  # ModuleRoots: this wrapper opens the forward phase itself
+    mark(forward)
+    mark(forward, TIMES_FORWARD)  # ModuleRoots: this wrapper opens the forward phase itself
     swap(DataParallel, "forward", forward)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections import deque
 from time import monotonic_ns as _now
+from typing import Any
 
 from ..channel import layout as L
 from . import graphs
@@ -47,7 +48,7 @@ def stride(step_ns: float) -> int:
 
 
 class GpuTiming:
-    def __init__(self, torch, emit, intern, tid_of_record):
+    def __init__(self, torch: Any, emit: Any, intern: Any, tid_of_record: Any) -> None:
         self.cuda = torch.cuda
         self._emit, self._intern, self._tid = emit, intern, tid_of_record
         self._free: list = []
@@ -71,7 +72,7 @@ class GpuTiming:
         self._record_on = base.record if base is not None and isinstance(torch.cuda.Event, type) \
             and issubclass(torch.cuda.Event, base) else _record
 
-    def _record(self):
+    def _record(self) -> Any:
         if self._free:
             ev = self._free.pop()
         elif len(self._pending) < POOL:
@@ -81,7 +82,7 @@ class GpuTiming:
         self._record_on(ev, self._stream())
         return ev
 
-    def record_on(self, ev) -> None:
+    def record_on(self, ev: Any) -> None:
         """Record ev on the current stream (comm.py's event pairs): Event.record() made cheaper."""
         self._record_on(ev, self._stream())
 
@@ -181,11 +182,11 @@ class GpuTiming:
         return nid
 
 
-def _record(ev, stream) -> None:
+def _record(ev: Any, stream: Any) -> None:
     ev.record(stream)
 
 
-def current_stream(torch):
+def current_stream(torch: Any) -> Any:
     """torch.cuda.current_stream() for the events, made cheaper: torch builds a new Stream object in
     five Python calls each time (8.6 us on an H200, of Event.record()'s 11.0); here the current
     stream's numbers come from one C call and its Stream is made once (0.7 us; a record 3.9)."""
@@ -196,7 +197,7 @@ def current_stream(torch):
     device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)  # (used once CUDA is initialized)
     stream = torch.cuda.Stream
 
-    def current():
+    def current() -> Any:
         key = raw(device())
         s = made.get(key)
         if s is None:

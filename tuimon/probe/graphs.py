@@ -19,16 +19,19 @@ The monitor is told: a gauge cuda.graph_capturing (1 at capture_begin, 0 at capt
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from time import monotonic_ns as _now
+from typing import Any
 
 from ..channel import layout as L
 from ..channel import ring
 from . import state
+from .marks import mark
 
 open_captures = 0  # captures begun and not yet ended, in any thread of the process
 
 
-def capturing(cuda) -> bool:
+def capturing(cuda: Any) -> bool:
     """Whether the probe must keep off the GPU now (cuda: torch.cuda)."""
     if open_captures:
         return True
@@ -38,7 +41,7 @@ def capturing(cuda) -> bool:
         return False
 
 
-def patch(torch, swap) -> None:
+def patch(torch: Any, swap: Any) -> None:
     """Count captures at torch.cuda.CUDAGraph's capture_begin and capture_end (swap: torch_hooks._swap)."""
     graph = getattr(getattr(torch, "cuda", None), "CUDAGraph", None)
     if not isinstance(graph, type):
@@ -50,9 +53,9 @@ def patch(torch, swap) -> None:
     swap(graph, "capture_end", _end(end))
 
 
-def _begin(orig):
+def _begin(orig: Any) -> Callable[..., Any]:
     @functools.wraps(orig)
-    def capture_begin(*args, **kwargs):
+    def capture_begin(*args: Any, **kwargs: Any) -> Any:
         global open_captures
         open_captures += 1  # (before the capture starts: no probe call may land inside it)
         try:
@@ -66,13 +69,13 @@ def _begin(orig):
             open_captures = max(0, open_captures - 1)  # (no capture began)
             raise
 
-    capture_begin._tuimon = True
+    mark(capture_begin)
     return capture_begin
 
 
-def _end(orig):
+def _end(orig: Any) -> Callable[..., Any]:
     @functools.wraps(orig)
-    def capture_end(*args, **kwargs):
+    def capture_end(*args: Any, **kwargs: Any) -> Any:
         global open_captures
         try:
             return orig(*args, **kwargs)
@@ -84,15 +87,15 @@ def _end(orig):
                 except Exception:  # noqa: BLE001
                     pass
 
-    capture_end._tuimon = True
+    mark(capture_end)
     return capture_end
 
 
 def _leave_counted_step() -> None:
     """A step whose ops are being counted: its dispatch mode left before the capture starts."""
     p = state.probe
-    ops = getattr(p, "ops", None)
-    if ops is not None and ops.mode is not None and p.anatomy.on_loop():
+    ops = p.ops if p is not None else None
+    if ops is not None and p is not None and ops.mode is not None and p.anatomy.on_loop():
         ops.abandon()
 
 

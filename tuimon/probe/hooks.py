@@ -13,15 +13,23 @@ from __future__ import annotations
 
 import functools
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
+import types
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from . import state
+from .marks import mark
+
+if TYPE_CHECKING:
+    from .core import Probe
 
 _patched: set[str] = set()
 
 
-def install(probe) -> None:
+def install(probe: Probe) -> None:
     """Patch what is imported, and what will be as its import finishes; patched functions report
     to state.probe (api.py sets it first)."""
     for name in _PATCHES:
@@ -35,7 +43,7 @@ def install(probe) -> None:
             sys.meta_path.insert(0, _PostImportFinder())
 
 
-def _apply(name: str, module) -> None:
+def _apply(name: str, module: Any) -> None:
     if name in _patched:
         return
     _patched.add(name)
@@ -52,7 +60,8 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
 
     _busy: set[str] = set()
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None
+                  ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in _PATCHES or fullname in _patched or fullname in self._busy:
             return None
         self._busy.add(fullname)
@@ -67,25 +76,25 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
 
 
 class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, loader, name):
+    def __init__(self, loader: Any, name: str) -> None:
         self._loader = loader
         self._name = name
 
-    def create_module(self, spec):
+    def create_module(self, spec: Any) -> Any:
         return self._loader.create_module(spec)
 
-    def exec_module(self, module):
+    def exec_module(self, module: Any) -> None:
         self._loader.exec_module(module)
         _apply(self._name, module)
 
-    def __getattr__(self, attr):  # is_package, get_resource_reader, ...
+    def __getattr__(self, attr: Any) -> Any:  # is_package, get_resource_reader, ...
         return getattr(self._loader, attr)
 
 
 # -- torch --------------------------------------------------------------------------------------
 
 
-def _patch_torch(torch) -> None:
+def _patch_torch(torch: Any) -> None:
     from . import torch_hooks
 
     torch_hooks.patch(torch)
@@ -94,14 +103,14 @@ def _patch_torch(torch) -> None:
     _patch_torch_nvtx(torch.cuda.nvtx)
 
 
-def _patch_torch_nvtx(mod) -> None:
+def _patch_torch_nvtx(mod: Any) -> None:
     # torch.cuda.nvtx.range() calls the module's range_push/range_pop, so these two cover it.
     orig_push, orig_pop = mod.range_push, mod.range_pop
     if getattr(orig_push, "_tuimon", False):
         return
 
     @functools.wraps(orig_push)
-    def range_push(msg):
+    def range_push(msg: Any) -> Any:
         p = state.probe
         if p is not None:
             p.push(msg)
@@ -113,23 +122,24 @@ def _patch_torch_nvtx(mod) -> None:
             raise
 
     @functools.wraps(orig_pop)
-    def range_pop():
+    def range_pop() -> Any:
         result = orig_pop()
         p = state.probe
         if p is not None:
             p.pop()
         return result
 
-    range_push._tuimon = range_pop._tuimon = True
+    mark(range_push)
+    mark(range_pop)
     mod.range_push, mod.range_pop = range_push, range_pop
 
 
 # -- nvtx ---------------------------------------------------------------------------------------
 
 
-def _patch_nvtx(nvtx) -> None:
+def _patch_nvtx(nvtx: Any) -> None:
     impl = sys.modules.get("nvtx.nvtx", nvtx)
-    base = nvtx.annotate
+    base: Any = nvtx.annotate  # (a class known only at run time: the subclass below is made from it)
     if getattr(base, "_tuimon", False):
         return
 
@@ -138,29 +148,29 @@ def _patch_nvtx(nvtx) -> None:
 
         _tuimon = True
 
-        def _name(self, default=""):
+        def _name(self, default: str = "") -> Any:
             msg = self.init_args[0] if hasattr(self, "init_args") else None
             return msg if msg is not None else default
 
-        def __enter__(self):
+        def __enter__(self) -> Any:
             p = state.probe
             if p is not None:
                 p.push(self._name())
             return super().__enter__()
 
-        def __exit__(self, *exc):
+        def __exit__(self, *exc: Any) -> Any:
             result = super().__exit__(*exc)
             p = state.probe
             if p is not None:
                 p.pop()
             return result
 
-        def __call__(self, func):
+        def __call__(self, func: Any) -> Any:
             inner = super().__call__(func)
             name = self._name(getattr(func, "__name__", "function"))
 
             @functools.wraps(func)
-            def wrapper(*args, **kwargs):
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
                 p = state.probe
                 if p is None:
                     return inner(*args, **kwargs)
@@ -175,7 +185,7 @@ def _patch_nvtx(nvtx) -> None:
     orig_push, orig_pop = nvtx.push_range, nvtx.pop_range
 
     @functools.wraps(orig_push)
-    def push_range(message=None, *args, **kwargs):
+    def push_range(message: str | None = None, *args: Any, **kwargs: Any) -> Any:
         result = orig_push(message, *args, **kwargs)
         p = state.probe
         if p is not None:
@@ -183,7 +193,7 @@ def _patch_nvtx(nvtx) -> None:
         return result
 
     @functools.wraps(orig_pop)
-    def pop_range(*args, **kwargs):
+    def pop_range(*args: Any, **kwargs: Any) -> Any:
         result = orig_pop(*args, **kwargs)
         p = state.probe
         if p is not None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+from types import FrameType
 
 _callbacks: list = []  # the pending calls' ctypes callbacks: kept for good (C calls through them)
 
@@ -145,7 +146,7 @@ def install(result: str, shm_dir: str | None, tries: int = 0) -> int:
 def _importing() -> bool:
     """Whether this thread is inside an import: a module's top-level code (other than __main__'s,
     where a loop written at module level runs) on its stack."""
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     while f is not None:
         if f.f_code.co_name == "<module>" and f.f_globals.get("__name__") != "__main__":
             return True

@@ -16,10 +16,17 @@ from __future__ import annotations
 import sys
 import threading
 from time import monotonic_ns as _now
+from typing import TYPE_CHECKING, Any
 
 from ..channel import layout as L
 from ..channel import ring
 from .anatomy import PHASES
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType
+
+    from .core import Probe
 
 FIRST = 20  # the first counted step (after warm-up)
 COST_SHARE = 0.001  # of the step time, what counting may cost on average: 0.1% of the probe's 1% in all (as the
@@ -32,6 +39,8 @@ def smoothed(mean: float | None, last: tuple[int, int] | None, step: int, t0: in
     """A step time's running mean, folding in the steps since the last call (last: its step and end
     time) as a mean that decays 0.9 a step: what calling on every step would give, called on fewer
     (gpu_timing.py uses it too)."""
+    n: int
+    x: float
     if last is None or step <= last[0]:
         n, x = 1, t1 - t0
     else:
@@ -39,7 +48,7 @@ def smoothed(mean: float | None, last: tuple[int, int] | None, step: int, t0: in
     return float(x) if not mean else mean + (1 - 0.9 ** n) * (x - mean)
 
 
-def profiled(capturer) -> bool:
+def profiled(capturer: Any) -> bool:
     """Is a profile being taken, or about to be: a capture window of tuimon's asked for, open or
     being written, or any torch.profiler session of the job's own. The op counter's dispatch mode
     shows in a profile as the top host operator ("PythonDispatchMode"): tuimon's instrumentation in
@@ -56,14 +65,14 @@ def profiled(capturer) -> bool:
 
 
 class OpCounter:
-    def __init__(self, probe, line_of):
+    def __init__(self, probe: Probe, line_of: Callable[[FrameType], str]) -> None:
         """line_of(frame) -> the name of the innermost line of the job's own code (sampler.LineNames)."""
         from torch.utils._python_dispatch import TorchDispatchMode
 
         counter = self
 
         class Count(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
                 counter.count()
                 return func(*args, **(kwargs or {}))
 
@@ -71,7 +80,7 @@ class OpCounter:
         self.every = FIRST
         self.due = FIRST  # the next step to count: the probe calls boundary() from this step's end on
         self._called: tuple[int, int] | None = None  # (step, host ns) at the last call
-        self.mode = None
+        self.mode: Any = None  # the Count dispatch mode while a step is counted (torch's, made at run time)
         self.usual_ns = 0.0  # the usual step (a running mean of uncounted ones)
         self.off: str | None = None  # why counting stopped for good
         self._reset()

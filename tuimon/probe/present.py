@@ -17,12 +17,17 @@ import sysconfig
 import threading
 import traceback
 from time import monotonic_ns as _now
+from typing import TYPE_CHECKING, Any
 
 from ..channel import layout as L
 from ..channel import procinfo
 from ..channel.control import ControlBlock, Now, write_stacks
 from ..channel.fileview import MappedView
 from .anatomy import PHASES, short_path
+
+if TYPE_CHECKING:
+    from ..channel.writer import SegmentWriter
+    from .core import Probe
 
 MAX_FRAMES = 48  # per thread in a stacks dump (the innermost ones)
 END_FRAMES = 4  # of an uncaught exception's traceback, innermost first
@@ -43,9 +48,9 @@ def library_dirs() -> tuple[str, ...]:
     where the loop waits, not where it is in its own code)."""
     paths = sysconfig.get_paths()
     dirs = {paths.get("stdlib"), paths.get("platstdlib"), *_TUIMON_PARTS}
-    torch = sys.modules.get("torch")
-    if torch is not None and getattr(torch, "__file__", None):
-        dirs.add(os.path.dirname(torch.__file__))
+    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
+    if torch_file:
+        dirs.add(os.path.dirname(torch_file))
     return tuple(d if d in _TUIMON_PARTS else os.path.join(d, "") for d in dirs if d)
 
 
@@ -64,18 +69,18 @@ def line_rules() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     them matches (nor `<frozen ...>`, never named) is the job's own."""
     paths = sysconfig.get_paths()
     skip = [*_TUIMON_PARTS]
-    torch = sys.modules.get("torch")
-    if torch is not None and getattr(torch, "__file__", None):
-        skip.append(os.path.join(os.path.dirname(torch.__file__), ""))
+    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
+    if torch_file:
+        skip.append(os.path.join(os.path.dirname(torch_file), ""))
     stdlib = {os.path.join(d, "") for d in (paths.get("stdlib"), paths.get("platstdlib")) if d}
     return tuple(skip), INSTALLED, tuple(sorted(stdlib))
 
 
-def _frame_text(f) -> str:
+def _frame_text(f: Any) -> str:
     return f"{short_path(f.f_code.co_filename)}:{f.f_lineno} in {f.f_code.co_name}"
 
 
-def loop_position(frame, library: tuple[str, ...]) -> tuple[str, str]:
+def loop_position(frame: Any, library: tuple[str, ...]) -> tuple[str, str]:
     """(the innermost frame in the job's own code, the innermost frame when it is elsewhere:
     a library call the loop waits in; tuimon's own wrappers are not where it waits)."""
     while frame is not None and frame.f_code.co_filename.startswith(_TUIMON_PARTS):
@@ -187,7 +192,7 @@ class Present:
     """Owned by the control thread. publish() writes the step in progress and answers a stacks
     request; ended() records how the job ended (at interpreter exit)."""
 
-    def __init__(self, probe, writer):
+    def __init__(self, probe: Probe, writer: SegmentWriter) -> None:
         self.probe = probe
         self.ctl = ControlBlock(MappedView(writer._mm, L.CONTROL_OFFSET))
         self.stacks = MappedView(writer._mm, L.STACKS_OFFSET)

@@ -40,11 +40,15 @@ import os
 import sys
 import threading
 from time import monotonic_ns as _now
+from typing import TYPE_CHECKING, Any
 
 from ..channel import layout as L
 from ..channel import procinfo, ring
 from .anatomy import short_path
 from .present import line_rules
+
+if TYPE_CHECKING:
+    from .core import Probe
 
 HZ = 50
 LATE_NS = 1_000_000  # a sample asked for and not taken within this: the thread was inside a native call
@@ -52,7 +56,7 @@ MAX_LINES = 512  # distinct lines named; later ones count as "(other lines)"
 FLUSH_NS = 1_000_000_000
 CODE_CHARS = 60
 
-native = None  # channel/_sampler.c's functions, where the C extension is built and can wake the main thread
+native: Any = None  # (no type information: the C extension's module) channel/_sampler.c's functions, where the C extension is built and can wake the main thread
 if ring.IMPLEMENTATION == "c":
     from ..channel import _fastring
 
@@ -70,7 +74,7 @@ def rate() -> float:
 class LoopSampler:
     paused = False  # (benchmarks switch the probe off and on: api.switch)
 
-    def __init__(self, probe, hz: float = HZ):
+    def __init__(self, probe: Probe, hz: float = HZ) -> None:
         self.probe, self.hz, self.period = probe, hz, 1.0 / hz
         self.lines = LineNames(probe.intern)
         self._counts: dict[tuple[int, int, int], int] = {}  # (phase, name id, how) -> samples, not yet written
@@ -115,7 +119,7 @@ class LoopSampler:
         native.sample_pause(True)
         return True
 
-    def unpark(self, t0: int, t1: int, frame) -> None:
+    def unpark(self, t0: int, t1: int, frame: Any) -> None:
         """(the loop thread) The wait t0..t1 is over: its periods are waiting samples at the job's line
         that made it (frame: the waiting call's, let go here), under the phase open; requests resume
         (unless a pause was asked meanwhile)."""
@@ -141,7 +145,7 @@ class LoopSampler:
             if t is not threading.current_thread():
                 t.join(timeout)
 
-    def _spawn(self, target, *args) -> None:
+    def _spawn(self, target: Any, *args: Any) -> None:
         t = threading.Thread(target=target, args=args, name="tuimon-sampler", daemon=True)
         self._threads.append(t)
         t.start()
@@ -207,7 +211,7 @@ class LoopSampler:
         with open(fd, "rb", buffering=0, closefd=True) as pipe:
             self._read_requests(pipe, stop)
 
-    def _read_requests(self, pipe, stop: threading.Event) -> None:
+    def _read_requests(self, pipe: Any, stop: threading.Event) -> None:
         main = threading.main_thread()
         while not stop.is_set():
             try:
@@ -233,12 +237,12 @@ class LoopSampler:
                 if len(asked) > asleep:
                     self._add(phase, nid, L.HOW_NATIVE, len(asked) - asleep)
 
-    def _line_now(self, ident: int) -> int | None:
+    def _line_now(self, ident: int | None) -> int | None:
         """The id of the line thread `ident` is at. Its frame is let go here, before anything that
         lets the loop run (a blocking read, a /proc read): a frame object held while its function
         returns keeps that function's locals alive (a loss and its autograd graph, kept into the
         job's next CUDA-graph capture, break it)."""
-        frame = sys._current_frames().get(ident)
+        frame = sys._current_frames().get(ident) if ident is not None else None  # (None: a thread not started)
         return None if frame is None else self.lines.id_of(frame)
 
     def _add(self, phase: int, nid: int, how: int, n: int, counts: dict | None = None) -> None:
@@ -331,13 +335,13 @@ class LineNames:
     line that imports it is, outside the import (the job's `import torch` spent its seconds in numpy's,
     sympy's and jinja's module bodies, hundreds of lines that took MAX_LINES before the loop began)."""
 
-    def __init__(self, intern):
+    def __init__(self, intern: Any) -> None:
         self._intern = intern
         self._names: dict[tuple, str] = {}  # (file, line, context file, context line) -> name
         self._ids: dict[str, int] = {}
         self._rules: tuple = ((), (), ())
         self._kinds: dict[str, int] = {}  # file -> OWN, LIBRARY or SKIPPED under self._rules
-        self._torch_seen = None
+        self._torch_seen: bool | None = None
 
     def library(self) -> tuple:
         """presents.line_rules() (torch's folder once it is imported), as channel/_sampler.c takes them."""
@@ -359,7 +363,7 @@ class LineNames:
                 self._kinds[file] = k
         return k
 
-    def where(self, frame) -> tuple:
+    def where(self, frame: Any) -> tuple:
         """(code, line, context code or None, context line) of the line a sample of `frame` is at:
         channel/_sampler.c's walk, in Python (the samples taken from outside)."""
         self.library()
@@ -387,12 +391,12 @@ class LineNames:
         del f, hot, own, frame  # (before the source is read: _line_now says why)
         return where
 
-    def name_of(self, frame) -> str:
+    def name_of(self, frame: Any) -> str:
         """The line's name, without its context (the op counter's lines: probe/ops.py)."""
         code, line, _, _ = self.where(frame)
         return self._name(code, line)
 
-    def _name(self, code, line: int | None) -> str:
+    def _name(self, code: Any, line: int | None) -> str:
         """line: None where the frame is at no line (f_lineno is None in a frame being set up or torn
         down, as a sample from another thread can find it): named by its function alone."""
         key = (code.co_filename, line or 0)
@@ -408,7 +412,7 @@ class LineNames:
             name = self._names[key] = f"{short_path(key[0])}:{line} in {code.co_name}" + (f" `{text}`" if text else "")
         return name
 
-    def _name_in(self, code, line: int | None, ctx, ctx_line: int | None) -> str:
+    def _name_in(self, code: Any, line: int | None, ctx: Any, ctx_line: int | None) -> str:
         """The line's name, and its context's after L.HOT_CONTEXT (the line cut, never the context,
         where both are longer than a name may be)."""
         if ctx is None:
@@ -432,8 +436,8 @@ class LineNames:
             nid = self._ids[name] = self._intern(name)
         return nid
 
-    def id_of(self, frame) -> int:
+    def id_of(self, frame: Any) -> int:
         return self._id(self._name_in(*self.where(frame)))
 
-    def id_of_code(self, code, line: int | None, ctx=None, ctx_line: int | None = None) -> int:
+    def id_of_code(self, code: Any, line: int | None, ctx: Any = None, ctx_line: int | None = None) -> int:
         return self._id(self._name_in(code, line, ctx, ctx_line))

@@ -27,20 +27,27 @@ import functools
 import os
 import sys
 import weakref
+from collections.abc import Callable
 from time import monotonic_ns as _now
+from typing import TYPE_CHECKING, Any
 
 from . import comm, copies, data_parallel, graphs, state
 from .anatomy import BACKWARD, COPY, DATA, FORWARD, OPTIMIZER, SYNC
-from .core import BACKWARD_CALL, FORWARD_CALL
+from .core import BACKWARD_CALL, FORWARD_CALL, Probe
+from .marks import mark
+
+if TYPE_CHECKING:
+    from .copies import Copies
 
 DISCOVER_STEPS = 3
-_compiling = None  # torch.compiler.is_dynamo_compiling, bound by patch() (why: _compile_check)
+_compiling: Callable[[], bool]  # torch.compiler.is_dynamo_compiling, bound by patch() (why: _compile_check); no
+#   wrapper is in place before it is
 _swaps: list[tuple[object, str, object, object]] = []  # (owner, name, original, wrapper)
 _enabled = True  # set_enabled: wrappers put into classes as torch makes them stay; off, they only call through
 _stepping = 0  # optimizer.step() calls open on the loop thread, timed by _timed_step (a nested one steps aside)
 
 
-def _swap(owner, name: str, wrapper) -> None:
+def _swap(owner: Any, name: str, wrapper: Any) -> None:
     """Put wrapper in place of owner.name, remembering the original (set_enabled can put it back; a
     class's own staticmethod is kept as one)."""
     own = vars(owner).get(name) if isinstance(owner, type) else None
@@ -56,13 +63,14 @@ def set_enabled(on: bool) -> None:
     for owner, name, orig, wrapper in _swaps:
         setattr(owner, name, wrapper if on else orig)
     p = state.probe
-    if p is not None and getattr(p, "roots", None) is not None:
-        p.roots.set_enabled(on)
-    if p is not None and getattr(p, "comm", None) is not None:
-        p.comm.set_enabled(on)
+    roots, comm_timing = getattr(p, "roots", None), getattr(p, "comm", None)
+    if roots is not None:
+        roots.set_enabled(on)
+    if comm_timing is not None:
+        comm_timing.set_enabled(on)
 
 
-def patch(torch) -> None:
+def patch(torch: Any) -> None:
     global _compiling
     _compiling = _compile_check(torch)
     _patch_dataloader(torch)
@@ -78,7 +86,7 @@ def patch(torch) -> None:
         attach(p, torch)
 
 
-def _compile_check(torch):
+def _compile_check(torch: Any) -> Any:
     """What every wrapper asks first: is torch.compile tracing this call (then it calls through)?
     torch.compiler.is_dynamo_compiling: one frame that returns False, which torch._dynamo folds to
     True as it does is_compiling (two frames and three lookups: ~7 wrapper calls a step, the
@@ -89,7 +97,7 @@ def _compile_check(torch):
         or (lambda: False)
 
 
-def attach(p, torch) -> None:
+def attach(p: Probe, torch: Any) -> None:
     """Give this process's probe its torch-side helpers (forward roots, GPU timing)."""
     from .gpu_timing import GpuTiming
 
@@ -134,7 +142,7 @@ def _has_compiled() -> bool:
 # -- data -----------------------------------------------------------------------------------------
 
 
-def _patch_dataloader(torch) -> None:
+def _patch_dataloader(torch: Any) -> None:
     from torch.utils.data import dataloader  # (torch is fully imported when this runs)
 
     it = dataloader._BaseDataLoaderIter
@@ -142,7 +150,7 @@ def _patch_dataloader(torch) -> None:
         return
     orig_next = it.__next__
 
-    def __next__(self):
+    def __next__(self: Any) -> Any:
         p = state.probe
         if p is None:
             return orig_next(self)
@@ -160,24 +168,24 @@ def _patch_dataloader(torch) -> None:
         finally:
             p.anatomy.data_wait(DATA, t0, _now())  # (the DATA phase left, a DATA_WAIT record)
 
-    __next__._tuimon = True
+    mark(__next__)
     _swap(it, "__next__", __next__)
 
 
 # -- optimizer ------------------------------------------------------------------------------------
 
 
-def _patch_optimizer(torch) -> None:
+def _patch_optimizer(torch: Any) -> None:
     from torch.optim.optimizer import Optimizer
 
     orig_profile = Optimizer.profile_hook_step  # (torch wraps each optimizer class's step with it, once)
     if getattr(orig_profile, "_tuimon", False):
         return
 
-    def profile_hook_step(func):
+    def profile_hook_step(func: Any) -> Any:
         return _timed_step(orig_profile(func))
 
-    profile_hook_step._tuimon = True
+    mark(profile_hook_step)
     _swap(Optimizer, "profile_hook_step", staticmethod(profile_hook_step))
     # classes hooked before tuimon started (a job that calls tuimon.instrument() after making its
     # optimizer): the same wrapper, put around the step torch hooked
@@ -190,13 +198,13 @@ def _patch_optimizer(torch) -> None:
             _swap(cls, "step", _timed_step(hooked))
 
 
-def _timed_step(hooked):
+def _timed_step(hooked: Any) -> Any:
     """An optimizer class's step as torch hooked it (its record_function, pre hooks, step, post hooks),
     timed whole on the loop thread: the optimizer phase is the call the loop makes. An exception
     leaves the phase and ends no step (as the post hook, which it skips, did)."""
 
     @functools.wraps(hooked)  # (torch marks what it gets back `hooked`: a class is wrapped once)
-    def step(*args, **kwargs):
+    def step(*args: Any, **kwargs: Any) -> Any:
         global _stepping
         p = state.probe
         if not _enabled or p is None or _stepping or _compiling() or not p.anatomy.on_loop():
@@ -213,16 +221,16 @@ def _timed_step(hooked):
             p.step(explicit=False, optimizer=args[0])
         return out
 
-    step._tuimon = True
+    mark(step)
     return step
 
 
 # -- backward -------------------------------------------------------------------------------------
 
 
-def _phase(orig, phase: int):
+def _phase(orig: Any, phase: int) -> Callable[..., Any]:
     @functools.wraps(orig)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         if _compiling():
             return orig(*args, **kwargs)
         p = state.probe
@@ -246,11 +254,11 @@ def _phase(orig, phase: int):
                     p.boundary(BACKWARD_CALL, t)  # a loop with no optimizer step: its backward ends the step
                 p.work_seen = p.work_since_boundary = True
 
-    wrapper._tuimon = True
+    mark(wrapper)
     return wrapper
 
 
-def _patch_backward(torch) -> None:
+def _patch_backward(torch: Any) -> None:
     import torch.autograd
 
     # (Tensor.backward calls torch.autograd.backward: wrapping it too would time each backward twice)
@@ -263,7 +271,7 @@ def _patch_backward(torch) -> None:
 # -- syncs ----------------------------------------------------------------------------------------
 
 
-def _waiting(p, fn, *args, **kwargs):
+def _waiting(p: Probe, fn: Any, *args: Any, **kwargs: Any) -> Any:
     """fn blocks the loop until the GPU has caught up: the sync phase while it runs (what the
     step in progress shows, and a loop stuck on a kernel that never ends), then counted."""
     a = p.anatomy
@@ -283,7 +291,7 @@ def _waiting(p, fn, *args, **kwargs):
             gpu.after_sync()
 
 
-def _copying(p, fn, src, *args, **kwargs):
+def _copying(p: Probe, copies: Copies, fn: Any, src: Any, *args: Any, **kwargs: Any) -> Any:
     """fn copies src from the host to the GPU: the copy phase while the host is in it (the whole
     transfer from pageable memory; only queuing it from pinned memory with non_blocking=True)."""
     a = p.anatomy
@@ -292,16 +300,16 @@ def _copying(p, fn, src, *args, **kwargs):
         return fn(*args, **kwargs)
     finally:
         a.exit(COPY)
-        p.copies.host_to_device(src, kwargs.get("non_blocking", False))
+        copies.host_to_device(src, kwargs.get("non_blocking", False))
 
 
-def _tensor_sync(orig):
+def _tensor_sync(orig: Any) -> Any:
     """A Tensor method that waits for the GPU when the tensor is on it (.cpu() counts the bytes it
     brings back)."""
     counts_bytes = orig.__name__ == "cpu"
 
     @functools.wraps(orig)
-    def wrapper(self, *args, **kwargs):
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         if _compiling():
             return orig(self, *args, **kwargs)
         p = state.probe
@@ -312,18 +320,18 @@ def _tensor_sync(orig):
             p.copies.device_to_host(self)
         return result
 
-    wrapper._tuimon = True
+    mark(wrapper)
     return wrapper
 
 
-def _tensor_to(orig, device_class):
+def _tensor_to(orig: Any, device_class: Any) -> Any:
     """Tensor.to(): from the host to a CUDA device, a host-to-device copy; from the GPU, a sync when
     the result is on the CPU (known once it returns), with the bytes it brings back. The hottest
     wrapper (every .to() of the job, a batch's copies among them): the copy is timed in this frame,
     not through _copying, and a torch.device target (device_class) is read here, not by to_cuda."""
 
     @functools.wraps(orig)
-    def wrapper(self, *args, **kwargs):
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         if _compiling():
             return orig(self, *args, **kwargs)
         p = state.probe
@@ -343,7 +351,7 @@ def _tensor_to(orig, device_class):
             return result
         if c is None:
             return orig(self, *args, **kwargs)
-        d = kwargs.get("device", args[0] if args else None)
+        d: Any = kwargs.get("device", args[0] if args else None)  # (a torch.device, a str or a dtype)
         if not (d.type == "cuda" if d.__class__ is device_class else copies.to_cuda(d)):
             return orig(self, *args, **kwargs)
         a.enter(COPY)
@@ -353,32 +361,32 @@ def _tensor_to(orig, device_class):
             a.exit(COPY)
             c.host_to_device(self, kwargs.get("non_blocking", False))
 
-    wrapper._tuimon = True
+    mark(wrapper)
     return wrapper
 
 
-def _tensor_cuda(orig):
+def _tensor_cuda(orig: Any) -> Any:
     """Tensor.cuda(): from the host, a host-to-device copy."""
 
     @functools.wraps(orig)
-    def wrapper(self, *args, **kwargs):
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         if _compiling():
             return orig(self, *args, **kwargs)
         p = state.probe
         if p is None or self.is_cuda or p.copies is None or not p.anatomy.on_loop():
             return orig(self, *args, **kwargs)
-        return _copying(p, orig, self, self, *args, **kwargs)
+        return _copying(p, p.copies, orig, self, self, *args, **kwargs)
 
-    wrapper._tuimon = True
+    mark(wrapper)
     return wrapper
 
 
-def _tensor_copy_(orig):
+def _tensor_copy_(orig: Any) -> Any:
     """dst.copy_(src): a host-to-device copy when dst is on the GPU and src is not; a device-to-host
     one (a sync) the other way."""
 
     @functools.wraps(orig)
-    def wrapper(self, src, *args, **kwargs):
+    def wrapper(self: Any, src: Any, *args: Any, **kwargs: Any) -> Any:
         if _compiling():
             return orig(self, src, *args, **kwargs)
         p = state.probe
@@ -386,22 +394,22 @@ def _tensor_copy_(orig):
             return orig(self, src, *args, **kwargs)
         to_gpu, from_gpu = self.is_cuda, getattr(src, "is_cuda", False)
         if to_gpu and not from_gpu:
-            return _copying(p, orig, src, self, src, *args, **kwargs)
+            return _copying(p, p.copies, orig, src, self, src, *args, **kwargs)
         if from_gpu and not to_gpu:
             result = _waiting(p, orig, self, src, *args, **kwargs)
             p.copies.device_to_host(src)
             return result
         return orig(self, src, *args, **kwargs)
 
-    wrapper._tuimon = True
+    mark(wrapper)
     return wrapper
 
 
-def _device_sync(orig):
+def _device_sync(orig: Any) -> Any:
     """A call that waits for the device or a stream or event."""
 
     @functools.wraps(orig)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         if _compiling():
             return orig(*args, **kwargs)
         p = state.probe
@@ -409,11 +417,11 @@ def _device_sync(orig):
             return orig(*args, **kwargs)
         return _waiting(p, orig, *args, **kwargs)
 
-    wrapper._tuimon = True
+    mark(wrapper)
     return wrapper
 
 
-def _patch_syncs(torch) -> None:
+def _patch_syncs(torch: Any) -> None:
     import torch.cuda
 
     T = torch.Tensor
@@ -436,7 +444,7 @@ def _patch_syncs(torch) -> None:
 # -- torch.compile ----------------------------------------------------------------------------------
 
 
-def _patch_compile(torch) -> None:
+def _patch_compile(torch: Any) -> None:
     """A job that compiles must run the same compiled graphs with tuimon as without it: torch.compile
     warns of global module hooks and traces them (a graph break at every untraceable call), so from
     the job's first torch.compile on there are none (ModuleRoots.compiled), and a compiled module is
@@ -447,26 +455,26 @@ def _patch_compile(torch) -> None:
         return
 
     @functools.wraps(orig)
-    def compile(*args, **kwargs):
+    def compile(*args: Any, **kwargs: Any) -> Any:
         result = orig(*args, **kwargs)
         roots = getattr(state.probe, "roots", None)
         if roots is not None:
             roots.compiled(result)
         return result
 
-    compile._tuimon = True
+    mark(compile)
     _swap(torch, "compile", compile)
     orig_module_compile = torch.nn.Module.compile
 
     @functools.wraps(orig_module_compile)
-    def module_compile(self, *args, **kwargs):  # Module.compile(): in place, through torch.compile
+    def module_compile(self: Any, *args: Any, **kwargs: Any) -> Any:  # Module.compile() -> Any: in place, through torch.compile
         result = orig_module_compile(self, *args, **kwargs)
         roots = getattr(state.probe, "roots", None)
         if roots is not None:
             roots.compiled_in_place(self)
         return result
 
-    module_compile._tuimon = True
+    mark(module_compile)
     _swap(torch.nn.Module, "compile", module_compile)
 
 
@@ -477,7 +485,7 @@ class ModuleRoots:
     """The forward phase: the loop thread's outermost module calls (outside data loading and
     backward, where recomputed or preprocessing modules are not the model's forward)."""
 
-    def __init__(self, torch, probe, discover: bool = True):
+    def __init__(self, torch: Any, probe: Probe, discover: bool = True) -> None:
         from torch.nn.modules import module as nn_module
 
         self.probe = probe
@@ -493,7 +501,7 @@ class ModuleRoots:
         if not discover:
             self._time_compiled_class(getattr(getattr(torch, "_dynamo", None), "OptimizedModule", None))
 
-    def _pre(self, module, args):
+    def _pre(self, module: Any, args: Any) -> None:
         if _compiling() or state.probe is not self.probe:  # (compiled: traced to nothing); forked, or off
             return
         a = self.probe.anatomy
@@ -511,7 +519,7 @@ class ModuleRoots:
         self.depth += 1
         self.entered.append(opened)
 
-    def _post(self, module, args, output):
+    def _post(self, module: Any, args: Any, output: Any) -> None:
         if _compiling() or state.probe is not self.probe:
             return
         a = self.probe.anatomy
@@ -537,7 +545,7 @@ class ModuleRoots:
         self._global = []
         self._hook_roots()
 
-    def compiled(self, result) -> None:
+    def compiled(self, result: Any) -> None:
         """The job called torch.compile (result: what it returned): discovery ends now, before
         anything compiled is traced (the roots found so far keep their own hooks, which trace to
         nothing); a compiled module (OptimizedModule) is a root, timed by its class's __call__."""
@@ -547,7 +555,7 @@ class ModuleRoots:
         if isinstance(result, self._module_class):
             self._time_compiled_class(type(result))
 
-    def _time_compiled_class(self, cls) -> None:
+    def _time_compiled_class(self, cls: Any) -> None:
         """Calls of a compiled module class (OptimizedModule) timed as roots, at the class's __call__."""
         if isinstance(cls, type) and issubclass(cls, self._module_class) and cls is not self._module_class \
                 and not getattr(cls.__call__, "_tuimon", False):
@@ -555,27 +563,27 @@ class ModuleRoots:
             roots = self
 
             @functools.wraps(orig_call)
-            def __call__(module, *args, **kwargs):
+            def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
                 if _compiling() or state.probe is not roots.probe:
                     return orig_call(module, *args, **kwargs)
                 return roots.call(module, orig_call, args, kwargs)
 
-            __call__._tuimon = True
+            mark(__call__)
             _swap(cls, "__call__", __call__)
 
-    def compiled_in_place(self, module) -> None:
+    def compiled_in_place(self, module: Any) -> None:
         """module.compile(): its calls go to its _compiled_call_impl, which is timed at its boundary."""
         inner = getattr(module, "_compiled_call_impl", None)
         if inner is None or getattr(inner, "_tuimon", False):
             return
         roots = self
 
-        def timed(*args, **kwargs):
+        def timed(*args: Any, **kwargs: Any) -> Any:
             if _compiling() or state.probe is not roots.probe:
                 return inner(*args, **kwargs)
             return roots.call(module, lambda _, *a, **k: inner(*a, **k), args, kwargs)
 
-        timed._tuimon = True
+        mark(timed)
         module._compiled_call_impl = timed
 
     def _hook_roots(self) -> None:
@@ -589,11 +597,11 @@ class ModuleRoots:
             except Exception:  # noqa: BLE001 - a module that refuses hooks: its time stays "other"
                 pass
 
-    def times(self, module) -> bool:
+    def times(self, module: Any) -> bool:
         """Does this root's class wrapper open the forward phase (after discovery, instead of hooks)?"""
         return module.__dict__.get("_tuimon_timed_by") is self  # (set once discovery is over)
 
-    def call(self, module, forward, args, kwargs):
+    def call(self, module: Any, forward: Any, args: Any, kwargs: Any) -> Any:
         """forward(module, ...) as a root: what _pre and _post do around it, in one call."""
         if _compiling():
             return forward(module, *args, **kwargs)

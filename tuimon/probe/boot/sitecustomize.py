@@ -7,7 +7,7 @@ import os
 import sys
 
 
-def _chain_next_sitecustomize():
+def _chain_next_sitecustomize() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
@@ -18,7 +18,7 @@ def _chain_next_sitecustomize():
     spec.loader.exec_module(module)
 
 
-def _install_probe():
+def _install_probe() -> None:
     root = os.environ.get("TUIMON_PACKAGE_ROOT")
     try:
         import tuimon.probe
