@@ -68,8 +68,12 @@ def test_the_words_outside_the_model_follow_the_hot_line():
     phases = {"forward": 0.05, "other": 0.95}
     blocked = diagnose(Evidence(**{**BASE, "loop_cpu": 20.0}, phases=phases, hot=hot(0.9, 0.0, 0.0, 0.5)))
     assert f"it is blocked at {LINE} (50% of that line's samples" in blocked.next_step
+    # the top line under half blocked, the phase's samples over half (another line of it blocked throughout:
+    # the loop waits elsewhere, LOOP_BLOCKED_SAMPLES), so where is not that line
+    other_line = HotLine(phase="other", line="train.py:50 in wait", samples=100, share=0.05, phase_share=0.05,
+                         python=0.0, native=0.0, waiting=1.0)
     assert "it is blocked on something tuimon does not see" in diagnose(
-        Evidence(**{**BASE, "loop_cpu": 20.0}, phases=phases, hot=hot(0.9, 0.51, 0.0, 0.49))).next_step
+        Evidence(**{**BASE, "loop_cpu": 20.0}, phases=phases, hot=hot(0.9, 0.51, 0.0, 0.49) + [other_line])).next_step
     native = diagnose(Evidence(**BASE, phases=phases, hot=hot(0.9, 0.5, 0.5))).next_step
     assert "in a native call (50% of its samples" in native
     assert "in a native call" not in diagnose(Evidence(**BASE, phases=phases, hot=hot(0.9, 0.51, 0.49))).next_step
