@@ -11,6 +11,7 @@ from tuimon.model import CopyTimes, Memory, Straggler
 
 # the published values (thresholds.py cites where each comes from)
 PUBLISHED = {
+    "LOOP_BLOCKED_SAMPLES": 0.5, "DP_DEVICES": 2, "DP_OWN": 0.10,
     "MIN_STEPS": 5, "INPUT_HIGH": 0.20, "INPUT_MODERATE": 0.05, "COPY_HIGH": 0.20, "SYNC_HIGH": 0.20,
     "SYNC_MODERATE": 0.05, "GPU_BUSY": 80, "GPU_IDLE": 50, "UNIT_BOUND": 60, "UNIT_LEAD": 10, "LOOP_CPU_BUSY": 90,
     "WORKERS_BUSY": 90, "STRAGGLER": 1 / 0.7, "RANK_FACTOR": 4, "MODEL_MAJORITY": 0.5, "INTRA_OP_IDLE": 50,
