@@ -185,12 +185,14 @@ async def test_quitting_while_the_load_waits_for_the_jobs_main_thread_ends_the_w
 @pytest.mark.asyncio
 @pytest.mark.skipif(loader_path() is None, reason="tuimon's loader library was not built (no C compiler)")
 async def test_i_i_loads_the_probe_into_a_plain_torch_loop_and_its_steps_show(tmp_path):
-    job = subprocess.Popen([sys.executable, LOOP, "--seconds", "40", "--truth", str(tmp_path / "t.json")],
+    ready = tmp_path / "ready"
+    job = subprocess.Popen([sys.executable, LOOP, "--seconds", "50", "--truth", str(tmp_path / "t.json"),
+                            "--ready", str(ready)],
                            env=plain_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     app = make_app(LiveSession(job.pid, 0.5, devices=no_nvml(), outside=True), "attached")
     try:
-        wait_for(lambda: b"libtorch_python" in open(f"/proc/{job.pid}/maps", "rb").read(), timeout=60,
-                 what="torch imported")
+        # the loop stepping, not only torch mapped: a job still importing puts the load off (test_inject)
+        wait_for(ready.exists, timeout=90, what="50 steps")
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_until(pilot, lambda: app.probe is not None, 30, "the offer")
             assert app.state.view().training is None
