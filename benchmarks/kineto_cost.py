@@ -39,6 +39,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--windows", type=int, default=3)
     ap.add_argument("--show-steps", action="store_true", help="print each window's step times (ms)")
+    ap.add_argument("--kinds", default="kineto,torch.profiler", help="which windows, in turn (comma-separated)")
+    ap.add_argument("--job-log", help="the job's output to this file (default: dropped)")
     ap.add_argument("command", nargs="*")
     a = ap.parse_args()
     job_cmd = a.command or JOB
@@ -47,7 +49,8 @@ def main() -> None:
     env = dict(os.environ, KINETO_USE_DAEMON="1", KINETO_LOG_LEVEL="6", TUIMON_CAPTURE_DIR=out,
                PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
     run = [sys.executable, "-m", "tuimon", "run", "--headless", "--", *job_cmd]
-    job = subprocess.Popen(run, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job_log = open(a.job_log, "w") if a.job_log else subprocess.DEVNULL
+    job = subprocess.Popen(run, cwd=ROOT, env=env, stdout=job_log, stderr=subprocess.STDOUT)
     stop = threading.Event()
     rows = []
     try:
@@ -79,7 +82,10 @@ def main() -> None:
         print(f"{'path':<16}{'window':>7}{'worst normal':>14}{'worst':>10}{'ratio':>8}{'over':>6}{'lost':>10}"
               f"{'typical':>10}  notes", flush=True)
         for w in range(a.windows):
-            for kind in ("kineto", "torch.profiler"):
+            for kind in a.kinds.split(","):
+                if job.poll() is not None:
+                    print(f"the job ended: exit {job.returncode} (its output: {a.job_log or 'dropped'})", flush=True)
+                    return
                 if kind == "kineto":
                     base = os.path.join(out, f"kineto-{pid}-{w + 1}.json")
                     asked = time.monotonic()
@@ -129,6 +135,8 @@ def main() -> None:
                     time.sleep(max(2.0, NORMAL_STEPS * cost.typical_ms / 1e3 * 1.5))
     finally:
         stop.set()
+        if job.poll() is not None:
+            print(f"the job ended on its own: exit {job.returncode}", flush=True)
         job.terminate()
         job.wait()
         endpoint.close()
