@@ -7,7 +7,13 @@ capture/cost.py judges every window, from the job's own step times: its worst st
 first to just past the end of its work (Kineto: its trace file there; torch.profiler: its state done)
 against the worst of the 50 normal steps before it, and the time lost beyond the typical step.
 
-    python benchmarks/kineto_cost.py [--steps 10] [--windows 3] [-- training command...]
+    python benchmarks/kineto_cost.py [--steps 10] [--windows 3] [--top 5] [--top-json FILE] [-- training command...]
+
+--top N prints the N kernels of most GPU time in each Kineto window (trace_summary.summarize; its top
+host operators by self time where the trace has no kernels); --top-json FILE appends each Kineto
+window's as a JSON line. A summary table comes last: per path, the worst window's ratio and time lost,
+pass when every window's worst step is at most 1.2x the worst normal one and it lost at most one
+typical step.
 
 The job: tests/workloads/small_ops.py (~1,500 small operators a step on the CPU) unless a command
 is given. A Kineto window's first step is the first that began after the job took its config.
@@ -15,6 +21,7 @@ is given. A Kineto window's first step is the first that began after the job too
 
 import argparse
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -41,6 +48,8 @@ def main() -> None:
     ap.add_argument("--show-steps", action="store_true", help="print each window's step times (ms)")
     ap.add_argument("--kinds", default="kineto,torch.profiler", help="which windows, in turn (comma-separated)")
     ap.add_argument("--job-log", help="the job's output to this file (default: dropped)")
+    ap.add_argument("--top", type=int, default=0, help="print the top N kernels of each Kineto window")
+    ap.add_argument("--top-json", help="append each Kineto window's top kernels to this file (JSON lines)")
     ap.add_argument("command", nargs="*")
     a = ap.parse_args()
     job_cmd = a.command or JOB
@@ -104,7 +113,8 @@ def main() -> None:
                         with lock:
                             first = next((i for i, t0, _ in log.steps if t0 >= handed_ns), None)
                     last = first + a.steps - 1
-                    s = summarize(path, 3)
+                    s = summarize(path, max(3, a.top))
+                    top_rows = s["top_kernels"] or s["top_host_self"]
                     note = (f"took config {(handed_ns / 1e9 - asked):.1f} s after the ask; trace "
                             f"{os.path.getsize(path) / 2**20:.1f} MiB, {(done_ns - handed_ns) / 1e9:.1f} s after; top: "
                             + ", ".join(f"{r['name'][:40]} {r['ms']:.0f} ms" for r in
@@ -132,7 +142,21 @@ def main() -> None:
                         span = range(first - 3, first + cost.steps + 1)
                         print("    steps " + " ".join(f"{d[i]:.0f}" + ("*" if first <= i <= last else "")
                                                       for i in span if i in d), flush=True)
+                if kind == "kineto" and (a.top or a.top_json):
+                    shown = top_rows[:a.top or 5]
+                    what = "kernels" if s["top_kernels"] else "host operators (self time; no kernels)"
+                    if a.top:
+                        print(f"    kineto window {w + 1}: top {len(shown)} {what} of {s['kernels']} kernels "
+                              f"({s['kernel_ms']:.0f} ms)", flush=True)
+                        for r in shown:
+                            print(f"      {r['ms']:>9.1f} ms {r['calls']:>6}x  {r['name'][:150]}", flush=True)
+                    if a.top_json:
+                        with open(a.top_json, "a") as f:
+                            f.write(json.dumps({"window": w + 1, "what": what, "kernels": s["kernels"],
+                                                "kernel_ms": s["kernel_ms"], "top": shown}) + "\n")
+                if cost is not None:
                     time.sleep(max(2.0, NORMAL_STEPS * cost.typical_ms / 1e3 * 1.5))
+        summary(rows)
     finally:
         stop.set()
         if job.poll() is not None:
@@ -143,6 +167,23 @@ def main() -> None:
         for f in glob.glob(os.path.join(out, "*")):
             os.unlink(f)
         os.rmdir(out)
+
+
+def summary(rows) -> None:
+    """Per path, its windows judged against issue 41's bar: worst step <= 1.2x the worst normal one,
+    time lost <= one typical step."""
+    print(f"=== summary: {'path':<16}{'windows':>8}{'worst ratio':>13}{'worst lost':>12}{'typical':>10}  verdict")
+    for kind in ("kineto", "torch.profiler"):
+        costs = [c for k, _, c, _ in rows if k == kind]
+        got = [c for c in costs if c is not None]
+        if not got:
+            print(f"             {kind:<16}{len(costs):>8}  (no window judged)  FAIL")
+            continue
+        ok = len(got) == len(costs) and all(c.ratio <= 1.2 and c.lost_ms <= c.typical_ms for c in got)
+        worst = max(got, key=lambda c: c.ratio)
+        lost = max(got, key=lambda c: c.lost_ms / c.typical_ms if c.typical_ms else c.lost_ms)
+        print(f"             {kind:<16}{len(costs):>8}{worst.ratio:>12.2f}x{lost.lost_ms:>9.0f} ms{lost.typical_ms:>7.1f} ms  "
+              f"{'PASS' if ok else 'FAIL'}", flush=True)
 
 
 if __name__ == "__main__":
