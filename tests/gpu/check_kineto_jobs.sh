@@ -24,8 +24,8 @@ one() {  # NAME TIMEOUT_S COMMAND...: a kineto_cost.py run on one job
   local name=$1 limit=$2; shift 2
   echo "=== $name: $*" | tee -a "$LOG"
   rm -f "$OUT/kineto_top.$name.jsonl"
-  timeout "$limit" python3 benchmarks/kineto_cost.py --windows "$WINDOWS" --steps "$STEPS" --top 5 \
-    --top-json "$OUT/kineto_top.$name.jsonl" -- "$@" 2>&1 | tee "$OUT/kineto_jobs.$name.txt" | tee -a "$LOG"
+  timeout "$limit" python3 benchmarks/kineto_cost.py --windows "$WINDOWS" --steps "$STEPS" --top 5 --kinds "${KINDS:-kineto,torch.profiler}" \
+    --top-json "$OUT/kineto_top.$name.jsonl" --job-log "$OUT/kineto_job.$name.log" -- "$@" 2>&1 | tee "$OUT/kineto_jobs.$name.txt" | tee -a "$LOG"
   echo "(exit ${PIPESTATUS[0]})" | tee -a "$LOG"
 }
 
