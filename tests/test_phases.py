@@ -236,3 +236,142 @@ def test_every_sync_site_gets_its_share_whatever_the_loops_period(period_ms):
     assert total == pytest.approx(2 * steps, rel=0.05)  # every sync stands in some walk's weight (a few owed at the end)
     walks_per_gap = len(sites) / (steps * period / anatomy.SITE_WALK_GAP_NS)
     assert walks_per_gap <= 2.0, walks_per_gap  # the cost stays bounded (about one walk per gap)
+
+
+def _timed_sites(a, t, steps, period_ns, sites):
+    """Two sync sites a step, each (offset, wait) of the step: the .item() in the step function
+    through the timed path (the sync phase entered around it, as torch_hooks._waiting does), the
+    synchronize() in the loop through Probe.synced's."""
+    (item_at, item_ns), (sync_at, sync_ns) = sites
+
+    def item_site(t0):  # the loop's .item() inside its step function
+        a.enter(SYNC, t0)
+        a.sync(t0, t0 + item_ns, sys._getframe(), timed=True)
+
+    def sync_site(t0):  # its synchronize() in the loop
+        a.sync(t0, t0 + sync_ns, sys._getframe())
+
+    for k in range(steps):
+        item_site(t + item_at)
+        sync_site(t + sync_at)
+        a.close_step(k + 1, t, t + period_ns, 1)
+        t += period_ns
+    return item_site.__code__.co_firstlineno + 2, sync_site.__code__.co_firstlineno + 1
+
+
+@pytest.mark.parametrize("period_ms", [7, 20, 100, 250])
+def test_each_sync_site_gets_its_own_share_of_the_step_time(period_ms):
+    """One .item() a step waiting 30% of it, one synchronize() waiting 15%: one call a step each, so
+    their counts split the sync time evenly; their own waits (SITE t0, summed by the monitor's step
+    model, over the window's step time) give each its share within 0.05 (issue 43 item 3)."""
+    from tuimon.analysis.anatomy import Window
+    from tuimon.analysis.steps import StepAccumulator
+    from tuimon.channel import ring
+    from tuimon.probe import anatomy
+
+    m = mmap.mmap(-1, RING_AT + (1 << 17) * L.RECORD_SIZE)
+    w = ring.RingWriter(m, RING_AT, 1 << 17, HEAD_AT, STEPS_AT, BEAT_AT)
+    names: dict[str, int] = {}
+    a = anatomy.Anatomy(w, lambda n: names.setdefault(n, len(names) + 1))
+    t, period = 10**9, period_ms * 1_000_000
+    a.restart(t)
+    # ~800 walks (one per SITE_WALK_GAP_NS): a site's share of the calls is known within ~sqrt(0.5/n) = 0.025
+    # (binomial, and each walk's weight a geometric gap), the .item()'s share of the step within ~0.02
+    steps = max(800, 800 * anatomy.SITE_WALK_GAP_NS // period)
+    item_line, sync_line = _timed_sites(a, t, steps, period, ((period // 10, period * 3 // 10),
+                                                               (period // 2, period * 15 // 100)))
+    rs = records(m)
+    assert w.enabled and all(type(r[6]) is int and r[6] > 0 for r in rs if r[0] == L.SITE)
+    acc = StepAccumulator(history=steps)
+    acc.add(rs)
+    by_id = {v: k for k, v in names.items()}
+    syncs = Window(list(acc.completed), lambda k: by_id.get(k, "?")).syncs()
+    here = anatomy.short_path(__file__)
+    top = {s.site: s for s in syncs.top}
+    item, sync = top[f"{here}:{item_line}"], top[f"{here}:{sync_line}"]
+    print(period_ms, "ms:", item, sync, syncs.share)
+    assert syncs.share == pytest.approx(0.45, abs=1e-3)  # (the sync phase: every sync's own time, exact)
+    assert item.share == pytest.approx(0.30, abs=0.05) and sync.share == pytest.approx(0.15, abs=0.05)
+    assert [s.site for s in syncs.top[:2]] == [item.site, sync.site]  # the most blocked first
+    assert item.per_step == pytest.approx(1.0, abs=0.15) and sync.per_step == pytest.approx(1.0, abs=0.15)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_timed_sync_leaves_the_clock_at_its_end(impl):
+    """torch_hooks._waiting reads a walked sync's wait as p.t - t0 after synced(t0, None, True): the
+    clock is at the sync's end (its span's t1) in both implementations."""
+    from time import monotonic_ns
+
+    m, w, p = clock(impl, walks=1)
+    t0 = monotonic_ns()
+    p.restart(t0 - 10)
+    p.enter(SYNC, t0)
+    weight = p.synced(t0, None, True)
+    assert weight == 1 and p.t == p.sync_spans[-1][1] and p.t >= t0 and p.top == 0
+
+
+def test_a_sites_wait_goes_out_as_an_int64_whatever_it_was_given():
+    """SITE t0 is the ring's int64: a wait given as a float (Probe.synced's caller's times), or one
+    past int64 once weighted, goes out as an int (a float or an overflow would disable the writer)."""
+    from tuimon.channel import ring
+    from tuimon.probe import anatomy
+
+    m = mmap.mmap(-1, RING_AT + 1024 * L.RECORD_SIZE)
+    w = ring.RingWriter(m, RING_AT, 1024, HEAD_AT, STEPS_AT, BEAT_AT)
+    names: dict[str, int] = {}
+    a = anatomy.Anatomy(w, lambda n: names.setdefault(n, len(names) + 1))
+    a.restart(1000)
+
+    def float_site():
+        a.walk(sys._getframe(), 3, 2.5e6)
+
+    def huge_site():
+        a.walk(sys._getframe(), 4, 2**62)
+
+    def no_wait_site():
+        a.walk(sys._getframe(), 1, -5)  # (a clock that went back: no wait, the call still counted)
+
+    float_site(), huge_site(), no_wait_site()
+    a.close_step(1, 1000, 2000, 1)
+    sites = {r[3]: (r[6], r[8]) for r in records(m) if r[0] == L.SITE}
+    assert w.enabled and len(sites) == 3
+    assert sorted(sites.values()) == [(0, 1.0), (7_500_000, 3.0), (2**63 - 1, 4.0)]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_both_writers_write_a_sites_wait_alike(impl):
+    ring_mod, _ = impl
+    images = []
+    for mod in (ring_py, ring_mod):
+        m = mmap.mmap(-1, RING_AT + RECORDS * L.RECORD_SIZE)
+        w = mod.RingWriter(m, RING_AT, RECORDS, HEAD_AT, STEPS_AT, BEAT_AT)
+        w.emit(L.SITE, 0, 4, 7, 3, 90_000_000, 5_000_000_000, 2.0)
+        w.emit(L.SITE, 0, 5, 7, 3, 2**63 - 1, 5_000_000_000, 1.0)
+        assert w.enabled and records(m)[0] == (L.SITE, 0, 0, 4, 7, 3, 90_000_000, 5_000_000_000, 2.0, 0)
+        images.append(bytes(m))
+    assert images[0] == images[1]
+
+
+def test_the_waiting_wrapper_gives_a_walked_sync_its_own_wait():
+    """torch_hooks._waiting (every .item(), .cpu(), synchronize() of the loop): the walked sync's
+    wait, from synced's own clock, is what the site's SITE t0 carries (the first sync of a fresh
+    clock is always walked, standing for itself)."""
+    import time
+    from types import SimpleNamespace
+
+    from tuimon.channel import ring
+    from tuimon.probe import anatomy, torch_hooks
+
+    m = mmap.mmap(-1, RING_AT + 1024 * L.RECORD_SIZE)
+    w = ring.RingWriter(m, RING_AT, 1024, HEAD_AT, STEPS_AT, BEAT_AT)
+    names: dict[str, int] = {}
+    a = anatomy.Anatomy(w, lambda n: names.setdefault(n, len(names) + 1))
+    t0 = time.monotonic_ns()
+    a.restart(t0)
+    line = sys._getframe().f_lineno + 1  # (the site: the next line)
+    torch_hooks._waiting(SimpleNamespace(anatomy=a, gpu=None), time.sleep, 0.02)
+    t1 = time.monotonic_ns()
+    a.close_step(1, t0, t1, 1)
+    (site,) = [r for r in records(m) if r[0] == L.SITE]
+    assert site[8] == 1.0 and 20_000_000 <= site[6] <= t1 - t0, site
+    assert {v: k for k, v in names.items()}[site[3]] == f"{anatomy.short_path(__file__)}:{line}"

@@ -31,7 +31,7 @@ FLAT = {
     "outside": ("outside", "sampled"), "outside_samples": ("outside", "samples"), "outside_why": ("outside", "why"),
 }
 ROWS = {  # lists of plain tuples, as the tests write them, to their named rows
-    "sync_sites": lambda t: SyncSite(site=t[0], per_step=t[1]),
+    "sync_sites": lambda t: SyncSite(site=t[0], per_step=t[1], share=t[2] if len(t) > 2 else None),
     "worker_states": lambda t: WorkerState(*t),
     "stalled_ranks": lambda t: StalledRank(*t),
     "waiting_ranks": lambda t: WaitingRank(*t),

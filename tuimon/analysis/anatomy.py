@@ -92,11 +92,16 @@ class Window:
         count = sum(self._of("sync.count", measured=True))
         blocked = self.phase_ns.get("sync", 0.0)
         sites = _total_by_name((s.sites for s in measured), self.name_of)
-        ranked = sorted(sites.items(), key=lambda kv: -kv[1])[:top]
+        # each site's own wait (SITE t0): its share of the window's step time, ranked by it; none where
+        # the probe did not time its sites (an older one, a recording of it): ranked by calls then
+        waits = _total_by_name((s.site_ns for s in measured), self.name_of)
+        timed = bool(waits) and total > 0
+        ranked = sorted(sites.items(), key=lambda kv: (-waits.get(kv[0], 0.0), -kv[1]) if timed else -kv[1])[:top]
         return Syncs(per_step=round(count / len(measured), 2),
                      share=round(blocked / total, 4) if total > 0 else 0.0,
                      mean_us=round(blocked / count / 1e3, 1) if count else 0.0,
-                     top=[SyncSite(site, round(n / len(measured), 2)) for site, n in ranked])
+                     top=[SyncSite(site, round(n / len(measured), 2),
+                                   round(waits.get(site, 0.0) / total, 4) if timed else None) for site, n in ranked])
 
     def comm(self) -> CommTimes | None:
         """Time in collectives per step: the "comm" phase (host) and the CUDA events' GPU time (over

@@ -34,6 +34,7 @@ class StepRecord:
     phases: dict[int, float] = field(default_factory=dict)  # phase name id -> exclusive ns on the loop thread
     values: dict[int, float] = field(default_factory=dict)  # name id -> a number about the step (GPU, syncs)
     sites: dict[int, float] = field(default_factory=dict)  # sync call site name id -> estimated calls
+    site_ns: dict[int, float] = field(default_factory=dict)  # sync call site name id -> estimated wait there (ns)
     # bumped by StepAccumulator.add each time it folds records into the step: what was worked out of
     # it before (analysis/rolling.py) is stale when this moved
     rev: int = field(default=0, compare=False, repr=False)
@@ -105,8 +106,11 @@ class StepAccumulator:
                 s.counts[r[F_NAME]] = s.counts.get(r[F_NAME], 0.0) + r[F_VALUE]
             elif kind == STEP_VALUE:  # (GPU values arrive a few steps late: the step is found by index)
                 s.values[r[F_NAME]] = r[F_VALUE]
-            elif kind == SITE:
-                s.sites[r[F_NAME]] = s.sites.get(r[F_NAME], 0.0) + r[F_VALUE]
+            elif kind == SITE:  # (t0: the wait; 0 from a probe that did not time its sites)
+                nid = r[F_NAME]
+                s.sites[nid] = s.sites.get(nid, 0.0) + r[F_VALUE]
+                if r[F_T0] > 0:
+                    s.site_ns[nid] = s.site_ns.get(nid, 0.0) + r[F_T0]
             elif kind == STEP:
                 s.t0, s.t1, s.tid = r[F_T0], r[F_T1], r[F_TID]
                 self.open.pop(s.index, None)

@@ -99,7 +99,9 @@ COUNT = 4  # a counter increment (samples, tokens): value at t1
 PHASE = 5  # the loop thread's exclusive time in a phase (name) during the step: value ns, at t1
 STEP_VALUE = 6  # a number about the step (name: "sync.count", "gpu.step_ns", ...): value
 GAUGE = 7  # a level at t1, not tied to a step (name: "cuda.allocated", ...): value
-SITE = 8  # a device-to-host sync call site (name "file:line") during the step: value = estimated calls
+SITE = 8  # a device-to-host sync call site (name "file:line") during the step: value = estimated calls, t0 = the
+# loop's time blocked in them (ns, estimated: each walked sync's own wait x the syncs it stands for; probe/anatomy.py
+# says how good an estimate), t1 = the step's end. t0 0: not timed (a probe before it, or no walk with a wait)
 HOT = 9  # the loop thread's samples at a line (name) in the step: value = samples, depth = the phase open
 # (anatomy.PHASES index), t0 = how the thread was (HOW_*), t1 = when counted. The line is the job's own or an
 # installed library's; a library's name carries after HOT_CONTEXT the job's own line that led there

@@ -189,6 +189,8 @@ class HotLine:
 class SyncSite:
     site: str  # file:line of the code that synced (the first frame outside torch and tuimon)
     per_step: float  # estimated from sampled call sites
+    share: float | None = None  # of step time, the loop blocked here (estimated: a sampled sync's own wait x
+    #   the syncs it stands for; probe/anatomy.py walk); None: a probe (a recording) that did not time its sites
 
 
 @record
@@ -198,7 +200,7 @@ class Syncs:
     per_step: float
     share: float  # of step time, blocked in them
     mean_us: float  # one sync's wait
-    top: list[SyncSite] = field(default_factory=list)
+    top: list[SyncSite] = field(default_factory=list)  # the most blocked first (the most per step where not timed)
 
 
 @record

@@ -282,10 +282,11 @@ def _waiting(p: Probe, fn: Any, *args: Any, **kwargs: Any) -> Any:
     finally:
         # Probe.synced(t0, now, timed=True) in one C call (the sync phase left, counted, its span kept),
         # without its frames: this runs where the GPU waits for the host (the sync's return), where
-        # each Python frame costs ~1.5 us (caches cold)
+        # each Python frame costs ~1.5 us (caches cold); a walked one's wait ends where synced left the
+        # clock (a.t: the sync phase left at its now), read only then
         weight = a.synced(t0, None, True)
         if weight:
-            a.walk(sys._getframe(), weight)
+            a.walk(sys._getframe(), weight, a.t - t0)
         gpu = p.gpu
         if gpu is not None and not gpu.anchored:
             gpu.after_sync()

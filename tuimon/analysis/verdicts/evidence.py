@@ -66,7 +66,7 @@ class SyncEvidence:
     per_step: float | None = None
     share: float | None = None  # of step time, blocked in them
     mean_us: float | None = None
-    sites: list[SyncSite] = field(default_factory=list)  # the most per step first
+    sites: list[SyncSite] = field(default_factory=list)  # the most blocked first (the most per step where not timed)
 
 
 @record

@@ -38,7 +38,10 @@ def rule(c: Context) -> Rule:
 
 def verdict(c: Context, rules: list[Rule]) -> Verdict:
     s = c.e.sync
-    sites = ", ".join(f"{site.site} ({site.per_step:.0f}/step)" for site in s.sites[:3])
+    # each site's own share of the step where the probe timed it (two sites at one call a step each
+    # are not an even split of the sync time), its calls per step beside
+    sites = ", ".join(f"{site.site} ({share(site.share) + ' of the step, ' if site.share is not None else ''}"
+                      f"{site.per_step:.0f}/step)" for site in s.sites[:3])
     per = f"{s.per_step:.0f} sync{'s' if s.per_step != 1 else ''} per step" if s.per_step else "syncs"
     mean = f" ({s.mean_us:,.0f} us each)" if s.mean_us else ""
     return Verdict(code="sync-bound", headline="sync-bound",
