@@ -23,12 +23,12 @@ from tests.conftest import ROOT
 from tests.test_kineto_daemon import Client
 from tuimon.capture import backends, kineto_windows
 from tuimon.capture import kineto_daemon as K
-from tuimon.capture.client import CaptureClient
+from tuimon.capture.client import CaptureClient, CaptureRefused
 from tuimon.channel import SegmentReader, SegmentWriter
 from tuimon.channel import layout as L
 from tuimon.channel.control import open_control
 from tuimon.channel.meta import JobMeta
-from tuimon.monitor.captures import ASKING, Captures
+from tuimon.monitor.captures import Captures
 from tuimon.monitor.summaries import SummaryWorker
 from tuimon.monitor.training import TrainingView
 from tuimon.sources.channel import ChannelSource
@@ -142,7 +142,9 @@ def test_c_on_a_job_in_kinetos_daemon_mode_takes_a_kineto_window_off_the_sampler
         kineto.stop()
 
 
-def test_a_daemon_job_that_never_asks_the_endpoint_gets_the_probes_window(daemon_job, monkeypatch):
+def test_a_daemon_job_that_never_asks_the_endpoint_gets_no_torch_profiler_window(daemon_job, monkeypatch):
+    """A job in daemon mode whose Kineto does not ask this endpoint: refused in words, the probe never
+    asked (a torch.profiler window in a daemon-mode job ended one with SIGSEGV on an H200)."""
     w, view, name = daemon_job
     monkeypatch.setattr(kineto_windows, "REGISTER_WAIT_S", 0.5)
     kineto = FakeKineto(name, ask=False)
@@ -150,13 +152,14 @@ def test_a_daemon_job_that_never_asks_the_endpoint_gets_the_probes_window(daemon
     try:
         captures.status(view, {}, "optimizer")
         captures.request(5, None, False, "-")
+        problems: dict = {}
+        assert _until(lambda: "SIGSEGV" in captures.status(view, problems, "optimizer").message
+                      or "SIGSEGV" in problems.get("capture", ""), 10), (captures.status(view, {}, "optimizer"), problems)
+        said = captures.status(view, problems, "optimizer").message + " " + problems.get("capture", "")
+        assert "did not ask Kineto's endpoint within 0.5 s" in said, said
         ctl, fv = open_control(w.path)
         try:
-            assert _until(lambda: ctl.read_request().seq == 1, 10)  # the probe's window, asked after the wait
-            problems: dict = {}
-            assert _until(lambda: captures.status(view, problems, "optimizer").message != ASKING, 5)
-            assert isinstance(captures.client, CaptureClient)
-            assert "did not ask Kineto's endpoint within 0.5 s" in problems["capture"], problems
+            assert ctl.read_request().seq == 0  # (the probe was never asked for a window)
         finally:
             fv.close()
     finally:
@@ -165,23 +168,27 @@ def test_a_daemon_job_that_never_asks_the_endpoint_gets_the_probes_window(daemon
 
 
 def test_what_choose_takes_for_each_kind_of_window(daemon_job, monkeypatch):
-    """The one place: memory and time windows and a job counted by something other than its
-    optimizer are the probe's (said), without waiting for the endpoint."""
+    """The one place: a memory window is the probe's in any job; a time window and a job counted by
+    something other than its optimizer are refused in a daemon-mode job (no torch.profiler window
+    there: backends.PROFILER_IN_DAEMON_MODE), without waiting for the endpoint."""
     w, view, name = daemon_job
     info = view.source.reader.info
     said: list[str] = []
-    for ask, source, why in ((backends.Ask(5, None, True), "optimizer", None),
-                             (backends.Ask(None, 10.0), "optimizer", "time windows"),
+    c = backends.choose(info, lambda: 80, backends.Ask(5, None, True), "optimizer", say=said.append)
+    assert isinstance(c, CaptureClient) and not said
+    c.close()
+    for ask, source, why in ((backends.Ask(None, 10.0), "optimizer", "time windows"),
                              (backends.Ask(5, None), "forward", "counted by forward")):
         assert not backends.may_wait(info, ask, source, None)
-        c = backends.choose(info, lambda: 80, ask, source, say=said.append)
-        assert isinstance(c, CaptureClient)
-        c.close()
-        assert (why is None) == (not said) and (why is None or why in said[-1]), said
-        said.clear()
+        with pytest.raises(CaptureRefused, match="SIGSEGV") as refused:
+            backends.choose(info, lambda: 80, ask, source, say=said.append)
+        assert why in str(refused.value), refused.value
+    assert backends.choose(info, lambda: 80, None, "optimizer") is not None  # (following, no window asked)
     assert backends.may_wait(info, backends.Ask(5, None), "optimizer", None)
     monkeypatch.setenv("TUIMON_KINETO", "0")
     assert not backends.may_wait(info, backends.Ask(5, None), "optimizer", None)
+    with pytest.raises(CaptureRefused, match="TUIMON_KINETO=0: no torch.profiler window"):
+        backends.choose(info, lambda: 80, backends.Ask(5, None), "optimizer")
 
 
 @pytest.mark.asyncio

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..channel.paths import program_name
 from ..model import CaptureStatus
 from . import kineto_windows, nsys_session
-from .client import CaptureClient
+from .client import CaptureClient, CaptureRefused
 
 if TYPE_CHECKING:
     from ..channel.reader import SegmentInfo
@@ -31,6 +31,17 @@ class WindowClient(Protocol):
              on_poll: Callable[[], object] | None = None) -> CaptureStatus: ...
 
     def close(self) -> None: ...
+
+
+# The rule: in a job whose Kineto runs in daemon mode (KINETO_USE_DAEMON), no torch.profiler window through the
+# probe. Measured: on an H200 (torch 2.11.0+cu130), the ~3,000-kernel loop (tests/workloads/gpu_loops.py kernels)
+# under `tuimon run` in daemon mode ended with SIGSEGV, without a word, during the probe's torch.profiler window
+# that followed a Kineto window (benchmarks/kineto_cost.py, 2 of 2 runs; a small GPT survived 3 such pairs).
+PROFILER_IN_DAEMON_MODE = ("no torch.profiler window in a job whose Kineto runs in daemon mode (KINETO_USE_DAEMON): "
+                           "on an H200 one ended such a job with SIGSEGV; ask a window in optimizer steps, which "
+                           "Kineto takes, or run the job without TUIMON_KINETO=1")
+
+NOT_ASKED = "the job did not ask Kineto's endpoint"
 
 
 @dataclass(frozen=True)
@@ -69,10 +80,11 @@ def choose(info: SegmentInfo, steps_now: Callable[[], int], ask: Ask | None = No
            current: WindowClient | None = None, say: Callable[[str], object] | None = None) -> WindowClient:
     """The client for this job's next window (ask None: the one to follow before any is asked):
     its nsys session's; Kineto's, when kineto_why_not() is None and the job asks the endpoint
-    (waits up to ~6.5 s for that: may_wait() says when); else the probe's. current: the client
-    in use, kept when it is still the right kind (the caller closes it otherwise). say: why a job
-    in Kineto's daemon mode gets the probe's window this time. Raises CaptureRefused (nsys not
-    found) and ChannelError (the segment gone)."""
+    (waits up to ~6.5 s for that: may_wait() says when); else the probe's, but never a
+    torch.profiler window in a job in Kineto's daemon mode (PROFILER_IN_DAEMON_MODE: refused,
+    with the reason Kineto's path was not taken). current: the client in use, kept when it is
+    still the right kind (the caller closes it otherwise). say: what is being asked. Raises
+    CaptureRefused (nsys not found, the rule above) and ChannelError (the segment gone)."""
     if info.meta.nsys_session and not (ask is not None and ask.memory):  # (memory: the probe's, in any job)
         if isinstance(current, nsys_session.SessionWindows):
             return current
@@ -85,11 +97,14 @@ def choose(info: SegmentInfo, steps_now: Callable[[], int], ask: Ask | None = No
             return current  # (its endpoint holds the name: a job that stopped asking it is refused in words)
         if say is not None:
             say("asking Kineto's endpoint: the job polls it every 5 s")
-        k = kineto_windows.for_job(info.pid, info.start_ticks, program_name(list(info.meta.argv)), steps_now, say=say)
+        heard: list[str] = []
+        k = kineto_windows.for_job(info.pid, info.start_ticks, program_name(list(info.meta.argv)), steps_now,
+                                   say=heard.append)
         if k is not None:
             return k
-    elif say is not None and ask is not None and not ask.memory and kineto_windows.why_not(info.pid) is None:
-        say(f"a torch.profiler window through the probe: {why}")
+        why = heard[-1] if heard else NOT_ASKED
+    if ask is not None and not ask.memory and kineto_windows.job_uses_daemon(info.pid):
+        raise CaptureRefused(f"{why or NOT_ASKED}: {PROFILER_IN_DAEMON_MODE}")
     if isinstance(current, CaptureClient):
         return current
     return CaptureClient(info.path, info.pid, info.start_ticks)

@@ -6,7 +6,8 @@ for a stop, a write or a free as it does for a torch.profiler window through the
 
 Same interface as the probe's windows (CaptureClient) and an nsys session's (SessionWindows):
 status(), request(), wait(), close(). A job that does not ask the endpoint within one of its poll
-intervals (5 s) is left to the probe's path: for_job() returns None.
+intervals (5 s) gets no Kineto window: for_job() returns None (and capture/backends.py refuses a
+torch.profiler window in a job in daemon mode).
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ class KinetoWindows(MonitorRunWindows):
 def for_job(pid: int, start_ticks: int, program: str, steps_now: Callable[[], int],
             say: Callable[[str], object] | None = None) -> KinetoWindows | None:
     """The Kineto windows of a job started in daemon mode that asks this host's endpoint, served
-    here; None (and why, through say) for any other job: its windows go through the probe."""
+    here; None (and why, through say) for any other job."""
     from ..channel import procinfo
 
     why = why_not(pid)
@@ -141,5 +142,5 @@ def for_job(pid: int, start_ticks: int, program: str, steps_now: Callable[[], in
             endpoint.close()
             why = f"the job did not ask Kineto's endpoint within {REGISTER_WAIT_S:g} s"
     if say is not None and why != "the job was not started with KINETO_USE_DAEMON=1":
-        say(f"a torch.profiler window through the probe ({why})")
+        say(why)
     return None
