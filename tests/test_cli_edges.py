@@ -198,6 +198,31 @@ def test_every_argument_of_every_command_says_what_it_is():
     assert silent == []
 
 
+def test_a_command_parsed_alone_as_among_all():
+    """main() builds only the command's own parser (the start of `attach` waits for it): each command
+    alone holds the same arguments, in the same order, with the same defaults, as in the full parser."""
+    import argparse
+
+    from tuimon.cli.main import COMMANDS, parser
+
+    def subs(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        return next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+    def shape(p: argparse.ArgumentParser) -> list[tuple]:
+        return [(a.option_strings, a.dest, a.default, a.nargs, a.help) for a in p._actions] + \
+            [(name, shape(sp)) for name, sp in subs(p).items()] if any(
+                isinstance(a, argparse._SubParsersAction) for a in p._actions) else \
+            [(a.option_strings, a.dest, a.default, a.nargs, a.help) for a in p._actions]
+
+    full = subs(parser())
+    assert tuple(full) == COMMANDS
+    for name in COMMANDS:
+        alone = subs(parser(name))
+        assert list(alone) == [name]
+        assert shape(alone[name]) == shape(full[name]), name
+        assert alone[name].get_default("func") is not None or name == "baseline"  # (its actions have theirs)
+
+
 # 16. replays of odd files, broken pipes ----------------------------------------------------------
 
 def test_replay_of_a_header_only_file(tmp_path):

@@ -152,3 +152,33 @@ def test_forgotten_cells_are_sent_again():
     assert screen.update(*parse(update)) == ""  # type: ignore[misc]
     screen.forget()
     assert "abc" in screen.update(*parse(update))  # type: ignore[misc]
+
+
+def test_a_first_update_learned_as_it_came_leaves_the_model_update_would():
+    """Where the model knows nothing (the first paint, a forget), the driver sends Textual's update as
+    it came and learn()s it: the model, and every later update's output, as update() would have them."""
+    console = Console(color_system="256", force_terminal=True, width=WIDTH)
+    rnd = random.Random(7)
+    for trial in range(10):
+        learned, updated, plain, diffed = Screen(), Screen(), Terminal(), Terminal()
+        lines = [random_line(rnd) for _ in range(HEIGHT)]
+        for step in range(10):
+            spans = [(y, 0, WIDTH) for y in range(HEIGHT)] if step == 0 else \
+                [(y, x, WIDTH) for y in sorted(rnd.sample(range(HEIGHT), 3)) for x in [rnd.randrange(WIDTH)]]
+            if step:
+                y = rnd.randrange(HEIGHT)
+                lines[y] = random_line(rnd)
+            update = textual_update(lines, spans, [0], console)
+            parsed = parse(update)
+            assert parsed is not None
+            want = updated.update(*parsed)
+            if step == 0:
+                learned.learn(*parsed)
+                out = update
+            else:
+                out = learned.update(*parsed)
+                assert out == want, (trial, step)
+            assert learned.rows == updated.rows and learned.cursor == updated.cursor, (trial, step)
+            plain.play(update)
+            diffed.play(out)
+            assert diffed.cells == plain.cells, (trial, step)

@@ -34,6 +34,7 @@ from .screens.base import ViewScreen
 if TYPE_CHECKING:
     from textual.await_complete import AwaitComplete
     from textual.driver import Driver
+    from textual.screen import Screen
 
     from ..inject import Outcome
 
@@ -95,8 +96,23 @@ class TuimonApp(App):
             return DiffingLinuxDriver
         return super().get_driver_class()
 
+    def get_default_screen(self) -> Screen:
+        """The first screen (Textual's public hook): tuimon's own, not Textual's blank one with ours
+        pushed over it (that blank screen was composed, styled, laid out and painted first: ~7% of the
+        calls in the start's event loop, cProfile on the dev machine). Called as the app composes, before on_mount: the session is taken over
+        (or started) here, so that the screen's first paint already holds what was polled."""
+        self._start_session()
+        return screens.TopScreen() if self.top else screens.MainScreen()
+
+    def _start_session(self) -> None:
+        on_end = lambda: self.call_from_thread(self.redraw)  # noqa: E731
+        if self.early is not None:  # started before the UI loaded: what it polled meanwhile is drawn first
+            for cycle in self.early.take_over(self._cycle_from_thread, on_end):
+                self.apply_cycle(cycle)  # (the screen is not mounted yet: it draws them as it mounts)
+        elif self.session is not None:
+            self.session.start(self._cycle_from_thread, on_end=on_end)
+
     def on_mount(self) -> None:
-        self.push_screen(screens.TopScreen() if self.top else screens.MainScreen())
         self._previous_sighup = None
         self._hangup_loop = asyncio.get_running_loop()  # (not Textual's own _loop, which it sets to None at exit)
         try:  # SSH dropped: the terminal is gone, so exit instead of spinning
@@ -105,13 +121,7 @@ class TuimonApp(App):
             pass
         if not self.is_headless and _tty_fd() is not None and TERMINAL_CHECK:
             self.set_interval(TERMINAL_CHECK_S, self._exit_if_terminal_gone)
-        on_end = lambda: self.call_from_thread(self.redraw)  # noqa: E731
-        if self.early is not None:  # started before the UI loaded: what it polled meanwhile is drawn first
-            for cycle in self.early.take_over(self._cycle_from_thread, on_end):
-                self.apply_cycle(cycle)
-        elif self.session is not None:
-            self.session.start(self._cycle_from_thread, on_end=on_end)
-        # (no redraw here: the screen draws itself as it mounts, so its first paint has the numbers)
+        # (no redraw here: the screen drew itself as it mounted, so its first paint has the numbers)
         self.call_after_refresh(_gc_on_again)
 
     def _hangup(self, signum: int, frame: FrameType | None) -> None:

@@ -123,6 +123,20 @@ class Screen:
         self.rows.clear()
         self.cursor = None
 
+    def learn(self, pieces: list[Piece], cursor: tuple[int, int] | None) -> None:
+        """The model holds what the pieces write, the update having gone to the terminal as it came
+        (where nothing is known, every cell differs: the first paint, or after a forget). Slices,
+        not a cell at a time: the first frame waits for this."""
+        for row, col, text, sgr in pieces:
+            chars, sgrs = self.rows.get(row) or self.rows.setdefault(row, ([], []))
+            end = col + len(text)
+            if len(chars) < end:
+                chars.extend(UNKNOWN * (end - len(chars)))
+                sgrs.extend([""] * (end - len(sgrs)))
+            chars[col:end] = text
+            sgrs[col:end] = [sgr] * len(text)
+        self.cursor = cursor
+
     def update(self, pieces: list[Piece], cursor: tuple[int, int] | None) -> str:
         """The bytes that bring the terminal from what it shows to what the pieces write; the model
         then holds the result."""
@@ -192,6 +206,9 @@ class DiffingLinuxDriver(LinuxDriver):
         if parsed is None or (size is not None and any(
                 row >= size[1] or col + len(text) > size[0] for row, col, text, _ in parsed[0])):
             self.screen_model.forget()  # (also an update for a larger screen, written before Textual saw a resize)
+            return super().write(data)
+        if not self.screen_model.rows:  # (nothing known: all of it differs; sent whole, as Textual wrote it)
+            self.screen_model.learn(*parsed)
             return super().write(data)
         out = self.screen_model.update(*parsed)
         if out:
