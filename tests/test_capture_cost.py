@@ -41,7 +41,20 @@ def test_a_window_costs_its_worst_step_against_the_worst_normal_one():
     assert c.lost_ms == pytest.approx(5 * 1 + 54, abs=1e-6)
     assert describe(c) == ("the window cost the job one step of 64 ms, 5.3x its worst (12 ms in the 50 steps "
                            f"before it; budget {BUDGET}x); 59 ms lost")
-    assert expected_pause(c, 10) == "a window of 10 steps will pause this job ~118 ms (5.3x its worst step last time)"
+    assert c.normal_lost_ms == pytest.approx(2 / 50 * 8, abs=1e-6)  # (the one 12 ms step among the 50: 0.04 ms a step)
+    assert expected_pause(c, 10) == "a window of 10 steps will pause this job ~117 ms (5.3x its worst step last time)"
+
+
+def test_a_jittery_loop_s_own_losses_are_told_apart_from_the_window_s():
+    # Normal steps of 10 and 30 ms (a DataLoader that waits every other step): 26 of 10 ms and 24 of 30 among
+    # the 50 before the window, so the typical step is 10 ms and each normal step loses 20 * 24 / 50 = 9.6 ms.
+    # The window keeps the same rhythm and adds nothing: its lost time is all the loop's own.
+    steps = steps_of([10] * 10 + [10, 30] * 24 + [10, 10] + [10, 30] * 5 + [10])
+    c = window_cost(steps, 61, 70, steps[69][2] - 1)
+    assert c.typical_ms == 10 and c.normal_steps == 50 and c.steps == 11
+    assert c.lost_ms == pytest.approx(5 * 20, abs=1e-6)  # the five 30 ms steps among the 11 judged
+    assert c.normal_lost_ms == pytest.approx(9.6 * 11, abs=1e-6)
+    assert describe(c).endswith("100 ms lost (106 ms of it as many normal steps lose)"), describe(c)
 
 
 def test_within_budget_no_warning():
@@ -141,7 +154,7 @@ def test_capture_wait_json_has_the_cost_and_the_next_window_is_warned(tmp_path):
         lines = p2.stdout.splitlines()
         assert lines[0].startswith(f"asked PID {job.pid} for a torch.profiler capture of 10 steps (request 2)")
         if cost["ratio"] > BUDGET:
-            pause = cost["lost_ms"] * 10 / 5
+            pause = (cost["lost_ms"] - cost["normal_lost_ms"]) * 10 / 5
             assert lines[1].startswith("  (a window of 10 steps will pause this job ~"), lines
             said = lines[1].split("~")[1].split()[0:2]
             assert float(said[0]) * (1000 if said[1] == "s" else 1) == pytest.approx(pause, rel=0.06, abs=1)

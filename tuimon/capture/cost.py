@@ -66,10 +66,14 @@ def window_cost(steps: Iterable[tuple[int, int, int]], first: int, last: int, do
     worst_normal = max(normal)
     typical = sorted(normal)[len(normal) // 2]
     worst_step, worst = max(judged, key=lambda x: x[1])
+    # A loop whose steps vary (a DataLoader's waits) loses time beyond its typical step without any window:
+    # the normal steps' mean excess, for as many steps as were judged, is that part of lost_ms.
+    normal_excess = sum(max(0.0, d - typical) for d in normal) / len(normal)
     return WindowCost(normal_steps=len(normal), worst_normal_ms=round(worst_normal, 3), typical_ms=round(typical, 3),
                       window_steps=max(0, last - first + 1), steps=len(judged), worst_ms=round(worst, 3),
                       worst_step=worst_step, over=sum(1 for _, d in judged if d > BUDGET * worst_normal),
-                      ratio=round(worst / worst_normal, 3), lost_ms=round(sum(max(0.0, d - typical) for _, d in judged), 3))
+                      ratio=round(worst / worst_normal, 3), lost_ms=round(sum(max(0.0, d - typical) for _, d in judged), 3),
+                      normal_lost_ms=round(normal_excess * len(judged), 3))
 
 
 def describe(c: WindowCost) -> str:
@@ -77,6 +81,8 @@ def describe(c: WindowCost) -> str:
     0.41 s lost'."""
     before = f"{_ms(c.worst_normal_ms)} in the {count(c.normal_steps, 'step')} before it"
     lost = f"{_seconds(c.lost_ms)} lost"
+    if c.normal_lost_ms >= 0.5:
+        lost += f" ({_seconds(c.normal_lost_ms)} of it as many normal steps lose)"
     if c.over == 0:
         return f"within budget: its worst step {_ms(c.worst_ms)}, {c.ratio:.2f}x the worst before it ({before}); {lost}"
     what = f"one step of {_ms(c.worst_ms)}" if c.over == 1 else f"{c.over} steps over budget, up to {_ms(c.worst_ms)}"
@@ -89,7 +95,7 @@ def expected_pause(c: WindowCost, steps: int) -> str | None:
     worst step)'. The cost grows with the events recorded, so with the steps captured."""
     if c.ratio <= BUDGET or c.window_steps <= 0:
         return None
-    pause = c.lost_ms * steps / c.window_steps
+    pause = max(0.0, c.lost_ms - c.normal_lost_ms) * steps / c.window_steps
     return f"a window of {count(steps, 'step')} will pause this job ~{_seconds(pause)} ({c.ratio:.1f}x its worst step last time)"
 
 

@@ -51,6 +51,7 @@ class WindowCost:
     over: int  # how many of them broke the budget (longer than 1.2x the worst normal step)
     ratio: float  # worst_ms / worst_normal_ms (the budget: 1.2)
     lost_ms: float  # the time the job lost: what those steps took beyond the typical step
+    normal_lost_ms: float = 0.0  # what as many normal steps take beyond the typical one (a jittery loop's own share of lost_ms)
 
 
 @record
