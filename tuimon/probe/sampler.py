@@ -363,6 +363,11 @@ class LineNames:
                 self._kinds[file] = k
         return k
 
+    def named(self, code: Any) -> bool:
+        """Whether where()'s line is one a sample names (the job's own or a library's), not a frame
+        it fell back to (a stack all torch's, tuimon's or the standard library's)."""
+        return self.kind(code.co_filename) in (OWN, LIBRARY)
+
     def where(self, frame: Any) -> tuple:
         """(code, line, context code or None, context line) of the line a sample of `frame` is at:
         channel/_sampler.c's walk, in Python (the samples taken from outside)."""
