@@ -266,3 +266,29 @@ def test_the_loops_library_line_and_its_context_cross_the_channel_and_reach_the_
                   now_phase_s=40.0, where="transformers/trainer.py:2231 in step", context="hf_train.py:40", stalled=True)
     (stalled,) = _ranks(2, None, [row]).stalled
     assert stalled.where == "transformers/trainer.py:2231 in step · from hf_train.py:40"
+
+
+def test_stacks_read_from_outside_name_a_librarys_line_with_the_jobs_line_beside_it():
+    """py-spy's stacks of a job without the probe (sources/pyspy.py) are read by the same rule
+    (channel/lines.py pick): a loop stalled inside a library, in a virtual environment's
+    site-packages or one inside the standard library's folder, is named at the library's line with
+    the job's own line as context; the job's own loop keeps its line alone. Before: the library's
+    line with no context."""
+    from tuimon.sources import pyspy
+
+    s = pyspy.OutsideSampler(100)
+    s._cwd = "/job"
+    raw = ("thread (100): MainThread;<module> (/job/job.py:12);train (/env/lib/python3.11/site-packages/fakelib/"
+           "trainer.py:30);_save_checkpoint (/env/lib/python3.11/site-packages/fakelib/trainer.py:48);"
+           "wait (/usr/lib/python3.11/threading.py:331) 40\n"
+           "thread (100): MainThread;<module> (/job/job.py:12);train (/opt/conda/lib/python3.11/site-packages/"
+           "fakelib/trainer.py:20);_call_impl (/opt/conda/lib/python3.11/site-packages/torch/nn/modules/"
+           "module.py:1778) 30\n"
+           "thread (100): MainThread;<module> (/job/own.py:5);step (/job/own.py:9);"
+           "sleep (/usr/lib/python3.11/threading.py:320) 30\n")
+    s._add({"all": (raw, "")}, 2)
+    lines = {h.line: h.context for h in s.latest().hot_lines}
+    assert lines == {"fakelib/trainer.py:48 in _save_checkpoint": "job.py:12",
+                     "fakelib/trainer.py:20 in train": "job.py:12", "own.py:9 in step": ""}, lines
+    (h,) = [h for h in s.latest().hot_lines if h.context and h.samples == 40]
+    assert h.where == "fakelib/trainer.py:48 in _save_checkpoint · from job.py:12"
