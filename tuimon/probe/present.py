@@ -196,16 +196,14 @@ class Present:
     """Owned by the control thread. publish() writes the step in progress and answers a stacks
     request; ended() records how the job ended (at interpreter exit)."""
 
-    def __init__(self, probe: Probe, writer: SegmentWriter) -> None:
+    def __init__(self, probe: Probe, writer: SegmentWriter, lines: LineNames) -> None:
         self.probe = probe
         self.ctl = ControlBlock(MappedView(writer._mm, L.CONTROL_OFFSET))
         self.stacks = MappedView(writer._mm, L.STACKS_OFFSET)
         self.phase_ids = [probe.intern(name) for name in PHASES]
         self._library: tuple[str, ...] | None = None
         self._torch_seen = False
-        from .sampler import LineNames  # (sampler.py imports this module's line_rules)
-
-        self.lines = LineNames(probe.intern)  # (its own: the sampler's thread walks with the sampler's)
+        self.lines = lines  # (its own LineNames: the sampler's thread walks with the sampler's; sampler.py imports this module)
         self.answered = 0
 
     def _library_dirs(self) -> tuple[str, ...]:
