@@ -84,3 +84,20 @@ def test_the_sync_verdict_names_each_sites_share():
         "2 syncs per step at train.py:41 (30% of the step, 1/step), train.py:50 (15% of the step, 1/step): the host")
     untimed = diagnose(Evidence(**{**e.__dict__}, sync_sites=[(ITEM, 1.0), (SYNC, 1.0)]))
     assert untimed.next_step.startswith("2 syncs per step at train.py:41 (1/step), train.py:50 (1/step): the host")
+
+
+def test_a_window_of_no_time_gives_its_sites_no_share(shm_dir):
+    """Steps with phases that took no time (t0 == t1: a clock that did not move) but whose sites carry
+    waits: the sites keep their calls a step, with no share of a step of 0 ns (no division by it)."""
+    w = SegmentWriter.create(JobMeta(argv=("train.py",)), 1 << 12)
+    sync, count, item_id = w.intern("sync"), w.intern("sync.count"), w.intern(ITEM)
+    for k in range(1, 12):
+        w.emit(L.STEP, 0, 0, 1, k, k * MS, k * MS, 0.0)
+        w.emit(L.PHASE, 0, sync, 1, k, 0, k * MS, 0.0)
+        w.emit(L.STEP_VALUE, 0, count, 1, k, 0, k * MS, 1.0)
+        w.emit(L.SITE, 0, item_id, 1, k, 30 * MS, k * MS, 1.0)
+    view = TrainingView(ChannelSource(SegmentReader(w.path)))
+    view.poll()
+    syncs = view.snapshot().syncs
+    assert syncs is not None and syncs.share == 0.0
+    assert [(s.site, s.per_step, s.share) for s in syncs.top] == [(ITEM, 1.0, None)]
