@@ -303,6 +303,9 @@ def test_the_window_says_dataparallels_shares_and_no_gpu_share_from_the_loops_st
     assert d.own_share == pytest.approx(0.2)
     plain = _anatomy([step(k, dp=False) for k in range(1, 21)], name)
     assert plain["data_parallel"] is None and plain["gpu"].busy_share == 0.0025
+    # steps that took no time (a clock that did not move): no shares of 0 ns (no division by it)
+    still = [StepRecord(index=k, t0=k * MS, t1=k * MS, phases={1: 0, 2: 0}, values=step(k).values) for k in range(1, 21)]
+    assert _anatomy(still, name)["data_parallel"] is None
 
 
 def dp_times(own: float, apply: float = 0.6, devices: int = 2, gpu_ms: float | None = None) -> DataParallelTimes:
