@@ -22,7 +22,8 @@ and checked against torch 2.13's libtorch_cpu.so (its strings: "dynoconfigclient
 - The config is Kineto's key=value lines (libkineto/src/Config.cpp): ACTIVITIES_LOG_FILE,
   ACTIVITIES_ITERATIONS with PROFILE_START_ITERATION=0 and PROFILE_START_ITERATION_ROUNDUP (as
   `dyno gputrace` writes them; iterations are optimizer steps: torch registers an optimizer step
-  post-hook when KINETO_USE_DAEMON is set at its import), or ACTIVITIES_DURATION_MSECS with
+  post-hook when KINETO_USE_DAEMON is set at its import; a torchrun job's ranks get one absolute
+  PROFILE_START_ITERATION: capture/kineto_ranks.py), or ACTIVITIES_DURATION_MSECS with
   PROFILE_START_TIME=0 (the start then waits ACTIVITIES_WARMUP_PERIOD_SECS, default 5 s).
 
 Abstract sockets carry no file permissions: any process on the host can send to the endpoint.
@@ -99,17 +100,29 @@ def trace_file(path: str, pid: int) -> str:
 
 def trace_config(path: str, iterations: int | None = None, duration_ms: int | None = None,
                  start_roundup: int = 1, warmup_s: int = 0, with_stack: bool = False,
-                 record_shapes: bool = False) -> str:
+                 record_shapes: bool = False, start_iteration: int | None = None) -> str:
     """Kineto's on-demand config for one window of `iterations` optimizer steps (from the next one:
-    PROFILE_START_ITERATION_ROUNDUP=1), or of `duration_ms` starting after `warmup_s` (Kineto's
-    default warm-up is 5 s). Shapes and stacks off: they cost the loop (the stack needs the GIL)."""
+    PROFILE_START_ITERATION=0, PROFILE_START_ITERATION_ROUNDUP=1; from the next multiple of
+    start_roundup; or from Kineto's absolute iteration `start_iteration`, which every rank of a DDP
+    job reaches at the same step: capture/kineto_ranks.py), or of `duration_ms` starting after
+    `warmup_s` (Kineto's default warm-up is 5 s). Shapes and stacks off: they cost the loop (the
+    stack needs the GIL).
+
+    Kineto's semantics (libkineto/src/ActivityProfilerController.cpp, shouldActivateIterationConfig):
+    its iteration count is -1 until the first optimizer step and one more at each; a config waits
+    until the count reaches PROFILE_START_ITERATION and starts there; a count already past it at the
+    first step after the config arrived moves the start to that count rounded up to a multiple of
+    PROFILE_START_ITERATION_ROUNDUP."""
     if (iterations is None) == (duration_ms is None):
         raise ValueError("a window is either iterations or a duration")
     if "\n" in path or "\r" in path or not path.endswith(".json"):
         raise ValueError("a trace path is one line and ends in .json")
     lines = [f"ACTIVITIES_LOG_FILE={path}"]
     if iterations is not None:
-        lines += ["PROFILE_START_ITERATION=0", f"PROFILE_START_ITERATION_ROUNDUP={max(1, start_roundup)}",
+        if start_iteration is not None and start_iteration < 0:
+            raise ValueError("an absolute start iteration is 0 or more")
+        lines += [f"PROFILE_START_ITERATION={start_iteration or 0}",
+                  f"PROFILE_START_ITERATION_ROUNDUP={max(1, start_roundup)}",
                   f"ACTIVITIES_ITERATIONS={iterations}", "ACTIVITIES_WARMUP_ITERATIONS=0"]
     else:
         lines += ["PROFILE_START_TIME=0", f"ACTIVITIES_DURATION_MSECS={duration_ms}",
@@ -182,10 +195,13 @@ class KinetoEndpoint:
         return True
 
     def request_trace(self, pid: int, path: str, iterations: int | None = None, duration_ms: int | None = None,
-                      with_stack: bool = False, record_shapes: bool = False) -> Window:
+                      with_stack: bool = False, record_shapes: bool = False, start_iteration: int | None = None,
+                      start_roundup: int = 1) -> Window:
         """Hands the job a trace config at its next poll (within POLL_S). Raises KeyError when the
-        job has not registered, RuntimeError when a config is already waiting for it."""
-        config = trace_config(path, iterations, duration_ms, with_stack=with_stack, record_shapes=record_shapes)
+        job has not registered, RuntimeError when a config is already waiting for it. By default the
+        window starts at the job's next optimizer step; start_iteration / start_roundup: trace_config."""
+        config = trace_config(path, iterations, duration_ms, start_roundup=start_roundup, with_stack=with_stack,
+                              record_shapes=record_shapes, start_iteration=start_iteration)
         with self._lock:
             j = self._jobs.get(pid)
             if j is None or time.monotonic() - j.last_seen > GONE_S:
