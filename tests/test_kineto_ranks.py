@@ -228,3 +228,48 @@ def test_c_in_a_session_that_follows_the_ranks_takes_every_rank(fake_ranks):
         assert [_start_of(r["config"]) for r in _reports(out, [0, 1])] == [plan.start_iteration] * 2
     finally:
         session.stop()
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "seen on torch 2.13 CPU, gloo, 2 ranks of tests/workloads/ddp.py: 1 run of 4 traced the same steps on both "
+    "ranks (autograd sequence numbers 2835.. on both); in the others, with the same absolute start handed to both "
+    "and no rank past it, the ranks' traces held different steps (in one, one rank's the 5 steps before the "
+    "other's: sequence numbers 4620-4695 against 4695-4770, 15 a step). Why Kineto's counts differ between the "
+    "ranks there is not found yet"))
+def test_a_real_torchrun_job_traced_on_both_ranks_at_the_same_steps(tmp_path, monkeypatch):
+    """Real Kineto (torch's CPU wheel) in two gloo ranks under torchrun, started by `tuimon run` in
+    daemon mode; `tuimon capture` on the launcher: both traces hold the same steps. The ranks run
+    the same ops step by step, so the autograd sequence numbers in their traces are the same when
+    the steps are."""
+    from tests.conftest import tuimon_cmd
+    from tests.test_kineto_daemon import _endpoint, _need_daemon_client
+    from tests.test_ranks import DDP, stop
+
+    _need_daemon_client()
+    _endpoint().close()  # (skipped when the host's endpoint is held)
+    monkeypatch.setenv("TUIMON_KINETO", "1")
+    monkeypatch.setenv("TUIMON_CAPTURE_DIR", str(tmp_path / "captures"))
+    job = subprocess.Popen(tuimon_cmd("run", "--headless", "--", sys.executable, "-m", "torch.distributed.run",
+                                      "--standalone", "--nproc-per-node", "2", DDP, "--truth", tmp_path,
+                                      "--seconds", 150, "--min-steps", 200),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 90
+        while not all((tmp_path / f"rank{r}.json").exists() for r in (0, 1)):
+            assert job.poll() is None and time.monotonic() < end, "the ranks did not start"
+            time.sleep(0.5)
+        p = subprocess.run(tuimon_cmd("capture", job.pid, "--steps", 5, "--wait", "--json"), capture_output=True,
+                           text=True, timeout=200)
+        assert p.returncode == 0, p.stderr
+        st = json.loads(p.stdout)
+        assert st["kind"] == "kineto" and st["state"] == "done" and sorted(st["rank_traces"]) == ["0", "1"], st
+        assert "every rank from step" in p.stderr, p.stderr
+        seqs = []
+        for path in st["rank_traces"].values():
+            with open(path) as f:
+                events = json.load(f)["traceEvents"]
+            s = [e["args"]["Sequence number"] for e in events if "Sequence number" in e.get("args", {})]
+            seqs.append((min(s), max(s)))
+        assert seqs[0] == seqs[1], (seqs, st["message"])
+    finally:
+        stop(job)
