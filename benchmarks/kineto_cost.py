@@ -17,6 +17,12 @@ typical step.
 
 The job: tests/workloads/small_ops.py (~1,500 small operators a step on the CPU) unless a command
 is given. A Kineto window's first step is the first that began after the job took its config.
+
+--dumps FILE: where the loop waits in a Kineto window (issue 41: a job whose windows miss the budget
+says where its loop waited). From the config's handing until its trace is written, `py-spy dump
+--nonblocking` (Python frames, the job not stopped) every --dump-every seconds, each dump appended to FILE
+with its time; after the window, the dumps taken inside its worst step are printed (the loop
+thread's top frames). Needs py-spy (tuimon's find_pyspy).
 """
 
 import argparse
@@ -50,6 +56,8 @@ def main() -> None:
     ap.add_argument("--job-log", help="the job's output to this file (default: dropped)")
     ap.add_argument("--top", type=int, default=0, help="print the top N kernels of each Kineto window")
     ap.add_argument("--top-json", help="append each Kineto window's top kernels to this file (JSON lines)")
+    ap.add_argument("--dumps", help="py-spy dumps during each Kineto window to this file; those in its worst step printed")
+    ap.add_argument("--dump-every", type=float, default=0.05, help="seconds between two dumps (default 0.05)")
     ap.add_argument("command", nargs="*")
     a = ap.parse_args()
     job_cmd = a.command or JOB
@@ -92,6 +100,7 @@ def main() -> None:
               f"{'normal':>10}{'typical':>10}  notes", flush=True)
         for w in range(a.windows):
             for kind in a.kinds.split(","):
+                dumper = None
                 if job.poll() is not None:
                     print(f"the job ended: exit {job.returncode} (its output: {a.job_log or 'dropped'})", flush=True)
                     return
@@ -103,9 +112,13 @@ def main() -> None:
                         time.sleep(0.01)
                     handed_ns = int(endpoint.handed(pid) * 1e9)
                     path = trace_file(base, pid)
+                    dumper = Dumper(pid, a.dumps, a.dump_every, f"window {w + 1}").start() if a.dumps else None
                     while not os.path.exists(path) and time.monotonic() - asked < 120:
                         time.sleep(0.02)
                     done_ns = time.monotonic_ns()
+                    if dumper is not None:
+                        time.sleep(0.5)  # (the step the trace's writing slowed may end after it)
+                        dumper.stop()
                     with lock:
                         first = next((i for i, t0, _ in log.steps if t0 >= handed_ns), None)
                     while first is None:  # (its first step has not come in yet)
@@ -143,6 +156,10 @@ def main() -> None:
                         span = range(first - 3, first + cost.steps + 1)
                         print("    steps " + " ".join(f"{d[i]:.0f}" + ("*" if first <= i <= last else "")
                                                       for i in span if i in d), flush=True)
+                if kind == "kineto" and dumper is not None and cost is not None:
+                    with lock:
+                        in_window = [(i, t0, t1) for i, t0, t1 in log.steps if first <= i <= first + cost.steps]
+                    dumper.report(in_window, 1.2 * cost.worst_normal_ms)
                 if kind == "kineto" and (a.top or a.top_json):
                     shown = top_rows[:a.top or 5]
                     what = "kernels" if s["top_kernels"] else "host operators (self time; no kernels)"
@@ -168,6 +185,73 @@ def main() -> None:
         for f in glob.glob(os.path.join(out, "*")):
             os.unlink(f)
         os.rmdir(out)
+
+
+class Dumper:
+    """`py-spy dump --nonblocking` of the job every `every` seconds on a thread, each dump (monotonic ns
+    before and after it) kept and appended to a file; report() prints those inside the worst step."""
+
+    def __init__(self, pid: int, path: str, every: float, label: str) -> None:
+        from tuimon.sources.pyspy import find_pyspy
+
+        self.exe = find_pyspy()
+        self.pid, self.path, self.every, self.label = pid, path, every, label
+        self.dumps: list[tuple[int, int, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "Dumper":
+        if self.exe is None:
+            print("    (--dumps: no py-spy here)", flush=True)
+        else:
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(10)
+        with open(self.path, "a") as f:
+            for t0, t1, text in self.dumps:
+                f.write(f"=== {self.label}: dump {t0}..{t1} ns\n{text}\n")
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.monotonic_ns()
+            r = subprocess.run([self.exe, "dump", "--pid", str(self.pid), "--nonblocking"],
+                               capture_output=True, text=True, timeout=10)
+            self.dumps.append((t0, time.monotonic_ns(), r.stdout + r.stderr))
+            self._stop.wait(self.every)
+
+    def report(self, steps: list[tuple[int, int, int]], slow_ms: float) -> None:
+        """steps: the window's (index, t0 ns, t1 ns). The dumps taken inside its 8 longest steps over slow_ms
+        (its longest where none is over), with the loop thread's innermost frames."""
+        if not steps or not self.dumps:
+            print(f"    dumps: {len(self.dumps)} taken, {len(steps)} steps: nothing to match", flush=True)
+            return
+        slow = sorted(steps, key=lambda s: s[1] - s[2])  # (longest first)
+        slow = [s for s in slow if (s[2] - s[1]) / 1e6 > slow_ms][:8] or slow[:1]
+        print(f"    dumps: {len(self.dumps)} in the window; its 8 longest steps over {slow_ms:.0f} ms (or its longest): "
+              + ", ".join(f"{i} ({(t1 - t0) / 1e6:.0f} ms)" for i, t0, t1 in slow), flush=True)
+        for i, s0, s1 in slow:
+            for t0, _, text in (d for d in self.dumps if d[0] >= s0 and d[1] <= s1):
+                print(f"      step {i} +{(t0 - s0) / 1e6:.0f} ms: " + " <- ".join(_loop_frames(text)[:4]), flush=True)
+
+
+def _loop_frames(text: str) -> list[str]:
+    """The first thread's frames of a py-spy dump (its main thread: the loop's in these jobs), innermost
+    first, as 'function (file:line)' with the file's base name."""
+    frames: list[str] = []
+    seen_thread = False
+    for line in text.splitlines():
+        if line.startswith("Thread "):
+            if seen_thread:
+                break
+            seen_thread = True
+        elif seen_thread and line.startswith("    ") and line.strip():
+            fn, _, where = line.strip().partition(" (")
+            frames.append(f"{fn} ({os.path.basename(where.rstrip(')'))})")
+    return frames or [text.strip().splitlines()[0][:80] if text.strip() else "(empty dump)"]
 
 
 def summary(rows) -> None:

@@ -38,11 +38,10 @@ def inject(pid, *extra):
 
 
 def test_a_plain_loop_injected_mid_run_shows_its_anatomy_and_its_steps(tmp_path):
-    truth = tmp_path / "truth.json"
-    job = start(sys.executable, LOOP, "--seconds", 22, "--truth", truth)
+    truth, ready = tmp_path / "truth.json", tmp_path / "ready"
+    job = start(sys.executable, LOOP, "--seconds", 22, "--truth", truth, "--ready", ready)
     try:
-        wait_torch(job)
-        time.sleep(8)
+        wait_for(ready.exists, timeout=90, what="50 steps")  # (a job still importing torch is put off: a test below)
         r = inject(job.pid)
         loaded_at = time.monotonic()
         assert r.returncode == 0, r.stderr

@@ -101,7 +101,8 @@ async def test_i_then_y_on_a_python_without_torch_shows_the_refusal_and_the_app_
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_until(pilot, lambda: "i: load tuimon's probe" in shown(app, "#probe"), 30, "the offer")
             assert shown(app, "#probe") == f"i: {WHAT_IT_DOES}"
-            assert "i load probe" in app.screen.query_one(Keys)._last.plain  # (in the footer while it applies)
+            await wait_until(pilot, lambda: "i load probe" in app.screen.query_one(Keys)._last.plain, 10,
+                             "the key in the footer")  # (in the footer while it applies; drawn a cycle after the line)
             await pilot.press("i")
             await pilot.pause()
             assert shown(app, "#probe").startswith("i again (or y)")

@@ -82,8 +82,10 @@ class Now:
     step_t0_ns: int  # 0: no step boundary yet
     moved_ns: int  # when the phase clock last moved
     longest_ns: int  # the longest step so far, the first STALL_WARMUP steps left out (0: none yet)
-    where: str  # "train.py:41 in main", or ""
-    waiting_in: str  # the innermost frame when it is not the job's own code, or ""
+    where: str  # the loop thread's line by the hot lines' rule (probe/sampler.py LineNames.where): "train.py:41 in
+    # main", or an installed library's "transformers/trainer.py:2231 in training_step", or ""
+    waiting_in: str  # the innermost frame when it is not that line, or ""
+    context: str = ""  # a library's line: the job's own line that led there, "train.py:12" ("": the job's own)
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,19 @@ class End:
 
 def _text(raw: str, capacity: int) -> bytes:
     return raw.encode("utf-8", "replace")[:capacity]
+
+
+def _where(where: str, context: str) -> bytes:
+    """The loop's line and its context after L.HOT_CONTEXT, as a HOT record's name carries them:
+    the line cut, never the context, where both are longer than the field."""
+    if not context:
+        return _text(where.replace(L.HOT_CONTEXT, " "), L.CTL_WHERE_CAPACITY)
+    tail = (L.HOT_CONTEXT + context.replace(L.HOT_CONTEXT, " ")).encode("utf-8", "replace")[: L.CTL_WHERE_CAPACITY // 2]
+    head = where.replace(L.HOT_CONTEXT, " ").encode("utf-8", "replace")
+    room = L.CTL_WHERE_CAPACITY - len(tail)
+    if len(head) > room:
+        head = head[: max(room - 3, 0)].decode("utf-8", "ignore").encode() + "…".encode()
+    return head + tail
 
 
 class ControlBlock:
@@ -150,7 +165,7 @@ class ControlBlock:
     # -- the step in progress (probe: the control thread; monitor: reads) --------------------------
 
     def write_now(self, now: Now) -> None:
-        where, waiting = _text(now.where, L.CTL_WHERE_CAPACITY), _text(now.waiting_in, L.CTL_WHERE_CAPACITY)
+        where, waiting = _where(now.where, now.context), _text(now.waiting_in, L.CTL_WHERE_CAPACITY)
         source = L.STEP_SOURCES.index(now.source) if now.source in L.STEP_SOURCES else 0
         self.view.write(L.CTL_WHERE_AT, where)
         self.view.write(L.CTL_WAITING_AT, waiting)
@@ -165,14 +180,14 @@ class ControlBlock:
             return (f, self.view.read(L.CTL_WHERE_AT, min(f[9], L.CTL_WHERE_CAPACITY)),
                     self.view.read(L.CTL_WAITING_AT, min(f[10], L.CTL_WHERE_CAPACITY)))
 
-        f, where, waiting = self._stable(read)
+        f, raw_where, waiting = self._stable(read)
         if f[0] <= 0:
             return None
+        where, _, context = raw_where.decode("utf-8", "replace").partition(L.HOT_CONTEXT)
         source = L.STEP_SOURCES[f[2]] if f[2] < len(L.STEP_SOURCES) else "none"
         return Now(updated_ns=f[0], step=f[1], source=source, phase_id=f[3], collective_id=f[4],
                    phase_since_ns=f[5], step_t0_ns=f[6], moved_ns=f[7], longest_ns=f[8],
-                   where=where.decode("utf-8", "replace"),
-                   waiting_in=waiting.decode("utf-8", "replace"))
+                   where=where, waiting_in=waiting.decode("utf-8", "replace"), context=context)
 
     # -- how the job ended (probe: once, at its end) ---------------------------------------------
 

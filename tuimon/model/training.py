@@ -89,8 +89,9 @@ class RankRow:
     longest_step_ms: float | None = None  # its longest step so far, warm-up left out
     now_phase: str | None = None  # the phase it is in now (None: not said yet, or exited)
     now_phase_s: float | None = None  # ...for this long
-    where: str | None = None  # the rank's loop thread: its innermost frame in the job's own code
+    where: str | None = None  # the rank's loop thread: its line, by the hot lines' rule (StepInProgress.where)
     waiting_in: str | None = None  # ...and its innermost frame, when elsewhere
+    context: str | None = None  # ...where that line is a library's: the job's own line that led there
     collective: str | None = None  # the last collective it called
     stalled: bool = False  # no progress far beyond its own history (analysis/stall.py)
 
@@ -255,10 +256,19 @@ class StepInProgress:
     phase_s: float  # how long it has been the innermost open phase
     step_s: float | None  # how long the step in progress has run (None: no step boundary yet)
     still_s: float  # since the phase clock last moved (no phase entered or left, no sync)
-    where: str | None = None  # the loop thread's innermost frame in the job's own code
-    waiting_in: str | None = None  # ...and its innermost frame, when elsewhere (a library call)
+    where: str | None = None  # the loop thread's line, by the hot lines' rule: the job's own, or a library's
+    waiting_in: str | None = None  # ...and its innermost frame, when elsewhere (a call it waits in)
     age_s: float = 0.0  # how old this reading was when sampled
     collective: str | None = None  # the last collective the loop called (what a stalled rank may wait in)
+    context: str | None = None  # where is a library's line: the job's own line that led there, "train.py:12"
+
+    @property
+    def at(self) -> str:
+        """The line, and its context beside it (as HotLine.where): "transformers/trainer.py:2231 in
+        training_step · from train.py:12"; "" where none was said."""
+        if not self.where:
+            return ""
+        return f"{self.where} · from {self.context}" if self.context else self.where
 
 
 @record

@@ -113,7 +113,9 @@ def _ranks(count: int, straggler: Straggler | None, rows: list[RankRow]) -> Rank
     stalled = [r for r in rows if r.stalled]
     holding, waiting = stall.culprits(rows) if stalled else ([], [])
     return RanksEvidence(count=count, straggler=straggler,
-                         stalled=[StalledRank(r.rank, r.now_phase, r.now_phase_s, r.where) for r in stalled],
+                         stalled=[StalledRank(r.rank, r.now_phase, r.now_phase_s,
+                                              f"{r.where} · from {r.context}" if r.where and r.context else r.where)
+                                  for r in stalled],
                          holding=[r.rank for r in holding], waiting=[WaitingRank(r.rank, r.collective) for r in waiting])
 
 

@@ -154,7 +154,8 @@ def rows(snaps: dict[int, TrainingSnapshot], gpus: list[GpuSample] | None, exite
             comm_ms=s.comm.per_step_ms if s.comm else None, comm_share=s.comm.share if s.comm else None,
             ddp_backward_ms=s.ddp_backward_ms, since_step_s=s.since_step_s, longest_step_ms=s.longest_step_ms,
             now_phase=now.phase if now else None, now_phase_s=now.phase_s if now else None,
-            where=now.where if now else None, waiting_in=now.waiting_in if now else None,
+            where=now.where if now else None, context=now.context if now else None,
+            waiting_in=now.waiting_in if now else None,
             collective=now.collective if now else None)
         out.append(replace(row, stalled=stall.rank_check(row)))
     return sorted(out, key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.pid))

@@ -57,7 +57,8 @@ def _rank_json(r: RankRow) -> dict:
             "data_wait_share": r.data_wait_share, "own_ms": None if r.own_ms is None else round(r.own_ms, 3),
             "comm_ms": r.comm_ms, "comm_share": r.comm_share, "ddp_backward_ms": r.ddp_backward_ms,
             "since_step_s": r.since_step_s, "stalled": r.stalled,
-            "now": {"phase": r.now_phase, "phase_s": r.now_phase_s, "where": r.where, "waiting_in": r.waiting_in}
+            "now": {"phase": r.now_phase, "phase_s": r.now_phase_s, "where": r.where, "context": r.context,
+                    "waiting_in": r.waiting_in}
             if r.now_phase is not None else None,
             "phases": {name: {"mean_ms": ms, "share": round(ms / total, 4) if total > 0 else None}
                        for name, ms in r.phases.items()}}

@@ -282,7 +282,8 @@ def _in_progress(n: Now | None, name: Callable[[int], str], completed: int = 0,
     return StepInProgress(step=max(1, n.step - uncounted), phase=name(n.phase_id) if n.phase_id else "other",
                           phase_s=ago(n.phase_since_ns),
                           step_s=ago(n.step_t0_ns) if n.step_t0_ns else None, still_s=ago(n.moved_ns),
-                          where=n.where or None, waiting_in=n.waiting_in or None, age_s=ago(n.updated_ns),
+                          where=n.where or None, context=n.context or None, waiting_in=n.waiting_in or None,
+                          age_s=ago(n.updated_ns),
                           collective=name(n.collective_id) if n.collective_id else None)
 
 

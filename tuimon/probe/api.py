@@ -147,7 +147,7 @@ def _start_capture_control(p: Probe) -> None:
     try:
         captures_dir(create=False)  # a relative folder: where the job starts, whatever its cwd later
         p.capturer = Capturer(p, p.writer)
-        p.present = Present(p, p.writer)
+        p.present = Present(p, p.writer, sampler.LineNames(p.intern))
     except Exception as e:  # noqa: BLE001 - captures off, the rest of the probe on
         p.say(f"capture windows unavailable: {type(e).__name__}: {e}")
         return

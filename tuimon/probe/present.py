@@ -28,6 +28,7 @@ from .anatomy import PHASES, short_path
 if TYPE_CHECKING:
     from ..channel.writer import SegmentWriter
     from .core import Probe
+    from .sampler import LineNames
 
 MAX_FRAMES = 48  # per thread in a stacks dump (the innermost ones)
 END_FRAMES = 4  # of an uncaught exception's traceback, innermost first
@@ -80,18 +81,21 @@ def _frame_text(f: Any) -> str:
     return f"{short_path(f.f_code.co_filename)}:{f.f_lineno} in {f.f_code.co_name}"
 
 
-def loop_position(frame: Any, library: tuple[str, ...]) -> tuple[str, str]:
-    """(the innermost frame in the job's own code, the innermost frame when it is elsewhere:
-    a library call the loop waits in; tuimon's own wrappers are not where it waits)."""
+def loop_position(frame: Any, lines: LineNames) -> tuple[str, str, str]:
+    """(the loop's line, by the hot lines' rule: lines.where, the sampler's walk; its context: the
+    job's own line that led there when the line is an installed library's; the innermost frame
+    when it is not that line: a call the loop waits in. tuimon's own wrappers are not where it waits.)"""
     while frame is not None and frame.f_code.co_filename.startswith(_TUIMON_PARTS):
         frame = frame.f_back
     if frame is None:
-        return "", ""
-    own = frame
-    while own is not None and (own.f_code.co_filename.startswith(library) or own.f_code.co_filename.startswith("<")):
-        own = own.f_back
-    where = _frame_text(own) if own is not None else ""
-    return where, (_frame_text(frame) if frame is not own else "")
+        return "", "", ""
+    code, line, ctx, ctx_line = lines.where(frame)
+    named = lines.named(code)
+    where = f"{short_path(code.co_filename)}:{line or 0} in {code.co_name}" if named else ""
+    context = f"{short_path(ctx.co_filename)}:{ctx_line or 0}" if named and ctx is not None else ""
+    waiting = "" if named and frame.f_code is code and frame.f_lineno == line else _frame_text(frame)
+    del frame
+    return where, context, waiting
 
 
 def _thread_state(native_id: int | None) -> str:
@@ -192,13 +196,14 @@ class Present:
     """Owned by the control thread. publish() writes the step in progress and answers a stacks
     request; ended() records how the job ended (at interpreter exit)."""
 
-    def __init__(self, probe: Probe, writer: SegmentWriter) -> None:
+    def __init__(self, probe: Probe, writer: SegmentWriter, lines: LineNames) -> None:
         self.probe = probe
         self.ctl = ControlBlock(MappedView(writer._mm, L.CONTROL_OFFSET))
         self.stacks = MappedView(writer._mm, L.STACKS_OFFSET)
         self.phase_ids = [probe.intern(name) for name in PHASES]
         self._library: tuple[str, ...] | None = None
         self._torch_seen = False
+        self.lines = lines  # (its own LineNames: the sampler's thread walks with the sampler's; sampler.py imports this module)
         self.answered = 0
 
     def _library_dirs(self) -> tuple[str, ...]:
@@ -211,12 +216,12 @@ class Present:
         p = self.probe
         a = p.anatomy
         top = a.top
-        where, waiting = loop_position(sys._current_frames().get(a.loop), self._library_dirs())
+        where, context, waiting = loop_position(sys._current_frames().get(a.loop), self.lines)
         self.ctl.write_now(Now(updated_ns=_now(), step=p.step_no, source=L.STEP_SOURCES[p.source],
                                phase_id=self.phase_ids[top] if 0 <= top < len(self.phase_ids) else 0,
                                collective_id=p.comm.last_call if p.comm is not None else 0,
                                phase_since_ns=a.since, step_t0_ns=p.step_t0, moved_ns=a.t,
-                               longest_ns=p.longest_ns, where=where,
+                               longest_ns=p.longest_ns, where=where, context=context,
                                waiting_in=waiting))
         asked = self.ctl.stacks_request()
         if asked and asked != self.answered:

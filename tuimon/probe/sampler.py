@@ -39,11 +39,13 @@ import linecache
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from time import monotonic_ns as _now
 from typing import TYPE_CHECKING, Any
 
 from ..channel import layout as L
 from ..channel import procinfo, ring
+from ..channel.lines import IMPORT, IMPORTING, LIBRARY, OWN, SKIPPED, pick
 from .anatomy import short_path
 from .present import line_rules
 
@@ -319,9 +321,12 @@ class LoopSampler:
         return getattr(t, "native_id", None)
 
 
-OWN, LIBRARY, SKIPPED, IMPORTING = 0, 1, 2, 3  # a frame's code: the job's own, an installed library's, passed
-IMPORT = "<frozen importlib"  # through; the import system's (IMPORTING)
-CONTEXT_FRAMES = 200  # frames walked out from a library's line to find the job's own line, at most
+def _kinds(frame: Any, kind: Any, frames: list[Any]) -> Iterator[int]:
+    """The kinds of frame's code and its callers', innermost first; each frame kept in frames."""
+    while frame is not None:
+        frames.append(frame)
+        yield kind(frame.f_code.co_filename)
+        frame = frame.f_back
 
 
 class LineNames:
@@ -363,32 +368,22 @@ class LineNames:
                 self._kinds[file] = k
         return k
 
+    def named(self, code: Any) -> bool:
+        """Whether where()'s line is one a sample names (the job's own or a library's), not a frame
+        it fell back to (a stack all torch's, tuimon's or the standard library's)."""
+        return self.kind(code.co_filename) in (OWN, LIBRARY)
+
     def where(self, frame: Any) -> tuple:
-        """(code, line, context code or None, context line) of the line a sample of `frame` is at:
-        channel/_sampler.c's walk, in Python (the samples taken from outside)."""
+        """(code, line, context code or None, context line) of the line a sample of `frame` is at, by
+        channel/lines.py's rule (pick: channel/_sampler.c's walk, in Python; the samples taken from
+        outside, and the now line: probe/present.py); the innermost frame where no frame is named."""
         self.library()
-        kind = self.kind
-        f, hot, n = frame, None, 0
-        while f is not None:
-            k = kind(f.f_code.co_filename)
-            if k == IMPORTING:  # (a library's line found so far runs under an import: not named)
-                hot, n = None, 0
-            elif hot is None and k != SKIPPED:
-                hot = f
-                if k == OWN:
-                    break
-            elif k == OWN:
-                break
-            elif hot is not None:
-                n += 1
-                if n >= CONTEXT_FRAMES:
-                    break
-            f = f.f_back
-        if hot is None:
-            hot = frame
-        own = f if f is not None and f is not hot and kind(f.f_code.co_filename) == OWN else None
+        frames: list[Any] = []
+        hot_at, own_at = pick(_kinds(frame, self.kind, frames))
+        hot = frames[hot_at] if hot_at is not None else frame
+        own = frames[own_at] if own_at is not None else None
         where = (hot.f_code, hot.f_lineno, own.f_code if own is not None else None, own.f_lineno if own is not None else 0)
-        del f, hot, own, frame  # (before the source is read: _line_now says why)
+        del hot, own, frames, frame  # (before the source is read: _line_now says why)
         return where
 
     def name_of(self, frame: Any) -> str:

@@ -38,6 +38,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..channel.lines import IMPORT, IMPORTING, LIBRARY, OWN, SKIPPED, pick
 from ..channel.text import safe_text
 from ..model import OUTSIDE_PHASE, HotLine, OutsideLines
 from ..model.record import record
@@ -249,8 +250,9 @@ class OutsideSampler:
                 continue
             main_name = name
             parsed = [_Frame(f.group(1), f.group(2), int(f.group(3))) for s in frames[1:] if (f := _FRAME.match(s))]
-            where = _own_frame(parsed)
-            key = (where.file, where.line, where.function) if where else ("", 0, "(no Python frame)")
+            where, own = _line_frame(parsed)
+            key = ((where.file, where.line, where.function, own.file if own else "", own.line if own else 0)
+                   if where else ("", 0, "(no Python frame)", "", 0))
             main[key] += int(count)
         return len(threads), main_name, main
 
@@ -273,7 +275,9 @@ class OutsideSampler:
                 gil = min(by["gil"][key], every)
                 active = min(max(by["active"][key], gil), every)
                 python, native, waiting = gil / every, (active - gil) / every, (every - active) / every
-            lines.append(HotLine(phase=OUTSIDE_PHASE, line=self._name(key), samples=k, share=round(k / n, 4),
+            context = f"{_short(key[3], self._cwd)}:{key[4]}" if key[3] else ""
+            lines.append(HotLine(phase=OUTSIDE_PHASE, line=self._name(key[:3]), context=context, samples=k,
+                                 share=round(k / n, 4),
                                  phase_share=round(k / n, 4), python=round(python, 3), native=round(native, 3),
                                  waiting=round(waiting, 3)))
         last = rounds[-1] if rounds else None
@@ -309,13 +313,25 @@ class OutsideSampler:
         return f"py-spy failed: {safe_text(last.strip(), 300)}"
 
 
-def _own_frame(frames: list[_Frame]) -> _Frame | None:
-    """The innermost frame in the job's own code (not the standard library's, not torch's, not
-    frozen), else the innermost: where the probe's sampler puts a sample too."""
-    for f in reversed(frames):
-        if not _library(f.file):
-            return f
-    return frames[-1] if frames else None
+def _line_frame(frames: list[_Frame]) -> tuple[_Frame | None, _Frame | None]:
+    """(the frame whose line is named, its context's frame or None) by the probe's sampler's rule
+    (channel/lines.py pick): the innermost frame in the job's own code or an installed library's,
+    a library's with the job's own line that led there; else the innermost frame."""
+    inward = frames[::-1]
+    hot, own = pick(_kind(f.file) for f in inward)
+    if hot is None:
+        return (inward[0] if inward else None), None
+    return inward[hot], (inward[own] if own is not None else None)
+
+
+def _kind(path: str) -> int:
+    """A frame's code, as channel/lines.py names the kinds (probe/sampler.py LineNames.kind, from here:
+    the target's folders are told by their names, not by this interpreter's paths)."""
+    if path.startswith(IMPORT):
+        return IMPORTING
+    if _library(path):
+        return SKIPPED
+    return LIBRARY if "/site-packages/" in path or "/dist-packages/" in path else OWN
 
 
 def _library(path: str) -> bool:

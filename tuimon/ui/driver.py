@@ -123,16 +123,21 @@ class Screen:
         self.rows.clear()
         self.cursor = None
 
+    def _row(self, row: int, end: int) -> tuple[list[str], list[str]]:
+        """A row's cells and their styles, at least `end` long (unknown cells where nothing was written)."""
+        chars, sgrs = self.rows.get(row) or self.rows.setdefault(row, ([], []))
+        if len(chars) < end:
+            chars.extend(UNKNOWN * (end - len(chars)))
+            sgrs.extend([""] * (end - len(sgrs)))
+        return chars, sgrs
+
     def learn(self, pieces: list[Piece], cursor: tuple[int, int] | None) -> None:
         """The model holds what the pieces write, the update having gone to the terminal as it came
         (where nothing is known, every cell differs: the first paint, or after a forget). Slices,
         not a cell at a time: the first frame waits for this."""
         for row, col, text, sgr in pieces:
-            chars, sgrs = self.rows.get(row) or self.rows.setdefault(row, ([], []))
             end = col + len(text)
-            if len(chars) < end:
-                chars.extend(UNKNOWN * (end - len(chars)))
-                sgrs.extend([""] * (end - len(sgrs)))
+            chars, sgrs = self._row(row, end)
             chars[col:end] = text
             sgrs[col:end] = [sgr] * len(text)
         self.cursor = cursor
@@ -142,11 +147,8 @@ class Screen:
         then holds the result."""
         changed: dict[int, dict[int, tuple[str, str]]] = {}
         for row, col, text, sgr in pieces:
-            chars, sgrs = self.rows.get(row) or self.rows.setdefault(row, ([], []))
             end = col + len(text)
-            if len(chars) < end:
-                chars.extend(UNKNOWN * (end - len(chars)))
-                sgrs.extend([""] * (end - len(sgrs)))
+            chars, sgrs = self._row(row, end)
             if "".join(chars[col:end]) == text and sgrs[col:end] == [sgr] * len(text):
                 continue  # (the common case: the piece is on screen already)
             line = changed.setdefault(row, {})

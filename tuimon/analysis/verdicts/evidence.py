@@ -35,7 +35,7 @@ class StalledRank(NamedTuple):
     rank: int | None
     phase: str | None  # its open phase
     phase_s: float | None  # its time there
-    where: str | None  # the loop thread's frame in the job's own code
+    where: str | None  # the loop thread's line (a library's with the job's line beside it: "... · from train.py:12")
 
 
 class WaitingRank(NamedTuple):

@@ -62,7 +62,7 @@ def stalled_words(e: Evidence, gpu_words: str) -> tuple[str, str, str]:
                 (f", {phase} for {s.phase_s:,.0f} s" if s.phase_s is not None else "")
     else:
         quiet = "ranks stalled"
-    where = f" at {now.where}" if now and now.where else ""
+    where = f" at {now.at}" if now and now.where else ""  # (a library's line: "... · from train.py:12")
     waiting = f" (in {now.waiting_in})" if now and now.waiting_in else ""
     evidence = f"{quiet}{where}{waiting}"
     if e.host.loop_cpu is not None:

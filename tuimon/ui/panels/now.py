@@ -31,6 +31,11 @@ def now_line(view: View, width: int = 0) -> Text:
     where = f" at {n.where}" if n.where else ""
     if n.waiting_in:
         where += f", in {n.waiting_in}"
-    if where:
-        out.append(fit(where, max(10, (width or 10**6) - len(out.plain))), "dim")
+    room = max(10, (width or 10**6) - len(out.plain))
+    if where and n.context:  # a library's line: the job's own line that led there, kept whole where the rest is cut
+        tail = fit(f" · from {n.context}", max(room // 2, 1))
+        out.append(fit(where, max(room - len(tail), 1)), "dim")
+        out.append(tail, "dim")
+    elif where:
+        out.append(fit(where, room), "dim")
     return out
