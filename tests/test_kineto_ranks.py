@@ -1,18 +1,19 @@
 """`c` on a torchrun job through Kineto's on-demand path (issue 41, capture/kineto_ranks.py): one
-config per rank with the same absolute start iteration, computed from the ranks' step counts.
+config per rank with the same wall-clock window (Kineto's synchronized start), and which steps each
+rank's trace holds, read from the ranks' own step records.
 
 The boundary faked: Kineto inside each rank. tests/helpers/fake_kineto_rank.py is a rank process
-(its channel with its rank and its optimizer steps) whose Kineto client, written from Kineto's
-structs and its start-iteration semantics, asks the endpoint as that process (the endpoint checks
-the sender's PID: one process per rank) and writes the fixture trace once its window has run. This
-test process is their launcher (torchrun's place)."""
+(its channel with its rank and its optimizer steps, in lockstep with the other fakes as DDP's ranks
+step) whose Kineto client, written from Kineto's structs and its start rules, asks the endpoint as
+that process (the endpoint checks the sender's PID: one process per rank), refuses a config as
+Kineto would, and writes the fixture trace once its window has run, with the steps it traced by its
+own clocks. This test process is their launcher (torchrun's place)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -29,47 +30,72 @@ from tuimon.channel import procinfo
 from tuimon.cli.capture import cmd_capture
 
 J = R.RankJob
+MS = 1_000_000
 
 
-# -- where the window starts -------------------------------------------------------------------------
+# -- the window ------------------------------------------------------------------------------------------
 
 
-def test_start_iteration_at_its_edges():
-    ahead = 131  # ceil((5 s poll + 1.5 s margin) / 50 ms) + 1 spare
-    p = R.plan([J(0, 10, 100, 50.0), J(1, 11, 100, 50.0)])
-    assert (p.start_iteration, p.roundup, p.first_step) == (100 + ahead, 1, 100 + ahead + 2)
-    assert R.plan([J(0, 10, 100, 50.0), J(1, 11, 97, 50.0)]).start_iteration == 100 + ahead  # (the furthest rank)
-    assert R.plan([J(0, 10, 90, 200.0), J(1, 11, 100, 50.0)]).start_iteration == 100 + ahead  # (the fastest's time)
-    assert R.plan([J(0, 10, 100, 60_000.0)]).start_iteration == 100 + 1 + 1  # (a minute a step: one boundary, + spare)
-    assert R.plan([J(0, 10, 100, 6_500.0)]).start_iteration == 100 + 1 + 1  # (exactly one step in 6.5 s)
-    assert R.plan([J(0, 10, 100, 6_499.0)]).start_iteration == 100 + 2 + 1
-    assert R.plan([J(0, 10, 1, 1.0)]).start_iteration == 1 + 6_500 + 1  # (1 ms steps: 6,500 steps, 6.5 s ahead)
-    assert R.plan([J(0, 10, 100, 50.0)], poll_s=0.5).start_iteration == 100 + 40 + 1
+def test_one_start_for_every_rank_past_the_poll_kinetos_tick_and_its_warm_up():
+    wall, mono = 1_800_000_000_123_456_789, 5_000_000_000
+    lead_s = R.POLL_S + R.POLL_MARGIN_S + R.WARMUP_S
+    assert (R.POLL_MARGIN_S, R.WARMUP_S, lead_s) == (1.5, 1, 7.5)  # (5 s poll, Kineto's 1 s tick + 0.5, 1 s warm-up)
+    p = R.plan([J(0, 10, 100, 50.0), J(1, 11, 97, 80.0)], 5, now=(wall, mono))
+    assert p.start_ms == 1_800_000_007_624  # (wall + 7.5 s, rounded up to Kineto's ms)
+    assert p.start_ns == mono + p.start_ms * MS - wall == mono + 7_500_543_211  # (the same moment on the probes' clock)
+    assert p.duration_ms == 400 and p.end_ns == p.start_ns + 400 * MS  # (5 steps at the slowest rank's 80 ms)
+    assert "for 400 ms (5 steps at the slowest rank's 80 ms" in p.words and "7.5 s ahead" in p.words, p.words
+    exact = R.plan([J(0, 10, 1, 50.0)], 1, poll_s=0.5, now=(2_000 * MS, 0))
+    assert (exact.start_ms, exact.start_ns) == (2_000 + 3_000, 3_000 * MS)  # (0.5 + 1.5 + 1 s; no rounding)
+    assert R.plan([J(0, 10, None, 10.0), J(1, 11, 5, None)], 30, now=(wall, mono)).duration_ms == 300  # (any count)
+    floor = R.plan([J(0, 10, 100, 1.5)], 5, now=(wall, mono))
+    assert floor.duration_ms == R.MIN_DURATION_MS == 100 and "100 ms at least" in floor.words, floor.words
+    assert R.plan([J(0, 10, 100, 33.4)], 3, now=(wall, mono)).duration_ms == 101  # (ceil of 100.2)
+    cap = R.plan([J(0, 10, 100, 10_000.0)], 500, now=(wall, mono))
+    assert cap.duration_ms == 300_000 and "300 s at most" in cap.words
+    unknown = R.plan([J(0, 10, 100, None), J(1, 11, 100, None)], 3, now=(wall, mono))
+    assert unknown.duration_ms == 3_000 and "no step time known yet" in unknown.words
+    t0 = time.monotonic_ns()
+    live = R.plan([J(0, 10, 1, 50.0)], 1)
+    assert abs(live.start_ns - t0 - 7_500 * MS) < 50 * MS and abs(live.start_ms / 1000 - time.time() - 7.5) < 0.05
     with pytest.raises(ValueError):
-        R.plan([])
-
-
-def test_without_every_ranks_count_the_ranks_round_up_and_are_told_they_may_start_apart():
-    p = R.plan([J(0, 10, 100, 50.0), J(1, 11, None, 50.0)])
-    assert (p.start_iteration, p.roundup, p.first_step) == (None, 200, 0)  # (131 steps in a poll: round up to 200)
-    assert "no optimizer step count for rank 1" in p.words and "may start 200 steps apart" in p.words, p.words
-    p = R.plan([J(0, 10, 0, 50.0), J(1, 11, 0, 50.0)])  # (no step yet: Kineto ignores an iteration config then)
-    assert p.start_iteration is None and "rank 0, 1" in p.words
-    p = R.plan([J(0, 10, 100, None), J(1, 11, 100, None)])
-    assert (p.start_iteration, p.roundup) == (None, R.FALLBACK_ROUNDUP) and "no step time known yet" in p.words
-    assert [R.roundup_for(n) for n in (None, 0, 9, 10, 19, 20, 99, 131, 500, 4_999)] == \
-           [100, 10, 10, 20, 20, 50, 100, 200, 1000, 5000]
-
-
-def test_the_config_names_an_absolute_start_and_keeps_the_next_step_by_default():
-    lines = K.trace_config("/x/t.json", iterations=5, start_iteration=231).splitlines()
-    assert "PROFILE_START_ITERATION=231" in lines and "PROFILE_START_ITERATION_ROUNDUP=1" in lines
-    lines = K.trace_config("/x/t.json", iterations=5, start_roundup=200).splitlines()
-    assert "PROFILE_START_ITERATION=0" in lines and "PROFILE_START_ITERATION_ROUNDUP=200" in lines
-    lines = K.trace_config("/x/t.json", iterations=5).splitlines()
-    assert "PROFILE_START_ITERATION=0" in lines and "PROFILE_START_ITERATION_ROUNDUP=1" in lines
+        R.plan([], 5)
     with pytest.raises(ValueError):
-        K.trace_config("/x/t.json", iterations=5, start_iteration=-1)
+        R.plan([J(0, 10, 1, 50.0)], 0)
+
+
+def test_the_steps_a_window_held_are_those_begun_in_it():
+    steps = [(i, i * 100 * MS, (i + 1) * 100 * MS) for i in range(10, 20)]  # (step i begins at i x 100 ms)
+    assert R.covered(steps, 1_200 * MS, 1_500 * MS) == (12, 15)  # (both edges: begun exactly at each)
+    assert R.covered(steps, 1_200 * MS + 1, 1_500 * MS - 1) == (13, 14)
+    assert R.covered(steps, 1_250 * MS, 1_299 * MS) is None
+    assert R.unknown_why(steps, 1_200 * MS, 1_500 * MS) is None
+    assert R.unknown_why(steps, 1_000 * MS, 1_500 * MS) is None  # (the first step held began at the start)
+    assert "no longer reach back" in (R.unknown_why(steps, 999 * MS, 1_500 * MS) or "")
+    assert R.unknown_why(steps, 1_200 * MS, 2_000 * MS) is None  # (the last step ended at the end)
+    assert "ended past the window's end" in (R.unknown_why(steps, 1_200 * MS, 2_000 * MS + 1) or "")
+    assert "no longer reach back" in (R.unknown_why([], 0, 1) or "")
+
+
+def test_the_config_is_one_of_time_with_no_iteration_key_that_would_take_precedence():
+    lines = K.trace_config("/x/t.json", duration_ms=400, start_time_ms=1_800_000_007_624, warmup_s=1).splitlines()
+    assert {"PROFILE_START_TIME=1800000007624", "ACTIVITIES_DURATION_MSECS=400",
+            "ACTIVITIES_WARMUP_PERIOD_SECS=1"} <= set(lines), lines
+    assert not [line for line in lines if line.startswith(("PROFILE_START_ITERATION", "ACTIVITIES_ITERATIONS"))]
+    assert "PROFILE_START_TIME=0" in K.trace_config("/x/t.json", duration_ms=400).splitlines()
+    for bad in ({"start_time_ms": -5}, {"warmup_s": -1}, {"duration_ms": 0}):
+        with pytest.raises(ValueError):
+            K.trace_config("/x/t.json", **{"duration_ms": 400, **bad})
+
+
+def test_a_config_not_taken_yet_is_withdrawn():
+    name = f"tuimon-test-{uuid.uuid4().hex[:12]}"
+    with K.KinetoEndpoint(name) as e:
+        assert not e.withdraw(os.getpid())
+        e._job(os.getpid(), 0, time.monotonic())
+        e.request_trace(os.getpid(), "/x/t.json", duration_ms=100)
+        assert e.withdraw(os.getpid()) and not e.withdraw(os.getpid()) and e.handed(os.getpid()) == 0.0
+        e.request_trace(os.getpid(), "/x/t.json", duration_ms=100)  # (nothing waits any more: a new one may)
 
 
 def test_typical_step_time():
@@ -84,31 +110,34 @@ STEP_MS = 50
 
 @pytest.fixture
 def fake_ranks(tmp_path, monkeypatch):
-    """start(asks): rank processes of a job under this process, each asking (or not) an endpoint of
-    its own name (not the host's "dynolog"); the poll interval and margin shortened to the fakes'."""
+    """start(asks): rank processes of a job under this process, in lockstep, each asking (or not) an
+    endpoint of its own name (not the host's "dynolog"); the poll interval, Kineto's tick and the
+    margin shortened to the fakes' (they ask every 0.1 s and tick every 0.1 s; Kineto: 5 s, 1 s)."""
     monkeypatch.setenv("TUIMON_CAPTURE_DIR", str(tmp_path / "captures"))
     monkeypatch.setenv("TUIMON_KINETO", "1")
     name = f"tuimon-test-{uuid.uuid4().hex[:12]}"
     monkeypatch.setattr(kineto_windows, "KinetoEndpoint", lambda: K.KinetoEndpoint(name))
     monkeypatch.setattr(kineto_windows, "REGISTER_WAIT_S", 2.0)
-    monkeypatch.setattr(R, "POLL_S", 0.3)  # (the fakes ask every 0.1 s; Kineto every 5 s)
+    monkeypatch.setattr(R, "POLL_S", 0.3)
+    monkeypatch.setattr(R, "KINETO_TICK_S", 0.1)
     monkeypatch.setattr(R, "POLL_MARGIN_S", 0.5)
     plans: list[tuple[list[R.RankJob], R.Plan]] = []
     real_plan = R.plan
 
-    def recorded(ranks, poll_s=None):
-        plans.append((list(ranks), real_plan(ranks, poll_s)))
+    def recorded(ranks, steps, poll_s=None, now=None):
+        plans.append((list(ranks), real_plan(ranks, steps, poll_s, now)))
         return plans[-1][1]
 
     monkeypatch.setattr(R, "plan", recorded)
     out = tmp_path / "ranks"
     out.mkdir()
     procs: list[subprocess.Popen] = []
+    origin = time.monotonic_ns()
 
     def start(asks: list[bool], source: str = "optimizer") -> list[subprocess.Popen]:
         for rank, ask in enumerate(asks):
             p = subprocess.Popen([sys.executable, str(HELPERS / "fake_kineto_rank.py"), name, str(rank), str(len(asks)),
-                                  str(STEP_MS), "1" if ask else "0", source, str(out)],
+                                  str(STEP_MS), "1" if ask else "0", source, str(out), str(origin)],
                                  stdout=subprocess.PIPE, text=True)
             procs.append(p)
         for p in procs:
@@ -135,10 +164,20 @@ def _reports(out, ranks, timeout=30.0) -> list[dict]:
     raise AssertionError(f"no report from ranks {ranks} within {timeout} s: {sorted(os.listdir(out))}")
 
 
-def _start_of(config: str) -> int:
-    found = re.search(r"^PROFILE_START_ITERATION=(\d+)$", config, re.M)
-    assert found is not None, config
-    return int(found.group(1))
+def _check_traced(reports: list[dict], plan: R.Plan, message: str) -> tuple[int, int]:
+    """Every fake rank took the same config of time, Kineto ran it (refused none), every rank
+    traced the same steps by its own clocks, and the message claims exactly those: the steps."""
+    for rep in reports:
+        assert "refused" not in rep and rep["mode"] == "time", rep
+        assert f"PROFILE_START_TIME={plan.start_ms}" in rep["config"].splitlines(), rep
+        assert f"ACTIVITIES_DURATION_MSECS={plan.duration_ms}" in rep["config"].splitlines(), rep
+        assert os.path.exists(rep["trace"])
+    traced = {tuple(rep["traced"]) for rep in reports}
+    assert len(traced) == 1, reports  # (lockstep ranks, one span of the clock: the same steps)
+    first, last = traced.pop()
+    said = ", ".join(f"rank {rep['rank']}: {first}..{last}" for rep in reports)
+    assert f"{said} (the same on every rank)" in message, (message, reports)
+    return first, last
 
 
 def test_tuimon_capture_on_the_launcher_takes_every_rank_at_the_same_steps_and_names_the_missing_one(
@@ -146,23 +185,22 @@ def test_tuimon_capture_on_the_launcher_takes_every_rank_at_the_same_steps_and_n
     start, out, plans = fake_ranks
     procs = start([True, True, False])  # (rank 2's Kineto never asks the endpoint)
     args = argparse.Namespace(pid=os.getpid(), steps=3, seconds=None, wait=True, json=True, timeout=60.0, memory=False)
+    asked = time.time()
     rc = cmd_capture(args)
     said = capsys.readouterr()
     assert rc == 0, said.err
     st = json.loads(said.out)
     ranks, plan = plans[-1]
-    assert sorted(r.rank for r in ranks) == [0, 1]  # (the ranks that ask: the plan is theirs)
-    ahead = -(-(0.3 + 0.5) * 1000 // min(r.step_ms for r in ranks if r.step_ms)) + 1
-    assert plan.start_iteration == max(r.steps for r in ranks if r.steps) + ahead, (ranks, plan)
+    assert sorted(r.rank for r in ranks) == [0, 1, 2]
+    # (asked after rank 2's registration was waited for: poll, margin and warm-up ahead of that)
+    assert asked + 1.8 < plan.start_ms / 1000 < asked + kineto_windows.REGISTER_WAIT_S + 1.8 + 0.5, plan
+    assert plan.duration_ms == 3 * STEP_MS, plan  # (the fakes' steps: 50 ms exactly)
     reports = _reports(out, [0, 1])
-    for rep in reports:  # both handed the same absolute start, both started there, both traces landed
-        assert _start_of(rep["config"]) == plan.start_iteration and rep["started_at"] == plan.start_iteration, rep
-        assert rep["steps_at_config"] <= plan.start_iteration, rep
-        assert "ACTIVITIES_ITERATIONS=3" in rep["config"] and "PROFILE_START_ITERATION_ROUNDUP=1" in rep["config"]
-        assert os.path.exists(rep["trace"])
+    first, last = _check_traced(reports, plan, st["message"])
+    assert last - first + 1 in (plan.duration_ms // STEP_MS, plan.duration_ms // STEP_MS + 1), (first, last, plan)
     assert not (out / "rank2.json").exists()
     assert st["kind"] == "kineto" and st["state"] == "done", st
-    assert (st["first_step"], st["last_step"]) == (plan.start_iteration + 2, plan.start_iteration + 4), st
+    assert (st["first_step"], st["last_step"]) == (first, last), st
     assert st["rank_traces"] == {"0": reports[0]["trace"], "1": reports[1]["trace"]}, st
     assert st["path"] == reports[0]["trace"] and st["path"].endswith(f"_{procs[0].pid}.json")
     assert "on 2 ranks of 3" in st["message"] and f"rank 2 (PID {procs[2].pid}) did not ask" in st["message"], st
@@ -170,26 +208,28 @@ def test_tuimon_capture_on_the_launcher_takes_every_rank_at_the_same_steps_and_n
     assert f"rank 1: {reports[1]['trace']}" in said.err, said.err
 
 
-def test_a_rank_without_an_optimizer_count_rounds_up_and_says_the_ranks_may_start_apart(fake_ranks, capsys):
-    """A rank PID asked for (its agent, this process, is the job's root); steps counted otherwise on
-    every rank: choose() refuses Kineto for the job (it counts optimizer steps) so the plan is asked
-    here of the ranks' channels directly."""
+def test_ranks_without_an_optimizer_count_are_traced_at_the_same_steps(fake_ranks):
+    """A rank PID asked for (its agent, this process, is the job's root); steps counted otherwise:
+    Kineto's window of time needs no count of Kineto's (choose() refuses Kineto for such a job: it
+    counts optimizer steps, so the window is asked here of the ranks' channels directly)."""
     start, out, plans = fake_ranks
     procs = start([True, True])
     channels = R.RankChannels(os.getpid())
     try:
         ranks = channels.ranks()
-        assert [r.rank for r in ranks] == [0, 1] and all(r.steps and r.step_ms for r in ranks), ranks
-        bare = [R.RankJob(ranks[0].rank, ranks[0].pid, None, ranks[0].step_ms), ranks[1]]
-        w = R.for_ranks(lambda: bare, procs[0].pid, procinfo.start_ticks(procs[0].pid) or 0, "train.py", lambda: 0)
+        assert [r.rank for r in ranks] == [0, 1] and all(r.steps and r.step_ms and r.recent for r in ranks), ranks
+
+        def bare():
+            return [R.RankJob(r.rank, r.pid, None, r.step_ms, r.recent) for r in channels.ranks()]
+
+        w = R.for_ranks(bare, procs[0].pid, procinfo.start_ticks(procs[0].pid) or 0, "train.py", lambda: 0)
         assert w is not None
-        seq = w.request(steps=2)
+        seq = w.request(steps=4)
         st = w.wait(seq, 30)
         assert st.state == "done", st
-        assert "no optimizer step count for rank 0" in st.message and "may start 20 steps apart" in st.message, st
-        reports = _reports(out, [0, 1])
-        for rep in reports:
-            assert _start_of(rep["config"]) % 20 == 0 and "PROFILE_START_ITERATION_ROUNDUP=20" in rep["config"], rep
+        _ranks, plan = plans[-1]
+        first, last = _check_traced(_reports(out, [0, 1]), plan, st.message)
+        assert (st.first_step, st.last_step) == (first, last) and w.steps == {0: (first, last), 1: (first, last)}
         w.close()
     finally:
         channels.close()
@@ -223,9 +263,10 @@ def test_c_in_a_session_that_follows_the_ranks_takes_every_rank(fake_ranks):
         st = cycle.capture
         assert st is not None and st.state == "done" and st.kind == "kineto", (st, cycle.problems)
         ranks, plan = plans[-1]
-        assert plan.start_iteration is not None and len(ranks) == 2
+        assert len(ranks) == 2 and all(r.recent for r in ranks), ranks
         assert "on 2 ranks of 2" in st.message and "rank 1:" in st.message, st.message
-        assert [_start_of(r["config"]) for r in _reports(out, [0, 1])] == [plan.start_iteration] * 2
+        first, last = _check_traced(_reports(out, [0, 1]), plan, st.message)
+        assert (st.first_step, st.last_step) == (first, last), st
     finally:
         session.stop()
 

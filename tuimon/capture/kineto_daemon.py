@@ -22,9 +22,10 @@ and checked against torch 2.13's libtorch_cpu.so (its strings: "dynoconfigclient
 - The config is Kineto's key=value lines (libkineto/src/Config.cpp): ACTIVITIES_LOG_FILE,
   ACTIVITIES_ITERATIONS with PROFILE_START_ITERATION=0 and PROFILE_START_ITERATION_ROUNDUP (as
   `dyno gputrace` writes them; iterations are optimizer steps: torch registers an optimizer step
-  post-hook when KINETO_USE_DAEMON is set at its import; a torchrun job's ranks get one absolute
-  PROFILE_START_ITERATION: capture/kineto_ranks.py), or ACTIVITIES_DURATION_MSECS with
-  PROFILE_START_TIME=0 (the start then waits ACTIVITIES_WARMUP_PERIOD_SECS, default 5 s).
+  post-hook when KINETO_USE_DAEMON is set at its import), or ACTIVITIES_DURATION_MSECS with
+  PROFILE_START_TIME: 0 (Kineto starts ACTIVITIES_WARMUP_PERIOD_SECS + 2 s after it parsed the
+  config) or a Unix time in ms (the same wall-clock start on every rank of a torchrun job:
+  capture/kineto_ranks.py).
 
 Abstract sockets carry no file permissions: any process on the host can send to the endpoint.
 So every datagram's sender is checked with SCM_CREDENTIALS (SO_PASSCRED): only processes of this
@@ -100,19 +101,26 @@ def trace_file(path: str, pid: int) -> str:
 
 def trace_config(path: str, iterations: int | None = None, duration_ms: int | None = None,
                  start_roundup: int = 1, warmup_s: int = 0, with_stack: bool = False,
-                 record_shapes: bool = False, start_iteration: int | None = None) -> str:
+                 record_shapes: bool = False, start_iteration: int | None = None,
+                 start_time_ms: int | None = None) -> str:
     """Kineto's on-demand config for one window of `iterations` optimizer steps (from the next one:
     PROFILE_START_ITERATION=0, PROFILE_START_ITERATION_ROUNDUP=1; from the next multiple of
-    start_roundup; or from Kineto's absolute iteration `start_iteration`, which every rank of a DDP
-    job reaches at the same step: capture/kineto_ranks.py), or of `duration_ms` starting after
-    `warmup_s` (Kineto's default warm-up is 5 s). Shapes and stacks off: they cost the loop (the
-    stack needs the GIL).
+    start_roundup; or from Kineto's absolute iteration `start_iteration`), or of `duration_ms` of
+    wall-clock time from start_time_ms (Unix ms), or, without it, from warmup_s + 2 s after Kineto
+    parsed the config. Shapes and stacks off: they cost the loop (the stack needs the GIL).
 
-    Kineto's semantics (libkineto/src/ActivityProfilerController.cpp, shouldActivateIterationConfig):
-    its iteration count is -1 until the first optimizer step and one more at each; a config waits
-    until the count reaches PROFILE_START_ITERATION and starts there; a count already past it at the
-    first step after the config arrived moves the start to that count rounded up to a multiple of
-    PROFILE_START_ITERATION_ROUNDUP."""
+    Kineto's semantics (libkineto/src/AsyncActivityProfilerHandler.cpp):
+    - by iterations (shouldActivateIterationConfig): its iteration count is -1 until the first
+      optimizer step and one more at each; a config waits until the count reaches
+      PROFILE_START_ITERATION and starts there; a count already past it at the first step after the
+      config arrived moves the start to that count rounded up to a multiple of
+      PROFILE_START_ITERATION_ROUNDUP.
+    - by time (shouldActivateTimestampConfig; only with neither PROFILE_START_ITERATION nor
+      PROFILE_START_ITERATION_ROUNDUP, which take precedence): its profiler thread, ticking every
+      1 s, activates the config at the first tick within 1 s of start - ACTIVITIES_WARMUP_PERIOD_SECS
+      (whole seconds; 5 by default) and cancels it there when fewer than the warm-up's seconds are
+      left to the start (GenericActivityProfiler canStart); then it sleeps until the start (ms) and
+      traces until start + ACTIVITIES_DURATION_MSECS. A start more than 10 s past is refused at parse."""
     if (iterations is None) == (duration_ms is None):
         raise ValueError("a window is either iterations or a duration")
     if "\n" in path or "\r" in path or not path.endswith(".json"):
@@ -125,7 +133,11 @@ def trace_config(path: str, iterations: int | None = None, duration_ms: int | No
                   f"PROFILE_START_ITERATION_ROUNDUP={max(1, start_roundup)}",
                   f"ACTIVITIES_ITERATIONS={iterations}", "ACTIVITIES_WARMUP_ITERATIONS=0"]
     else:
-        lines += ["PROFILE_START_TIME=0", f"ACTIVITIES_DURATION_MSECS={duration_ms}",
+        if start_time_ms is not None and start_time_ms <= 0:
+            raise ValueError("a start time is a Unix time in ms")
+        if warmup_s < 0 or duration_ms is None or duration_ms < 1:
+            raise ValueError("a timed window lasts 1 ms or more, after a warm-up of 0 s or more")
+        lines += [f"PROFILE_START_TIME={start_time_ms or 0}", f"ACTIVITIES_DURATION_MSECS={duration_ms}",
                   f"ACTIVITIES_WARMUP_PERIOD_SECS={warmup_s}"]
     lines += [f"PROFILE_REPORT_INPUT_SHAPES={str(record_shapes).lower()}", "PROFILE_PROFILE_MEMORY=false",
               f"PROFILE_WITH_STACK={str(with_stack).lower()}", "PROFILE_WITH_FLOPS=false",
@@ -196,12 +208,14 @@ class KinetoEndpoint:
 
     def request_trace(self, pid: int, path: str, iterations: int | None = None, duration_ms: int | None = None,
                       with_stack: bool = False, record_shapes: bool = False, start_iteration: int | None = None,
-                      start_roundup: int = 1) -> Window:
+                      start_roundup: int = 1, start_time_ms: int | None = None, warmup_s: int = 0) -> Window:
         """Hands the job a trace config at its next poll (within POLL_S). Raises KeyError when the
         job has not registered, RuntimeError when a config is already waiting for it. By default the
-        window starts at the job's next optimizer step; start_iteration / start_roundup: trace_config."""
+        window starts at the job's next optimizer step; start_iteration, start_roundup,
+        start_time_ms, warmup_s: trace_config."""
         config = trace_config(path, iterations, duration_ms, start_roundup=start_roundup, with_stack=with_stack,
-                              record_shapes=record_shapes, start_iteration=start_iteration)
+                              record_shapes=record_shapes, start_iteration=start_iteration,
+                              start_time_ms=start_time_ms, warmup_s=warmup_s)
         with self._lock:
             j = self._jobs.get(pid)
             if j is None or time.monotonic() - j.last_seen > GONE_S:
@@ -210,6 +224,15 @@ class KinetoEndpoint:
                 raise RuntimeError(f"a trace config already waits for process {pid}")
             j.pending = config
         return Window(pid=pid, path=trace_file(path, pid), config=config)
+
+    def withdraw(self, pid: int) -> bool:
+        """Takes back the config waiting for the job (True), False when none waits (handed over)."""
+        with self._lock:
+            j = self._jobs.get(pid)
+            if j is None or not j.pending:
+                return False
+            j.pending = ""
+            return True
 
     def handed(self, pid: int) -> float:
         """When the job took its last config (monotonic), 0.0 if it has not."""

@@ -1,26 +1,32 @@
-"""`c` on a torchrun job through Kineto's on-demand path (issue 41): a window on every rank at the
+"""`c` on a torchrun job through Kineto's on-demand path (issue 41): a window on every rank over the
 same steps. One endpoint serves every process of the host that registers (kineto_daemon.py), so
-each rank is handed its own config, and every config names the same absolute Kineto iteration to
-start at.
+each rank is handed its own config, and every config names the same span of the host's wall clock:
+Kineto's synchronized start (PROFILE_START_TIME, Unix ms) and a duration (ACTIVITIES_DURATION_MSECS).
 
-Why one absolute iteration lines the ranks up: Kineto counts iterations per process from its first
-optimizer step (its count is -1 until then, one more at each step's post-hook), and DDP's ranks
-step in lockstep (every step's gradients are all-reduced), so every rank's count is the same at the
-same step. A config waits until the count reaches PROFILE_START_ITERATION and starts there
-(libkineto ActivityProfilerController::shouldActivateIterationConfig). The ranks poll the endpoint
-each on its own 5 s clock, so the start must lie past the step the last of them will be at when it
-takes its config: plan() says which. Without a step count for every rank (a rank counted by
-something other than its optimizer, or no step time yet to know how many steps one poll interval
-holds), the configs fall back to Kineto's round-up (PROFILE_START_ITERATION=0, ROUNDUP=R, R more
-steps than one poll interval holds): each rank starts at the next multiple of R of its own count,
-so ranks that take their configs on either side of a multiple start R steps apart, and the status
-says so.
+Why one span of the clock lines the ranks up: DDP's ranks step in lockstep (every step's gradients
+are all-reduced), so the steps that begin within one span of the host's clock are the same steps on
+every rank, and Kineto's profiler thread on each rank sleeps until the start and traces until the
+end on that clock. (Kineto's iteration count is no common ground: torch counts a step only once
+libkineto's profiler is initialized, which happens on each rank at a time of its own, so the ranks'
+counts may differ at the same step.)
+
+The start lies past what a config may take to be active on the last rank (plan()): each rank asks
+the endpoint on its own 5 s clock (POLL_S); Kineto's profiler thread, ticking every 1 s, looks at
+the config at its first tick within 1 s of start - warm-up and refuses it when less than the
+warm-up is left (kineto_daemon.trace_config). The duration: the steps asked for at the slowest
+rank's typical step time, MIN_DURATION_MS at least.
+
+Which steps each rank's trace holds is read afterwards from that rank's own step records: the steps
+whose start lies in the window (taken to the probes' CLOCK_MONOTONIC once, the two clocks read
+together), said per rank, with whether the ranks' steps agree; the window's steps are the shown
+rank's. A rank whose records do not reach past the window, or that wrote no trace, is said as such:
+no steps are claimed for it.
 
 Same interface as the other window clients (capture/backends.py WindowClient). The trace of each
 rank lands beside the others' (kineto_daemon.trace_file: one per PID); the window's path is rank 0's
 (the lowest rank that wrote one), whose summary is shown; the others' files are listed in its
-message (`files`: rank -> path). A rank that does not ask the endpoint, or does not take its config,
-is named; the window goes on for the others."""
+message (`files`: rank -> path). A rank that does not ask the endpoint, or does not take its config
+before the start, is named; the window goes on for the others."""
 
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ..channel import ChannelError, SegmentReader, find_segments
+from ..channel.control import MAX_SECONDS
 from ..channel.paths import safe_file_part
 from ..channel.text import count
 from . import kineto_windows
@@ -39,36 +46,47 @@ from .client import CaptureRefused, check_free_space, check_request
 from .cost import StepLog
 from .kineto_daemon import POLL_S, EndpointTaken, KinetoEndpoint, trace_file
 
-# How far past the poll interval the last rank's config may come, on top of POLL_S: the step counts
-# are read up to one sampling cycle old (the TUI samples at 1 Hz; `tuimon capture` reads them at the
-# request), the config waits for the endpoint's answer to a poll that came just before it was set,
-# and the datagram's trip; 1.5 s covers a 1 s cycle with half a second to spare.
-POLL_MARGIN_S = 1.5
-SPARE_STEPS = 1  # and one step more: a rank's count is published at its step boundary, not mid-step
-FALLBACK_ROUNDUP = 100  # R when no rank's step time is known: more steps than 5 s holds at 50 ms a step or slower
-OTHERS_WAIT_S = 30.0  # after the first rank's trace, for the others' (each written on its own Kineto's threads, at the same step)
+KINETO_TICK_S = 1.0  # Kineto's profiler thread looks at a waiting config this often (Config::kControllerIntervalMsecs)
+# On top of POLL_S, before the last rank's Kineto looks at its config: its tick, and half a second for
+# the datagram's trip and a loaded host.
+POLL_MARGIN_S = KINETO_TICK_S + 0.5
+# ACTIVITIES_WARMUP_PERIOD_SECS (whole seconds): what Kineto is given between taking up the config
+# (its activity buffers set up) and the start. Kineto's default is 5 s; it needs less than 1 s on a CPU.
+WARMUP_S = 1
+MIN_DURATION_MS = 100  # a window this long at least: Kineto's start and end are each a few ms off
+UNKNOWN_STEP_MS = 1000.0  # the step time assumed when no rank's is known yet
+MAX_DURATION_MS = int(MAX_SECONDS * 1000)
+STEPS_WAIT_S = 30.0  # after the window's end, for every rank's step records to pass it
+OTHERS_WAIT_S = 30.0  # after the first rank's trace, for the others' (each written on its own Kineto's threads)
 TYPICAL_OF = 50  # a rank's typical step: the median of its last 50
+RANKS_EVERY_S = 0.5  # how often a window reads the ranks' records while it waits
 
 
 @dataclass(frozen=True)
 class RankJob:
     """One rank as the monitor sees it: its PID, the optimizer steps its probe counted (None: not
-    known: counted otherwise, or none yet) and its typical step time (None: not known yet)."""
+    known: counted otherwise, or none yet), its typical step time (None: not known yet) and its
+    last steps' records (index, t0, t1 in CLOCK_MONOTONIC ns)."""
     rank: int
     pid: int
     steps: int | None
     step_ms: float | None
+    recent: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
 class Plan:
-    """Where every rank's window starts: the absolute Kineto iteration (start_iteration, ROUNDUP 1),
-    or None and Kineto's round-up R; first_step: the window's first step as the probes count them
-    (0 when not known before the ranks take their configs); words: the plan, said to the person."""
-    start_iteration: int | None
-    roundup: int
-    first_step: int
+    """Every rank's window: from start_ms (Unix ms: Kineto's PROFILE_START_TIME) for duration_ms;
+    start_ns: the same start on the probes' clock (CLOCK_MONOTONIC ns); words: the plan, said to
+    the person."""
+    start_ms: int
+    duration_ms: int
+    start_ns: int
     words: str
+
+    @property
+    def end_ns(self) -> int:
+        return self.start_ns + self.duration_ms * 1_000_000
 
 
 def typical_ms(steps: Iterable[tuple[int, int, int]]) -> float | None:
@@ -77,58 +95,73 @@ def typical_ms(steps: Iterable[tuple[int, int, int]]) -> float | None:
     return times[len(times) // 2] if len(times) >= 3 else None
 
 
-def steps_in(seconds: float, step_ms: float) -> int:
-    """How many step boundaries seconds can hold at step_ms a step, at most."""
-    return math.ceil(seconds * 1000.0 / step_ms)
+def clocks() -> tuple[int, int]:
+    """(Unix ns, CLOCK_MONOTONIC ns) of one moment: the monotonic clock read on either side of the
+    wall clock, the middle taken."""
+    m0 = time.monotonic_ns()
+    wall = time.time_ns()
+    m1 = time.monotonic_ns()
+    return wall, (m0 + m1) // 2
 
 
-def roundup_for(ahead: int | None) -> int:
-    """Kineto's round-up for the fallback: the smallest of 10, 20, 50, 100, 200, ... above `ahead`
-    (the steps one poll interval holds), FALLBACK_ROUNDUP when not known."""
-    if ahead is None:
-        return FALLBACK_ROUNDUP
-    r = 10
-    while True:
-        for m in (1, 2, 5):
-            if r * m > ahead:
-                return r * m
-        r *= 10
+def clock_words(unix_ms: int) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(unix_ms // 1000)) + f".{unix_ms % 1000:03d}"
 
 
-def plan(ranks: Sequence[RankJob], poll_s: float | None = None) -> Plan:
-    """Where every rank's window starts. With every rank's step count and a step time: K = the
-    highest count + the steps the fastest rank can make before the last rank takes its config
-    (poll_s + POLL_MARGIN_S, + SPARE_STEPS). A rank whose count S at its config is below K has
-    Kineto's count S - 1 < K, so it starts exactly at K; each rank's count K is reached at the end of
-    its optimizer step K + 1, and the window holds the steps after it: K + 2 on, as the probes count
-    them (the probe's step k ends at the k-th optimizer step)."""
+def plan(ranks: Sequence[RankJob], steps: int, poll_s: float | None = None,
+         now: tuple[int, int] | None = None) -> Plan:
+    """Every rank's window: from now (clocks(), or `now`) + poll_s + POLL_MARGIN_S + WARMUP_S,
+    rounded up to Kineto's ms, for `steps` at the slowest rank's typical step time (UNKNOWN_STEP_MS
+    when no rank's is known), MIN_DURATION_MS to MAX_DURATION_MS."""
     if not ranks:
         raise ValueError("a window on the ranks needs a rank")
+    if steps < 1:
+        raise ValueError("a window is of one step or more")
     poll_s = POLL_S if poll_s is None else poll_s
     known = [r.step_ms for r in ranks if r.step_ms is not None and r.step_ms > 0]
-    ahead = steps_in(poll_s + POLL_MARGIN_S, min(known)) + SPARE_STEPS if known else None
-    uncounted = [r.rank for r in ranks if r.steps is None or r.steps < 1]
-    if not uncounted and ahead is not None:
-        k = max(r.steps or 0 for r in ranks) + ahead
-        return Plan(k, 1, k + 2, f"every rank from step {k + 2} (Kineto's iteration {k}, {count(ahead, 'step')} "
-                                 f"past the furthest rank: the {poll_s + POLL_MARGIN_S:g} s its config may take)")
-    r = roundup_for(ahead)
-    why = (f"no optimizer step count for rank {', '.join(map(str, uncounted))}" if uncounted else
-           "no step time known yet")
-    return Plan(None, r, 0, f"{why}: each rank starts at the next multiple of {r} of its own steps (Kineto's "
-                            f"round-up), so ranks may start {r} steps apart")
+    step_ms = max(known) if known else UNKNOWN_STEP_MS
+    asked_ms = math.ceil(steps * step_ms)
+    duration = min(MAX_DURATION_MS, max(MIN_DURATION_MS, asked_ms))
+    wall_ns, mono_ns = clocks() if now is None else now
+    lead_s = poll_s + POLL_MARGIN_S + WARMUP_S
+    start_ms = -(-(wall_ns + round(lead_s * 1e9)) // 1_000_000)
+    start_ns = mono_ns + start_ms * 1_000_000 - wall_ns
+    slowest = (f"{count(steps, 'step')} at the slowest rank's {step_ms:.3g} ms" if known else
+               f"no step time known yet: {count(steps, 'step')} at {UNKNOWN_STEP_MS:g} ms assumed")
+    bound = (f", {MIN_DURATION_MS} ms at least" if duration > asked_ms else
+             f", {MAX_DURATION_MS // 1000} s at most" if duration < asked_ms else "")
+    return Plan(start_ms, duration, start_ns,
+                f"every rank from {clock_words(start_ms)} for {duration} ms ({slowest}{bound}; {lead_s:g} s ahead: "
+                f"the ranks' next poll of the endpoint and Kineto's {WARMUP_S} s warm-up)")
+
+
+def covered(recent: Iterable[tuple[int, int, int]], start_ns: int, end_ns: int) -> tuple[int, int] | None:
+    """The first and last steps whose start lies in [start_ns, end_ns] (None: no step began there)."""
+    inside = [i for i, t0, _t1 in recent if start_ns <= t0 <= end_ns]
+    return (min(inside), max(inside)) if inside else None
+
+
+def unknown_why(recent: Sequence[tuple[int, int, int]], start_ns: int, end_ns: int) -> str | None:
+    """Why a rank's records cannot say which steps began in [start_ns, end_ns]; None when they can:
+    they hold a step begun by the start and a step ended past the end (after which none begins
+    before the end)."""
+    if not recent or recent[0][1] > start_ns:
+        return "its step records no longer reach back to the window's start"
+    if max(t1 for _i, _t0, t1 in recent) < end_ns:
+        return "no step of it ended past the window's end"
+    return None
 
 
 class KinetoRankWindows(kineto_windows.KinetoWindows):
     """Windows on every rank: ranks() says the ranks as they are now (each call reads their step
-    counts); pid, steps_now and alive are the shown rank's (its steps number the window, as the
-    other clients')."""
+    records); pid, steps_now and alive are the shown rank's."""
 
     def __init__(self, endpoint: KinetoEndpoint, ranks: Callable[[], list[RankJob]], pid: int, program: str,
                  steps_now: Callable[[], int], alive: Callable[[], bool]):
         super().__init__(endpoint, pid, program, steps_now, alive)
         self.ranks = ranks
         self.files: dict[int, str] = {}  # rank -> the trace it wrote, in the last window
+        self.steps: dict[int, tuple[int, int] | None] = {}  # rank -> the steps its trace holds (None: none began in it)
 
     def request(self, steps: int | None = None, seconds: float | None = None, kind: int = 0) -> int:
         if kind:
@@ -144,84 +177,122 @@ class KinetoRankWindows(kineto_windows.KinetoWindows):
             missing = [r for r in ranks if r not in asking]
             if not asking:
                 raise CaptureRefused("no rank of the job asks Kineto's endpoint now")
-            the_plan = plan(asking)
+            the_plan = plan(ranks, steps)  # (every rank's step time: they step together, at the slowest's pace)
             folder = check_free_space()
             seq = self._status.seq + 1
             base = os.path.join(folder, f"{safe_file_part(self.program)}-{self.pid}-kineto{seq}-ranks-"
                                         f"{time.strftime('%Y%m%d-%H%M%S')}.json")
+            asked_at = time.monotonic()
             handed: list[RankJob] = []
             for r in asking:
                 try:
-                    self.endpoint.request_trace(r.pid, base, iterations=steps, start_iteration=the_plan.start_iteration,
-                                                start_roundup=the_plan.roundup)
+                    self.endpoint.request_trace(r.pid, base, duration_ms=the_plan.duration_ms,
+                                                start_time_ms=the_plan.start_ms, warmup_s=WARMUP_S)
                 except (KeyError, RuntimeError):
                     missing.append(r)
                     continue
                 handed.append(r)
             if not handed:
                 raise CaptureRefused("no rank of the job could be handed Kineto's config")
-            self.files = {}
+            self.files, self.steps = {}, {}
             self._set(seq=seq, state="armed", first_step=0, last_step=0, path="",
                       message=f"waits for the next poll of Kineto's endpoint by {_ranks(handed)} (within "
                               f"{POLL_S:g} s): {the_plan.words}{_missing(missing)}")
-        threading.Thread(target=self._ranks_window, args=(base, steps, handed, missing, the_plan),
+        threading.Thread(target=self._ranks_window, args=(base, handed, missing, the_plan, asked_at),
                          name="tuimon-kineto-ranks-window", daemon=True).start()
         return seq
 
-    def _ranks_window(self, base: str, steps: int, handed: list[RankJob], missing: list[RankJob], the_plan: Plan) -> None:
+    def _ranks_window(self, base: str, handed: list[RankJob], missing: list[RankJob], the_plan: Plan,
+                      asked_at: float) -> None:
         try:
-            at_hand: dict[int, int | None] = {}  # each rank's step count as it took its config
+            took_at: dict[int, float] = {}  # PID -> when it took its config (monotonic s)
 
             def everyone() -> bool:
-                taken = [r for r in handed if r.pid not in at_hand and self.endpoint.handed(r.pid) > 0]
-                if taken:
-                    now = {r.pid: r.steps for r in self.ranks()}
-                    at_hand.update((r.pid, now.get(r.pid)) for r in taken)
-                return len(at_hand) == len(handed)
+                took_at.update((r.pid, h) for r in handed
+                               if r.pid not in took_at and (h := self.endpoint.handed(r.pid)) >= asked_at)
+                return len(took_at) == len(handed)
 
-            self._until(everyone, kineto_windows.HAND_WAIT_S)
-            took = [r for r in handed if r.pid in at_hand]
+            start_s = the_plan.start_ns / 1e9
+            # Kineto refuses a config it first looks at with less than its warm-up left to the start:
+            # one not taken by start - warm-up is withdrawn.
+            self._until(everyone, min(kineto_windows.HAND_WAIT_S, max(0.0, start_s - WARMUP_S - time.monotonic())))
+            for r in handed:
+                if r.pid not in took_at:
+                    self.endpoint.withdraw(r.pid)
+            everyone()  # (one handed over just before its withdrawal)
+            took = [r for r in handed if r.pid in took_at]
             missing = missing + [r for r in handed if r not in took]
             if not took:
-                self._set(state="failed", message=f"no rank took the config within {kineto_windows.HAND_WAIT_S:g} s"
-                                                  f"{_missing(missing)}")
+                self._set(state="failed", message=f"no rank took the config before the window's start{_missing(missing)}")
                 return
-            first, late = the_plan.first_step, []
-            if (k := the_plan.start_iteration) is not None:
-                # A rank with S steps at its config has Kineto's count S - 1; past K at its next step (S > K),
-                # Kineto moves its start to that step: out of line. The count is read just after the
-                # hand-over, a step late at most: only S > K + 1 is sure.
-                late = [r.rank for r in took if (s := at_hand.get(r.pid)) is not None and s > k + 1]
-            else:  # (Kineto rounds the shown rank's count at its next step up to a multiple of R)
-                s = self.steps_now() + 1
-                first = -(-s // the_plan.roundup) * the_plan.roundup + 2
-            ranks_words = (f"on {_ranks(took)} ({len(took)} of {len(took) + len(missing)})"
-                           f"{_missing(missing)}")
-            lateness = (f"; rank {', '.join(map(str, late))} took the config past the start: its window starts at "
-                        "its next step, out of line with the others" if late else "")
-            how = "" if the_plan.start_iteration is not None else f"; {the_plan.words}"
-            self._set(state="capturing", first_step=first, last_step=first + steps - 1,
-                      message=f"Kineto traces {count(steps, 'step')} {ranks_words}{how}{lateness}")
+            # Kineto looks at a config at its next tick, up to KINETO_TICK_S after it came.
+            late = [r.rank for r in took if took_at[r.pid] > start_s - WARMUP_S - KINETO_TICK_S]
+            lateness = (f"; rank {', '.join(map(str, late))} took the config less than {WARMUP_S + KINETO_TICK_S:g} s "
+                        "before the start: Kineto may refuse it (too little time left for its warm-up)" if late else "")
+            total = len(took) + len(missing)
+            self._set(state="capturing", message=f"Kineto traces {the_plan.duration_ms} ms from "
+                                                 f"{clock_words(the_plan.start_ms)} on {_ranks(took)} ({len(took)} of "
+                                                 f"{total}){_missing(missing)}{lateness}")
+            now: dict[int, RankJob] = {}
+            read_at = [0.0]
+
+            def stepped_past() -> bool:  # (every RANKS_EVERY_S: reading the ranks also drains their records)
+                if time.monotonic() - read_at[0] < RANKS_EVERY_S:
+                    return False
+                read_at[0] = time.monotonic()
+                now.update((r.pid, r) for r in self.ranks())
+                return time.monotonic_ns() > the_plan.end_ns and all(
+                    r.pid in now and unknown_why(now[r.pid].recent, the_plan.start_ns, the_plan.end_ns) is None
+                    for r in took)
+
+            self._until(stepped_past, max(0.0, (the_plan.end_ns - time.monotonic_ns()) / 1e9) + STEPS_WAIT_S)
+            steps: dict[int, tuple[int, int] | None] = {}
+            unknown: dict[int, str] = {}
+            for r in took:
+                recent = now[r.pid].recent if r.pid in now else ()
+                if (why := unknown_why(recent, the_plan.start_ns, the_plan.end_ns)) is not None:
+                    unknown[r.rank] = why
+                else:
+                    steps[r.rank] = covered(recent, the_plan.start_ns, the_plan.end_ns)
             t0 = time.monotonic()
             paths = {r.rank: trace_file(base, r.pid) for r in took}
             written = lambda: {k: p for k, p in paths.items() if os.path.exists(p)}  # noqa: E731
             if not self._until(lambda: bool(written()), kineto_windows.TRACE_WAIT_S):
-                self._set(state="failed", message=f"no trace from Kineto within {kineto_windows.TRACE_WAIT_S:g} s")
+                self._set(state="failed", message=f"no trace from Kineto within {kineto_windows.TRACE_WAIT_S:g} s "
+                                                  f"of the window's end{lateness}")
                 return
             self._until(lambda: len(written()) == len(paths), OTHERS_WAIT_S)
             self.files = files = dict(sorted(written().items()))
+            self.steps = {k: v for k, v in steps.items() if k in files}
             shown = min(files)
+            first, last = self.steps.get(shown) or (0, 0)
             unwritten = sorted(set(paths) - set(files))
             others = "; ".join(f"rank {k}: {p}" for k, p in files.items() if k != shown)
-            self._set(state="done", path=files[shown],
-                      message=(f"on {count(len(files), 'rank')} of "
-                               f"{len(took) + len(missing)}, written by Kineto {time.monotonic() - t0:.1f} s after "
-                               f"the configs, while the job ran; rank {shown}'s summary"
+            self._set(state="done", path=files[shown], first_step=first, last_step=last,
+                      message=(f"on {count(len(files), 'rank')} of {total}, {the_plan.duration_ms} ms from "
+                               f"{clock_words(the_plan.start_ms)}, written by Kineto {time.monotonic() - t0:.1f} s "
+                               "after the ranks' records passed the window's end, while the job ran; "
+                               + _steps_words(self.steps, {k: v for k, v in unknown.items() if k in files})
+                               + f"; rank {shown}'s summary"
                                + (f"; the others' traces: {others}" if others else "")
                                + (f"; no trace from rank {', '.join(map(str, unwritten))} within {OTHERS_WAIT_S:g} s "
-                                  "of the first" if unwritten else "") + _missing(missing) + how + lateness))
+                                  "of the first" if unwritten else "") + _missing(missing) + lateness))
         except Exception as e:  # noqa: BLE001 - a bug here must not end the monitor
             self._set(state="failed", message=f"{type(e).__name__}: {e}"[:300])
+
+
+def _steps_words(steps: dict[int, tuple[int, int] | None], unknown: dict[int, str]) -> str:
+    """'steps traced (...): rank 0: 231..235, rank 1: 231..235 (the same on every rank)', and the
+    ranks whose steps are not known, why."""
+    def one(r: tuple[int, int] | None) -> str:
+        return "none began in the window" if r is None else f"{r[0]}..{r[1]}"
+
+    said = ", ".join(f"rank {k}: {one(v)}" for k, v in sorted(steps.items()))
+    if len(steps) > 1:
+        said += " (the same on every rank)" if len(set(steps.values())) == 1 else " (not the same on every rank)"
+    if unknown:
+        said += ("; " if said else "") + "; ".join(f"rank {k}'s not known: {why}" for k, why in sorted(unknown.items()))
+    return f"steps traced (those begun in the window, by each rank's step records): {said}"
 
 
 def _ranks(ranks: Iterable[RankJob]) -> str:
@@ -270,8 +341,8 @@ def for_ranks(ranks: Callable[[], list[RankJob]], pid: int, start_ticks: int, pr
 
 class RankChannels:
     """The channels of a job's ranks (the ranked descendants of its root: torchrun's agent or the
-    launcher asked for), for `tuimon capture`: each rank's step count and typical step time, read
-    at each call of ranks() (from any one thread at a time: a lock)."""
+    launcher asked for), for `tuimon capture`: each rank's step count, typical step time and last
+    steps' records, read at each call of ranks() (from any one thread at a time: a lock)."""
 
     RECENT = 16384  # records read back at the first look: enough steps for a typical step time
 
@@ -293,7 +364,7 @@ class RankChannels:
                 if rank is None or reader.process_state() != "alive":
                     continue
                 counted = now is not None and now.source == "optimizer" and steps > 0
-                out.append(RankJob(rank, pid, steps if counted else None, typical_ms(log.steps)))
+                out.append(RankJob(rank, pid, steps if counted else None, typical_ms(log.steps), tuple(log.steps)))
             return sorted(out, key=lambda r: (r.rank, r.pid))
 
     def _discover(self) -> None:

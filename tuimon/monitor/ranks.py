@@ -104,8 +104,9 @@ class RankSet:
 
     def jobs(self) -> list[RankJob]:
         """(from the capture chooser's thread) The live ranks with the optimizer steps their probes
-        counted (None where counted otherwise) and their typical step times: where a window on every
-        rank starts (capture/kineto_ranks.py). Copies first: the sampler's poll may change the views."""
+        counted (None where counted otherwise), their typical step times and their last steps'
+        records: how long a window on every rank lasts and which steps it held
+        (capture/kineto_ranks.py). Copies first: the sampler's poll may change the views."""
         out = []
         for pid, view in list(self.views.items()):
             reader = view.source.reader
@@ -117,7 +118,8 @@ class RankSet:
             except (ChannelError, ValueError):  # (closed meanwhile: the sampler dropped it)
                 continue
             counted = now is not None and now.source == "optimizer" and steps > 0
-            out.append(RankJob(rank, pid, steps if counted else None, typical_ms(list(view.step_log.steps))))
+            recent = tuple(view.step_log.steps)
+            out.append(RankJob(rank, pid, steps if counted else None, typical_ms(recent), recent))
         return sorted(out, key=lambda r: (r.rank, r.pid))
 
     def ranks(self) -> list[int]:
