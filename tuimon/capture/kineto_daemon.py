@@ -27,6 +27,14 @@ and checked against torch 2.13's libtorch_cpu.so (its strings: "dynoconfigclient
   config) or a Unix time in ms (the same wall-clock start on every rank of a torchrun job:
   capture/kineto_ranks.py).
 
+A client's first request to this endpoint is registered and not answered. Kineto reads the answers
+to its requests in the order they come, one after each request it counts as sent
+(dynolog/src/ipcfabric/FabricManager.h sync_send, poll_recv), and a request sent while no endpoint
+was bound is retried with doubling sleeps (10 ms to 5.12 s) and counted as failed when its tenth
+retry is the one that went through: an answer to it would stay queued and every later answer would
+be read one request late (a config 5 s after it was handed). Unanswered, Kineto's wait for that
+answer ends empty (it says nothing), and an answer queued from an earlier endpoint is read there.
+
 Abstract sockets carry no file permissions: any process on the host can send to the endpoint.
 So every datagram's sender is checked with SCM_CREDENTIALS (SO_PASSCRED): only processes of this
 user are answered, and the pid a job claims must be the pid that sent it. One endpoint per host:
@@ -311,8 +319,11 @@ class KinetoEndpoint:
             with self._lock:
                 j = self._job(pids[0], jobid, now)
                 j.pids, j.client, j.asks = tuple(pids), _name(reply_to), j.asks + 1
-                if ctype & CONFIG_ACTIVITIES and j.pending:
+                first = j.asks == 1
+                if ctype & CONFIG_ACTIVITIES and j.pending and not first:
                     config, j.pending, j.handed_at = j.pending, "", now
+            if first:  # (registered, not answered: the module's docstring says why)
+                return
             if config:
                 self.log.append(f"config handed to {pids[0]}")
             self._send(reply_to, "req", config.encode())
