@@ -288,8 +288,15 @@ def _steps_words(steps: dict[int, tuple[int, int] | None], unknown: dict[int, st
         return "none began in the window" if r is None else f"{r[0]}..{r[1]}"
 
     said = ", ".join(f"rank {k}: {one(v)}" for k, v in sorted(steps.items()))
-    if len(steps) > 1:
-        said += " (the same on every rank)" if len(set(steps.values())) == 1 else " (not the same on every rank)"
+    ranges = set(steps.values())
+    if len(ranges) == 1 and len(steps) > 1:
+        said += " (the same on every rank)"
+    elif len(ranges) > 1 and None not in ranges and max(r[0] for r in ranges if r) - min(r[0] for r in ranges if r) <= 1 \
+            and max(r[1] for r in ranges if r) - min(r[1] for r in ranges if r) <= 1:
+        said += (" (not the same on every rank, a step apart at an edge: the ranks begin a step a few ms apart, "
+                 "and one began inside the window on one rank and outside it on another)")
+    elif len(ranges) > 1:
+        said += " (not the same on every rank)"
     if unknown:
         said += ("; " if said else "") + "; ".join(f"rank {k}'s not known: {why}" for k, why in sorted(unknown.items()))
     return f"steps traced (those begun in the window, by each rank's step records): {said}"
