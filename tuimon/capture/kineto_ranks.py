@@ -50,8 +50,8 @@ KINETO_TICK_S = 1.0  # Kineto's profiler thread looks at a waiting config this o
 # On top of POLL_S, before the last rank's Kineto looks at its config: its tick, and half a second for
 # the datagram's trip and a loaded host.
 POLL_MARGIN_S = KINETO_TICK_S + 0.5
-# ACTIVITIES_WARMUP_PERIOD_SECS (whole seconds): what Kineto is given between taking up the config
-# (its activity buffers set up) and the start. Kineto's default is 5 s; it needs less than 1 s on a CPU.
+# ACTIVITIES_WARMUP_PERIOD_SECS (whole seconds): how long before the start Kineto takes up the config
+# and sets up its activity buffers (its default: 5 s).
 WARMUP_S = 1
 MIN_DURATION_MS = 100  # a window this long at least: Kineto's start and end are each a few ms off
 UNKNOWN_STEP_MS = 1000.0  # the step time assumed when no rank's is known yet
