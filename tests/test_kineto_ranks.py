@@ -146,10 +146,11 @@ def fake_ranks(tmp_path, monkeypatch):
     procs: list[subprocess.Popen] = []
     origin = time.monotonic_ns()
 
-    def start(asks: list[bool], source: str = "optimizer") -> list[subprocess.Popen]:
+    def start(asks: list[bool | str], source: str = "optimizer") -> list[subprocess.Popen]:
         for rank, ask in enumerate(asks):
             p = subprocess.Popen([sys.executable, str(HELPERS / "fake_kineto_rank.py"), name, str(rank), str(len(asks)),
-                                  str(STEP_MS), "1" if ask else "0", source, str(out), str(origin)],
+                                  str(STEP_MS), ask if isinstance(ask, str) else str(int(ask)), source, str(out),
+                                  str(origin)],
                                  stdout=subprocess.PIPE, text=True)
             procs.append(p)
         for p in procs:
@@ -242,6 +243,31 @@ def test_ranks_without_an_optimizer_count_are_traced_at_the_same_steps(fake_rank
         _ranks, plan = plans[-1]
         first, last = _check_traced(_reports(out, [0, 1]), plan, st.message)
         assert (st.first_step, st.last_step) == (first, last) and w.steps == {0: (first, last), 1: (first, last)}
+        w.close()
+    finally:
+        channels.close()
+
+
+def test_a_config_not_taken_by_the_start_less_the_warm_up_is_withdrawn_and_its_rank_named(fake_ranks):
+    """Rank 1 asked once (registered) and then falls silent: its config is never taken; at the
+    start - warm-up (Kineto would refuse it after) it is withdrawn, and no steps are said for it."""
+    start, out, plans = fake_ranks
+    procs = start([True, "once"])
+    channels = R.RankChannels(os.getpid())
+    try:
+        w = R.for_ranks(channels.ranks, procs[0].pid, procinfo.start_ticks(procs[0].pid) or 0, "train.py", lambda: 0)
+        assert w is not None
+        seq = w.request(steps=3)
+        st = w.wait(seq, 30)
+        assert st.state == "done", st
+        _ranks, plan = plans[-1]
+        rep = _reports(out, [0])[0]
+        assert rep["mode"] == "time" and "refused" not in rep, rep
+        assert f"rank 0: {rep['traced'][0]}..{rep['traced'][1]};" in st.message, st.message
+        assert "on 1 rank of 2" in st.message and f"rank 1 (PID {procs[1].pid}) did not ask" in st.message, st
+        assert "rank 1:" not in st.message and w.steps == {0: tuple(rep["traced"])} and list(w.files) == [0]
+        assert len(w.endpoint.jobs()) == 2 and not [j for j in w.endpoint.jobs() if j.pending], "withdrawn"
+        assert not (out / "rank1.json").exists()
         w.close()
     finally:
         channels.close()

@@ -22,7 +22,9 @@ fixture trace where the config says and reports in OUT/rank<R>.json what it was 
 traced: `traced` (the first and last steps begun in the window, by its own clocks; None: none), or
 `refused` (why Kineto would not run it).
 
-usage: fake_kineto_rank.py ENDPOINT RANK WORLD STEP_MS ASK(0|1) SOURCE OUT ORIGIN_NS
+ASK: 1 asks every 0.1 s; 0 never; once: one request (registered), then silence.
+
+usage: fake_kineto_rank.py ENDPOINT RANK WORLD STEP_MS ASK(0|1|once) SOURCE OUT ORIGIN_NS
 """
 
 from __future__ import annotations
@@ -130,7 +132,9 @@ def main() -> None:
         write(key(config, "ACTIVITIES_LOG_FILE"))
 
     def poll() -> None:  # Kineto's config thread
-        while ask == "1":
+        asked = 0
+        while ask == "1" or (ask == "once" and asked < 1):
+            asked += 1
             try:
                 sock.sendto(K.encode("req", K.REQUEST.pack(3, 1, 0) + struct.pack("=i", os.getpid())),
                             K.abstract_address(endpoint))
