@@ -22,7 +22,7 @@ fixture trace where the config says and reports in OUT/rank<R>.json what it was 
 traced: `traced` (the first and last steps begun in the window, by its own clocks; None: none), or
 `refused` (why Kineto would not run it).
 
-ASK: 1 asks every 0.1 s; 0 never; once: one request (registered), then silence.
+ASK: 1 asks every 0.1 s; 0 never; once: one request that reaches the endpoint (registered), then silence.
 
 usage: fake_kineto_rank.py ENDPOINT RANK WORLD STEP_MS ASK(0|1|once) SOURCE OUT ORIGIN_NS
 """
@@ -132,12 +132,12 @@ def main() -> None:
         write(key(config, "ACTIVITIES_LOG_FILE"))
 
     def poll() -> None:  # Kineto's config thread
-        asked = 0
-        while ask == "1" or (ask == "once" and asked < 1):
-            asked += 1
+        sent = 0
+        while ask == "1" or (ask == "once" and not sent):
             try:
                 sock.sendto(K.encode("req", K.REQUEST.pack(3, 1, 0) + struct.pack("=i", os.getpid())),
                             K.abstract_address(endpoint))
+                sent += 1
                 got = K.decode(sock.recv(1 << 16))
             except OSError:  # (no endpoint yet, or no answer)
                 got = None
