@@ -5,8 +5,9 @@ Kineto's synchronized start (PROFILE_START_TIME, Unix ms) and a duration (ACTIVI
 
 Why one span of the clock lines the ranks up: DDP's ranks step in lockstep (every step's gradients
 are all-reduced), so the steps that begin within one span of the host's clock are the same steps on
-every rank, and Kineto's profiler thread on each rank sleeps until the start and traces until the
-end on that clock. (Kineto's iteration count is no common ground: torch counts a step only once
+every rank, but for a step whose boundary lies within the few ms the ranks' boundaries lie apart of
+an edge (one step more or less there); Kineto's profiler thread on each rank sleeps until the start
+and traces until the end on that clock. (Kineto's iteration count is no common ground: torch counts a step only once
 libkineto's profiler is initialized, which happens on each rank at a time of its own, so the ranks'
 counts may differ at the same step.)
 
@@ -53,7 +54,7 @@ POLL_MARGIN_S = KINETO_TICK_S + 0.5
 # ACTIVITIES_WARMUP_PERIOD_SECS (whole seconds): how long before the start Kineto takes up the config
 # and sets up its activity buffers (its default: 5 s).
 WARMUP_S = 1
-MIN_DURATION_MS = 100  # a window this long at least: Kineto's start and end are each a few ms off
+MIN_DURATION_MS = 100  # a window this long at least: a few ms off at an edge is then a small part of it
 UNKNOWN_STEP_MS = 1000.0  # the step time assumed when no rank's is known yet
 MAX_DURATION_MS = int(MAX_SECONDS * 1000)
 STEPS_WAIT_S = 30.0  # after the window's end, for every rank's step records to pass it
