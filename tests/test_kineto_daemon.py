@@ -83,8 +83,11 @@ def test_registration_config_once_and_refusals():
         c = Client(name)
         try:
             me = os.getpid()
-            assert c.req([me, os.getppid()]) == ("req", b"")  # registered, nothing to do
+            c.sock.settimeout(0.5)
+            assert c.req([me, os.getppid()]) is None  # registered, its first request not answered
             assert ep.registered(me) and ep.jobs()[0].pids == (me, os.getppid())
+            assert c.req([me, os.getppid()]) == ("req", b"")  # nothing to do
+            c.sock.settimeout(5)
             assert c.ask("ctxt", K.CONTEXT.pack(0, me, 0)) == ("ctxt", struct.pack("=i", 1))
             w = ep.request_trace(me, "/tmp/t.json", iterations=3)
             assert w.path == f"/tmp/t_{me}.json"

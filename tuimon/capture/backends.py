@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..channel.paths import program_name
 from ..model import CaptureStatus
-from . import kineto_windows, nsys_session
+from . import kineto_ranks, kineto_windows, nsys_session
 from .client import CaptureClient, CaptureRefused
 
 if TYPE_CHECKING:
     from ..channel.reader import SegmentInfo
+
+RanksNow = Callable[[], list[kineto_ranks.RankJob]]  # a torchrun job's ranks as they are now
 
 
 class WindowClient(Protocol):
@@ -68,23 +70,39 @@ def kineto_why_not(pid: int, ask: Ask | None, step_source: str | None) -> str | 
     return None
 
 
-def may_wait(info: SegmentInfo, ask: Ask | None, step_source: str | None, current: WindowClient | None) -> bool:
+def may_wait(info: SegmentInfo, ask: Ask | None, step_source: str | None, current: WindowClient | None,
+             ranks: RanksNow | None = None) -> bool:
     """Whether choose() may wait for Kineto's endpoint (up to kineto_windows.REGISTER_WAIT_S):
     then it belongs on a worker, never on the sampler thread nor the UI's."""
     if info.meta.nsys_session or kineto_why_not(info.pid, ask, step_source) is not None:
         return False
-    return not isinstance(current, kineto_windows.KinetoWindows)
+    return not _kept(current, ranks)
+
+
+def _many(ranks: RanksNow | None) -> bool:
+    """Whether the job has several ranks (then a window is taken on every one: kineto_ranks.py)."""
+    return ranks is not None and len(ranks()) >= 2
+
+
+def _kept(current: WindowClient | None, ranks: RanksNow | None) -> bool:
+    """Whether the Kineto client in use is the kind the job needs now (one job, or its ranks)."""
+    if not isinstance(current, kineto_windows.KinetoWindows):
+        return False
+    return isinstance(current, kineto_ranks.KinetoRankWindows) == _many(ranks)
 
 
 def choose(info: SegmentInfo, steps_now: Callable[[], int], ask: Ask | None = None, step_source: str | None = None,
-           current: WindowClient | None = None, say: Callable[[str], object] | None = None) -> WindowClient:
+           current: WindowClient | None = None, say: Callable[[str], object] | None = None,
+           ranks: RanksNow | None = None) -> WindowClient:
     """The client for this job's next window (ask None: the one to follow before any is asked):
     its nsys session's; Kineto's, when kineto_why_not() is None and the job asks the endpoint
     (waits up to ~6.5 s for that: may_wait() says when); else the probe's, but never a
     torch.profiler window in a job in Kineto's daemon mode (PROFILER_IN_DAEMON_MODE: refused,
     with the reason Kineto's path was not taken). current: the client in use, kept when it is
     still the right kind (the caller closes it otherwise). say: what is being asked. Raises
-    CaptureRefused (nsys not found, the rule above) and ChannelError (the segment gone)."""
+    CaptureRefused (nsys not found, the rule above) and ChannelError (the segment gone). ranks: a
+    torchrun job's ranks (info is one of them): with two or more, Kineto's window is taken on
+    every rank at the same steps (kineto_ranks.py)."""
     if info.meta.nsys_session and not (ask is not None and ask.memory):  # (memory: the probe's, in any job)
         if isinstance(current, nsys_session.SessionWindows):
             return current
@@ -93,13 +111,23 @@ def choose(info: SegmentInfo, steps_now: Callable[[], int], ask: Ask | None = No
         return found
     why = kineto_why_not(info.pid, ask, step_source)
     if why is None:
-        if isinstance(current, kineto_windows.KinetoWindows):
+        if _kept(current, ranks):
+            assert current is not None
             return current  # (its endpoint holds the name: a job that stopped asking it is refused in words)
-        if say is not None:
-            say("asking Kineto's endpoint: the job polls it every 5 s")
+        if isinstance(current, kineto_windows.KinetoWindows):
+            current.close()  # (the endpoint's name is taken anew below)
         heard: list[str] = []
-        k = kineto_windows.for_job(info.pid, info.start_ticks, program_name(list(info.meta.argv)), steps_now,
-                                   say=heard.append)
+        k: kineto_windows.KinetoWindows | None
+        if ranks is not None and _many(ranks):
+            if say is not None:
+                say("asking Kineto's endpoint for every rank: each polls it every 5 s")
+            k = kineto_ranks.for_ranks(ranks, info.pid, info.start_ticks, program_name(list(info.meta.argv)),
+                                       steps_now, say=heard.append)
+        else:
+            if say is not None:
+                say("asking Kineto's endpoint: the job polls it every 5 s")
+            k = kineto_windows.for_job(info.pid, info.start_ticks, program_name(list(info.meta.argv)), steps_now,
+                                       say=heard.append)
         if k is not None:
             return k
         why = heard[-1] if heard else NOT_ASKED

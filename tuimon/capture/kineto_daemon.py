@@ -23,7 +23,17 @@ and checked against torch 2.13's libtorch_cpu.so (its strings: "dynoconfigclient
   ACTIVITIES_ITERATIONS with PROFILE_START_ITERATION=0 and PROFILE_START_ITERATION_ROUNDUP (as
   `dyno gputrace` writes them; iterations are optimizer steps: torch registers an optimizer step
   post-hook when KINETO_USE_DAEMON is set at its import), or ACTIVITIES_DURATION_MSECS with
-  PROFILE_START_TIME=0 (the start then waits ACTIVITIES_WARMUP_PERIOD_SECS, default 5 s).
+  PROFILE_START_TIME: 0 (Kineto starts ACTIVITIES_WARMUP_PERIOD_SECS + 2 s after it parsed the
+  config) or a Unix time in ms (the same wall-clock start on every rank of a torchrun job:
+  capture/kineto_ranks.py).
+
+A client's first request to this endpoint is registered and not answered. Kineto reads the answers
+to its requests in the order they come, one after each request it counts as sent
+(dynolog/src/ipcfabric/FabricManager.h sync_send, poll_recv), and a request sent while no endpoint
+was bound is retried with doubling sleeps (10 ms to 5.12 s) and counted as failed when its tenth
+retry is the one that went through: an answer to it would stay queued and every later answer would
+be read one request late (a config 5 s after it was handed). Unanswered, Kineto's wait for that
+answer ends empty (it says nothing), and an answer queued from an earlier endpoint is read there.
 
 Abstract sockets carry no file permissions: any process on the host can send to the endpoint.
 So every datagram's sender is checked with SCM_CREDENTIALS (SO_PASSCRED): only processes of this
@@ -99,20 +109,43 @@ def trace_file(path: str, pid: int) -> str:
 
 def trace_config(path: str, iterations: int | None = None, duration_ms: int | None = None,
                  start_roundup: int = 1, warmup_s: int = 0, with_stack: bool = False,
-                 record_shapes: bool = False) -> str:
+                 record_shapes: bool = False, start_iteration: int | None = None,
+                 start_time_ms: int | None = None) -> str:
     """Kineto's on-demand config for one window of `iterations` optimizer steps (from the next one:
-    PROFILE_START_ITERATION_ROUNDUP=1), or of `duration_ms` starting after `warmup_s` (Kineto's
-    default warm-up is 5 s). Shapes and stacks off: they cost the loop (the stack needs the GIL)."""
+    PROFILE_START_ITERATION=0, PROFILE_START_ITERATION_ROUNDUP=1; from the next multiple of
+    start_roundup; or from Kineto's absolute iteration `start_iteration`), or of `duration_ms` of
+    wall-clock time from start_time_ms (Unix ms), or, without it, from warmup_s + 2 s after Kineto
+    parsed the config. Shapes and stacks off: they cost the loop (the stack needs the GIL).
+
+    Kineto's semantics (libkineto/src/AsyncActivityProfilerHandler.cpp):
+    - by iterations (shouldActivateIterationConfig): its iteration count is -1 until the first
+      optimizer step and one more at each; a config waits until the count reaches
+      PROFILE_START_ITERATION and starts there; a count already past it at the first step after the
+      config arrived moves the start to that count rounded up to a multiple of
+      PROFILE_START_ITERATION_ROUNDUP.
+    - by time (shouldActivateTimestampConfig; only with neither PROFILE_START_ITERATION nor
+      PROFILE_START_ITERATION_ROUNDUP, which take precedence): its profiler thread, ticking every
+      1 s, activates the config at the first tick within 1 s of start - ACTIVITIES_WARMUP_PERIOD_SECS
+      (whole seconds; 5 by default) and cancels it there when fewer than the warm-up's seconds are
+      left to the start (GenericActivityProfiler canStart); then it sleeps until the start (ms) and
+      traces until start + ACTIVITIES_DURATION_MSECS. A start more than 10 s past is refused at parse."""
     if (iterations is None) == (duration_ms is None):
         raise ValueError("a window is either iterations or a duration")
     if "\n" in path or "\r" in path or not path.endswith(".json"):
         raise ValueError("a trace path is one line and ends in .json")
     lines = [f"ACTIVITIES_LOG_FILE={path}"]
     if iterations is not None:
-        lines += ["PROFILE_START_ITERATION=0", f"PROFILE_START_ITERATION_ROUNDUP={max(1, start_roundup)}",
+        if start_iteration is not None and start_iteration < 0:
+            raise ValueError("an absolute start iteration is 0 or more")
+        lines += [f"PROFILE_START_ITERATION={start_iteration or 0}",
+                  f"PROFILE_START_ITERATION_ROUNDUP={max(1, start_roundup)}",
                   f"ACTIVITIES_ITERATIONS={iterations}", "ACTIVITIES_WARMUP_ITERATIONS=0"]
     else:
-        lines += ["PROFILE_START_TIME=0", f"ACTIVITIES_DURATION_MSECS={duration_ms}",
+        if start_time_ms is not None and start_time_ms <= 0:
+            raise ValueError("a start time is a Unix time in ms")
+        if warmup_s < 0 or duration_ms is None or duration_ms < 1:
+            raise ValueError("a timed window lasts 1 ms or more, after a warm-up of 0 s or more")
+        lines += [f"PROFILE_START_TIME={start_time_ms or 0}", f"ACTIVITIES_DURATION_MSECS={duration_ms}",
                   f"ACTIVITIES_WARMUP_PERIOD_SECS={warmup_s}"]
     lines += [f"PROFILE_REPORT_INPUT_SHAPES={str(record_shapes).lower()}", "PROFILE_PROFILE_MEMORY=false",
               f"PROFILE_WITH_STACK={str(with_stack).lower()}", "PROFILE_WITH_FLOPS=false",
@@ -182,10 +215,15 @@ class KinetoEndpoint:
         return True
 
     def request_trace(self, pid: int, path: str, iterations: int | None = None, duration_ms: int | None = None,
-                      with_stack: bool = False, record_shapes: bool = False) -> Window:
+                      with_stack: bool = False, record_shapes: bool = False, start_iteration: int | None = None,
+                      start_roundup: int = 1, start_time_ms: int | None = None, warmup_s: int = 0) -> Window:
         """Hands the job a trace config at its next poll (within POLL_S). Raises KeyError when the
-        job has not registered, RuntimeError when a config is already waiting for it."""
-        config = trace_config(path, iterations, duration_ms, with_stack=with_stack, record_shapes=record_shapes)
+        job has not registered, RuntimeError when a config is already waiting for it. By default the
+        window starts at the job's next optimizer step; start_iteration, start_roundup,
+        start_time_ms, warmup_s: trace_config."""
+        config = trace_config(path, iterations, duration_ms, start_roundup=start_roundup, with_stack=with_stack,
+                              record_shapes=record_shapes, start_iteration=start_iteration,
+                              start_time_ms=start_time_ms, warmup_s=warmup_s)
         with self._lock:
             j = self._jobs.get(pid)
             if j is None or time.monotonic() - j.last_seen > GONE_S:
@@ -194,6 +232,15 @@ class KinetoEndpoint:
                 raise RuntimeError(f"a trace config already waits for process {pid}")
             j.pending = config
         return Window(pid=pid, path=trace_file(path, pid), config=config)
+
+    def withdraw(self, pid: int) -> bool:
+        """Takes back the config waiting for the job (True), False when none waits (handed over)."""
+        with self._lock:
+            j = self._jobs.get(pid)
+            if j is None or not j.pending:
+                return False
+            j.pending = ""
+            return True
 
     def handed(self, pid: int) -> float:
         """When the job took its last config (monotonic), 0.0 if it has not."""
@@ -272,8 +319,11 @@ class KinetoEndpoint:
             with self._lock:
                 j = self._job(pids[0], jobid, now)
                 j.pids, j.client, j.asks = tuple(pids), _name(reply_to), j.asks + 1
-                if ctype & CONFIG_ACTIVITIES and j.pending:
+                first = j.asks == 1
+                if ctype & CONFIG_ACTIVITIES and j.pending and not first:
                     config, j.pending, j.handed_at = j.pending, "", now
+            if first:  # (registered, not answered: the module's docstring says why)
+                return
             if config:
                 self.log.append(f"config handed to {pids[0]}")
             self._send(reply_to, "req", config.encode())

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..analysis import stall
-from ..capture import backends, kineto_windows, nsys_session
+from ..capture import backends, kineto_ranks, kineto_windows, nsys_session
 from ..capture.client import MEMORY_STEPS, CaptureRefused, window_steps
 from ..capture.cost import StepLog, describe, expected_pause, window_cost
 from ..capture.ncu import with_ncu_commands
@@ -20,6 +20,7 @@ from ..channel import ChannelError
 from ..channel.control import KIND_MEMORY
 from ..channel.text import count, safe_text
 from ..model import CaptureStatus, WindowCost, to_json
+from ..monitor.ranks import job_root
 from ..monitor.target import open_channel
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ COST_WAIT_S = 15.0  # after a window: for the steps just past its end, whose tim
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
-    reader = client = seq = st = None
+    reader = client = seq = st = rank_channels = None
     pid = args.pid
     if args.json and not args.wait:
         print("tuimon: --json goes with --wait (the result is there only once the window is done)", file=sys.stderr)
@@ -64,9 +65,13 @@ def cmd_capture(args: argparse.Namespace) -> int:
                   "would wait for it; --seconds 10 takes a time window", file=sys.stderr)
             return 2
         now = reader.now()
+        root = job_root(args.pid, reader)  # (a torchrun job: its launcher, or a rank's agent)
+        if root is not None:
+            rank_channels = kineto_ranks.RankChannels(root)  # (Kineto's window is then taken on every rank)
         client = backends.choose(info, lambda: reader.steps, backends.Ask(steps, seconds, memory),
                                  now.source if now is not None else None,
-                                 say=lambda s: print(f"  ({s})", file=out, flush=True))
+                                 say=lambda s: print(f"  ({s})", file=out, flush=True),
+                                 ranks=rank_channels.ranks if rank_channels is not None else None)
         kind = backends.kind_of(client, memory, safe_text(info.meta.capture_kind, 40))
         before = client.status()  # the job's last window, whose cost tells what the next one will cost
         seq = client.request(steps=steps, seconds=seconds, kind=KIND_MEMORY if memory else 0)
@@ -91,7 +96,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
             print(f"tuimon: {unfinished}", file=sys.stderr)
             return 1
         return _report(st, kind, session, args, out, lambda: _cost(st, log, drain, reader),
-                       ncu_for=(pid, [str(a) for a in info.meta.argv] or _cmdline(pid)))
+                       ncu_for=(pid, [str(a) for a in info.meta.argv] or _cmdline(pid)),
+                       rank_traces=client.files if isinstance(client, kineto_ranks.KinetoRankWindows) else None)
     except (ChannelError, CaptureRefused) as e:
         print(f"tuimon: {e}", file=sys.stderr)
         return 2
@@ -112,6 +118,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
             client.close()  # (a window cut short by --timeout or Ctrl-C: nsys still writes its report)
         if reader is not None:
             reader.close()
+        if rank_channels is not None:
+            rank_channels.close()
 
 
 def _unfinished(st: CaptureStatus, kind: str, session: bool, seq: int, timeout: float, pid: int) -> str | None:
@@ -130,9 +138,11 @@ def _unfinished(st: CaptureStatus, kind: str, session: bool, seq: int, timeout: 
 
 
 def _report(st: CaptureStatus, kind: str, session: bool, args: argparse.Namespace, out: TextIO,
-            cost_of: Callable[[], WindowCost | None], ncu_for: tuple[int, list[str]]) -> int:
+            cost_of: Callable[[], WindowCost | None], ncu_for: tuple[int, list[str]],
+            rank_traces: dict[int, str] | None = None) -> int:
     """A window done: its cost to the job, then its summary (or where nsys will write its report) and
-    the ncu commands of its top kernels (ncu_for: the job's pid and command line)."""
+    the ncu commands of its top kernels (ncu_for: the job's pid and command line); rank_traces: a
+    window on every rank's traces by rank (the summary is of st.path, the lowest rank's)."""
     cost = cost_of()
     st = replace(st, cost=cost)
     covered = window_steps(st.state, st.first_step, st.last_step)
@@ -146,6 +156,10 @@ def _report(st: CaptureStatus, kind: str, session: bool, args: argparse.Namespac
             print(json.dumps(to_json(st)))
         return 0
     result = with_ncu_commands(summarize(st), st, *ncu_for)
+    if rank_traces:
+        print(f"every rank's trace ({count(len(rank_traces), 'rank')}; the summary below is the first's):", file=out)
+        for rank, path in rank_traces.items():
+            print(f"  rank {rank}: {safe_text(path, 1000)}", file=out)
     print(safe_text(result.file or "", 1000), file=out)
     if result.error:
         print(f"tuimon: {result.error}", file=sys.stderr)
@@ -157,7 +171,8 @@ def _report(st: CaptureStatus, kind: str, session: bool, args: argparse.Namespac
         for c in result.ncu_commands:
             print("  " + safe_text(c, 4000), file=out)
     if args.json:
-        print(json.dumps(dict(to_json(replace(st, summary=result)), ncu_commands=result.ncu_commands)))
+        extra = {"rank_traces": {str(k): v for k, v in rank_traces.items()}} if rank_traces else {}
+        print(json.dumps(dict(to_json(replace(st, summary=result)), ncu_commands=result.ncu_commands, **extra)))
     return 0 if result.state == "done" else 1
 
 

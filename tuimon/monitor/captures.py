@@ -14,7 +14,7 @@ import threading
 from dataclasses import replace
 
 from ..capture import backends, nsys_session
-from ..capture.backends import Ask, WindowClient
+from ..capture.backends import Ask, RanksNow, WindowClient
 from ..capture.client import CaptureClient, CaptureRefused
 from ..capture.cost import window_cost
 from ..capture.ncu import with_ncu_commands
@@ -41,6 +41,7 @@ class Captures:
         self._generation = 0  # one more at every close(): a chooser's answer for a process no longer shown is dropped
         self.note: str | None = None  # why the last window of a job in Kineto's daemon mode was the probe's
         self._daemon_pid, self._daemon = 0, False  # whether that process is in Kineto's daemon mode
+        self.ranks: RanksNow | None = None  # the job's ranks when the session follows several (set by the session)
 
     def status(self, shown: TrainingView, problems: dict, step_source: str | None = None) -> CaptureStatus | None:
         """The capture state of the shown process (a client opened for it if none is); a done
@@ -105,7 +106,7 @@ class Captures:
         ask = Ask(steps, seconds, memory)
         self.note = None
         what = f"{'memory ' if memory else ''}capture {{}}asked: {count(steps, 'step') if steps else f'{seconds:g} s'}"
-        if backends.may_wait(reader.info, ask, self._source, client):
+        if backends.may_wait(reader.info, ask, self._source, client, self.ranks):
             _one_at_a_time(client)
             with self._lock:
                 self._asking = CaptureStatus(seq=0, state="armed", kind="kineto", message=ASKING)
@@ -113,7 +114,8 @@ class Captures:
             threading.Thread(target=self._choose_and_request, args=(shown, ask, generation),
                              name="tuimon-capture-choose", daemon=True).start()
             return what.format("") + " (" + ASKING + ")"
-        chosen = backends.choose(reader.info, lambda: reader.steps, ask, self._source, current=client, say=self._said)
+        chosen = backends.choose(reader.info, lambda: reader.steps, ask, self._source, current=client, say=self._said,
+                                 ranks=self.ranks)
         if chosen is not client:
             try:
                 _one_at_a_time(client)  # (the client replaced is closed: not while its window runs)
@@ -142,7 +144,7 @@ class Captures:
         self.note = None
         try:
             chosen = backends.choose(reader.info, lambda: reader.steps, ask, self._source, current=self.client,
-                                     say=self._said)
+                                     say=self._said, ranks=self.ranks)
             with self._lock:
                 if generation != self._generation:  # (the shown process changed meanwhile)
                     stale = True

@@ -10,6 +10,7 @@ import time
 from dataclasses import replace
 
 from ..analysis import stall
+from ..capture.kineto_ranks import RankJob, typical_ms
 from ..channel import ChannelError, SegmentReader, find_segments, procinfo
 from ..model import GpuSample, RankRow, TrainingSnapshot, num
 from ..sources.channel import ChannelSource
@@ -100,6 +101,26 @@ class RankSet:
     def rank_of_pid(self) -> dict[int, int]:
         """Each rank's PID (exited ones too) and its rank."""
         return {pid: r for pid, v in list(self.views.items()) if (r := v.source.reader.info.meta.rank) is not None}
+
+    def jobs(self) -> list[RankJob]:
+        """(from the capture chooser's thread) The live ranks with the optimizer steps their probes
+        counted (None where counted otherwise), their typical step times and their last steps'
+        records: how long a window on every rank lasts and which steps it held
+        (capture/kineto_ranks.py). Copies first: the sampler's poll may change the views."""
+        out = []
+        for pid, view in list(self.views.items()):
+            reader = view.source.reader
+            rank = reader.info.meta.rank
+            if rank is None or pid in self.exited_at:
+                continue
+            try:
+                now, steps = reader.now(), reader.steps
+            except (ChannelError, ValueError):  # (closed meanwhile: the sampler dropped it)
+                continue
+            counted = now is not None and now.source == "optimizer" and steps > 0
+            recent = tuple(view.step_log.steps)
+            out.append(RankJob(rank, pid, steps if counted else None, typical_ms(recent), recent))
+        return sorted(out, key=lambda r: (r.rank, r.pid))
 
     def ranks(self) -> list[int]:
         """(also from the UI thread, while the sampler's poll may add or drop views: a copy first)"""

@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 from ..capture.client import CaptureRefused
+from ..capture.kineto_ranks import RankJob
 from ..channel import ChannelError
 from ..model import (
     CaptureStatus,
@@ -97,6 +98,7 @@ class LiveSession:
         self._gpus = devices
         self.captures = Captures(summaries)
         self.finder = ChannelFinder(pid, timeline, on_change=self.captures.close)
+        self.captures.ranks = self._rank_jobs  # (`c` on a torchrun job: Kineto's window on every rank)
         self.stalls = StallWatch()
         self.outside = OutsideWatch(pid if outside else None, outside_first_s,
                                     on_start=self.procs.follow_loop if self.procs is not None else None)
@@ -143,6 +145,11 @@ class LiveSession:
                      problems=problems, gpu_note=note, host=host,
                      job_log=self.log.path, job_tail=self.log.tail(process), ranks=rows, steps=steps,
                      outside=outside)
+
+    def _rank_jobs(self) -> list[RankJob]:
+        """The ranks the session follows (none for a job of one process), for a window on every rank."""
+        ranks = self.finder.ranks
+        return ranks.jobs() if ranks is not None else []
 
     def _gpu_samples(self, problems: dict, pids: set[int]) -> tuple[list[GpuSample] | None, str | None]:
         """Every GPU (or the ones asked for), its processes named, and the note on where the
