@@ -474,10 +474,12 @@ def test_the_op_counter_is_not_in_a_window(shm_dir, window):
         assert st.state == "done", st.message
         rows = trace_summary(st.path)["top_host_self"]
         names = [row["name"] for row in rows]
-        assert "aten::addmm" in names or "aten::linear" in names, names  # (the job's own ops are there)
         assert not [n for n in names if "Dispatch" in n or "Count" in n], rows
         with gzip.open(st.path) as f:
             events = json.load(f)["traceEvents"]
+        # the job's own ops are in the trace (a 0.5 s window on a loaded machine can hold more backward
+        # than forward: its top five host operators need not name the forward's)
+        assert {"aten::addmm", "aten::linear"} & {e.get("name") for e in events}, names
         assert not [e for e in events if "PythonDispatchMode" in str(e.get("name"))]
     finally:
         job.kill()

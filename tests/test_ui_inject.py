@@ -3,6 +3,7 @@ line), a second `i` or `y` loads it on a worker thread, and the line says what h
 processes, real ptrace (issue 40)."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -189,7 +190,9 @@ async def test_i_i_loads_the_probe_into_a_plain_torch_loop_and_its_steps_show(tm
     ready = tmp_path / "ready"
     job = subprocess.Popen([sys.executable, LOOP, "--seconds", "50", "--truth", str(tmp_path / "t.json"),
                             "--ready", str(ready)],
-                           env=plain_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                           env=plain_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)  # (its DataLoader workers die with it: killed alone, a
+    # worker serving a shared file descriptor prints multiprocessing's EOFError traceback into this stderr)
     app = make_app(LiveSession(job.pid, 0.5, devices=no_nvml(), outside=True), "attached")
     try:
         # the loop stepping, not only torch mapped: a job still importing puts the load off (test_inject)
@@ -209,6 +212,6 @@ async def test_i_i_loads_the_probe_into_a_plain_torch_loop_and_its_steps_show(tm
             assert " load probe" not in (app.screen.query_one(Keys)._last or Text("")).plain  # (no longer offered)
         assert job.poll() is None  # the job goes on
     finally:
-        job.kill()
+        os.killpg(job.pid, signal.SIGKILL)
         _, err = job.communicate()
     assert "Traceback" not in err, err
