@@ -1,5 +1,6 @@
 """What sampling costs: the NVML device sampler's time per cycle per GPU and the sampling
-thread's CPU share at a given interval, beside the calls it must avoid or pay for.
+thread's CPU share at a given interval, beside the calls it must avoid or pay for; on GPM GPUs the
+same CPU share again with GPM's reads left out (the coarse-utilization path), one after the other.
 
     python benchmarks/sampler_cost.py [--seconds 20] [--interval 1.0]
 """
@@ -27,7 +28,6 @@ def main():
     ap.add_argument("--interval", type=float, default=1.0)
     a = ap.parse_args()
     from tuimon.sources.nvml import DeviceSampler
-    from tuimon.sources.poller import Poller
     from tuimon.sources.process import ProcessSampler
 
     s = DeviceSampler()
@@ -51,20 +51,40 @@ def main():
 
     per_call = _per_call_costs(s)
 
-    cpu0, wall0 = time.process_time(), time.monotonic()
-    poller = Poller(lambda: (procs.sample(), s.sample()), lambda r: None, a.interval).start()
-    time.sleep(a.seconds)
-    poller.stop()
-    cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+    cpu_pct, cycle_ms = _sampling_cpu(procs, s, a)
+    gpm_off = None
+    if any(d.get("gpm") for d in s.devices):  # the same sampling with GPM's reads left out (coarse utilization)
+        s_off = DeviceSampler()
+        for d in s_off.devices:
+            d["gpm"] = False
+        gpm_off = _sampling_cpu(procs, s_off, a)
+        s_off.close()
     print(f"{'call':<46}{'ms':>9}")
     for name, ms in rows:
         print(f"{name:<46}{ms:>9.2f}")
-    print(f"{'one cycle, process tree + all GPUs (mean)':<46}{poller.busy_s / poller.cycles * 1e3:>9.2f}")
+    print(f"{'one cycle, process tree + all GPUs (mean)':<46}{cycle_ms:>9.2f}")
     print("inside DeviceSampler.sample(), per NVML function, ms per cycle:")
     for name, ms in per_call:
         print(f"  {name:<44}{ms:>9.3f}")
-    print(f"{'sampling CPU % of one core at ' + str(a.interval) + ' s':<46}{100 * cpu / wall:>9.2f}")
+    print(f"{'sampling CPU % of one core at ' + str(a.interval) + ' s':<46}{cpu_pct:>9.2f}")
+    if gpm_off:
+        print(f"{'  the same with GPM off: one cycle ms':<46}{gpm_off[1]:>9.2f}")
+        print(f"{'  the same with GPM off: CPU % of one core':<46}{gpm_off[0]:>9.2f}")
     s.close()
+
+
+def _sampling_cpu(procs, sampler, a) -> tuple[float, float]:
+    """The process's CPU % of one core while a Poller samples the process tree and the GPUs every
+    a.interval s for a.seconds, and the mean cycle in ms."""
+    from tuimon.sources.poller import Poller
+
+    sampler.sample()
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    poller = Poller(lambda: (procs.sample(), sampler.sample()), lambda r: None, a.interval).start()
+    time.sleep(a.seconds)
+    poller.stop()
+    cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+    return 100 * cpu / wall, poller.busy_s / max(poller.cycles, 1) * 1e3
 
 
 def _per_call_costs(sampler, cycles: int = 20) -> list[tuple[str, float]]:
