@@ -8,7 +8,7 @@ Each mutant is written into a copy of the repository and the fast tests run agai
 first failure kills it); a mutant that passes every test survived. The score is killed / tried.
 
     .venv/bin/python scripts/mutation_check.py [--sample N --seed S] [--paths tuimon/analysis ...]
-        [--tests FILE ...] [--list] [--again OUTPUT]
+        [--tests FILE ...] [--list] [--again OUTPUT] [--jobs N]
 
 A scoped run (one module or package, the fast unit tests for it), as the team reruns it:
 
@@ -31,14 +31,17 @@ import argparse
 import ast
 import io
 import os
+import queue
 import random
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tokenize
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,6 +149,51 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
 
 
+def _copy(to: Path) -> Path:
+    """A copy of the repository to write mutants into (one per mutant tried at a time)."""
+    shutil.copytree(ROOT, to, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".whl*", ".gpu", ".libdw"))
+    return to
+
+
+def _try(m: Mutant, fast: list[str], copy: Path) -> bool:
+    """Whether the fast tests kill the mutant, written into the copy (and taken out again)."""
+    original = apply(copy, m)
+    try:
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *fast],
+                           cwd=copy, capture_output=True, text=True, timeout=MUTANT_TIMEOUT_S, env=_env())
+        return r.returncode != 0
+    except subprocess.TimeoutExpired:
+        return True
+    finally:
+        (copy / m.path).write_text(original)
+
+
+def _try_all(chosen: list[Mutant], fast: list[str], copies: list[Path]) -> list[Mutant]:
+    """Each mutant tried in a free copy, as many at a time as there are copies; a line per mutant as it
+    ends (numbered in the order drawn); the survivors in that order."""
+    free: queue.Queue[Path] = queue.Queue()
+    for c in copies:
+        free.put(c)
+    lock, done = threading.Lock(), [0]
+
+    def one(i: int, m: Mutant) -> bool:
+        copy = free.get()
+        try:
+            killed = _try(m, fast, copy)
+        finally:
+            free.put(copy)
+        with lock:
+            done[0] += 1
+            print(f"[{i}/{len(chosen)}] {'killed  ' if killed else 'SURVIVED'} {m.where()}"
+                  f"{f'  ({done[0]} done)' if len(copies) > 1 else ''}", flush=True)
+        return killed
+
+    with ThreadPoolExecutor(max_workers=len(copies)) as pool:
+        killed = list(pool.map(one, range(1, len(chosen) + 1), chosen))
+    return [m for m, k in zip(chosen, killed, strict=True) if not k]
+
+
 def test_files(paths: list[str]) -> list[str]:
     """The test files that import a module under paths."""
     names = [p.removesuffix(".py").removesuffix("/__init__").rstrip("/").replace("/", ".") for p in paths]
@@ -160,6 +208,7 @@ def main() -> int:
     ap.add_argument("--sample", type=int, help="try this many mutants, drawn at random")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--list", action="store_true", help="list the mutants and stop")
+    ap.add_argument("--jobs", type=int, default=1, help="mutants tried at a time, each in its own copy (a core each)")
     ap.add_argument("--again", metavar="OUTPUT", help="try only the survivors named in an earlier run's output")
     args = ap.parse_args()
     files = sorted({str(f.relative_to(ROOT)) for p in args.paths  # a folder's modules, or one module named
@@ -177,27 +226,12 @@ def main() -> int:
         return 0
     tests = args.tests or test_files(args.paths)
     with tempfile.TemporaryDirectory(prefix="tuimon-mutants-") as tmp:
-        copy = Path(tmp) / "repo"
-        shutil.copytree(ROOT, copy, symlinks=True, ignore=shutil.ignore_patterns(
-            ".git", ".venv", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".whl*", ".gpu", ".libdw"))
+        copies = [_copy(Path(tmp) / f"repo{k}") for k in range(max(1, args.jobs))]
         t0 = time.monotonic()
-        fast = fast_tests(copy, tests)
+        fast = fast_tests(copies[0], tests)
         print(f"{len(fast)} fast tests from {len(tests)} files ({time.monotonic() - t0:.0f} s); "
-              f"{len(chosen)} of {len(every)} mutants", flush=True)
-        survived: list[Mutant] = []
-        for i, m in enumerate(chosen, 1):
-            original = apply(copy, m)
-            try:
-                r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *fast],
-                                   cwd=copy, capture_output=True, text=True, timeout=MUTANT_TIMEOUT_S, env=_env())
-                killed = r.returncode != 0
-            except subprocess.TimeoutExpired:
-                killed = True
-            finally:
-                (copy / m.path).write_text(original)
-            if not killed:
-                survived.append(m)
-            print(f"[{i}/{len(chosen)}] {'killed  ' if killed else 'SURVIVED'} {m.where()}", flush=True)
+              f"{len(chosen)} of {len(every)} mutants; {len(copies)} at a time", flush=True)
+        survived = _try_all(chosen, fast, copies)
     print("\nsurvivors:" if survived else "\nno survivor")
     for m in survived:
         print("  " + m.where())
