@@ -226,7 +226,8 @@ def main() -> int:
         sys.exit(f"no module under {args.paths}")
     every = [m for f in files for m in mutants(f)]
     if args.again:
-        named = set(re.findall(r"^(?:\[\d+/\d+\] SURVIVED |  )(\S+:\d+: .+? -> .+?)\s*$", Path(args.again).read_text(), re.M))
+        named = set(re.findall(r"^(?:\[\d+/\d+\] SURVIVED |  )(\S+:\d+: .+? -> (?:not in|\S+))(?:  \(\d+ done\))?\s*$",
+                               Path(args.again).read_text(), re.M))
         every = [m for m in every if m.where() in named]
     chosen = random.Random(args.seed).sample(every, args.sample) if args.sample and args.sample < len(every) else every
     if args.list:
