@@ -30,3 +30,12 @@ def test_the_straggler_and_the_phases_it_is_slower_in():
 def test_no_straggler_from_ranks_that_do_nothing():
     assert straggler([row(0, 0.0), row(1, 0.0)]) is None
     assert straggler([row(0, 10.0)]) is None
+
+
+def test_when_the_wait_takes_all_the_others_measure_their_measure_stands():
+    """The others' backward 10 ms longer than the straggler's (DDP's timer, on GPUs) is all they measure
+    (10 ms): that bound reaches 0, so what they measure is the reference (never a ratio over 0)."""
+    slow = row(1, 30.0, gpu=1, ddp_backward_ms=5.0)
+    fast = row(0, 30.0, comm_ms=20.0, gpu=0, ddp_backward_ms=15.0)  # own: 30 - 20 = 10 ms
+    s = straggler([fast, slow])
+    assert s is not None and (s.rank, s.others_ms, s.ratio) == (1, 10.0, 3.0)

@@ -4,8 +4,8 @@ p < 0.002 (airspeed velocity's factor and level), 1/1.1 faster, a peak allocated
 
 import pytest
 
-from tests.test_regression import baseline, compare_with, noisy
-from tuimon.analysis.regression import _program, no_progress
+from tests.test_regression import PH, baseline, compare_with, job, noisy
+from tuimon.analysis.regression import _program, compare, no_progress
 from tuimon.model import JobEnd, Memory
 
 GIB = 2**30
@@ -87,3 +87,73 @@ def test_collecting_counts_steps_from_half_a_second_a_step():
     assert compare(baseline(noisy(3000, 20, 1)), "b", t, bs).progress == "collecting: 2 s of 5 (4 of 10 steps)"
     t, bs = job([499.0] * 4)
     assert compare(baseline(noisy(3000, 20, 1)), "b", t, bs).progress.endswith("of 5")
+
+
+def test_batches_of_no_steps_or_no_time_are_left_out_of_the_reference():
+    """A batch the builder closed empty (0 steps) or with no time (0 ms) says nothing of the job's speed."""
+    from dataclasses import replace
+
+    from tuimon.analysis.regression import Reference
+
+    b = baseline([100.0] * 1000)
+    plain = Reference(b)
+    for steps, ms in ((0, 5.0), (4, 0.0)):
+        padded = Reference(replace(b, batch_steps=[steps, *b.batch_steps], batch_ms=[ms, *b.batch_ms]))
+        assert (padded.batches, padded.means, padded.mean_ms) == (plain.batches, plain.means, plain.mean_ms)
+
+
+def test_step_times_of_zero_are_left_out_of_the_mean_and_the_median():
+    """Layout 1 (step times only) and the median beside the mean: a 0 ms step is a counter glitch."""
+    from dataclasses import replace
+
+    from tuimon.analysis.regression import Reference
+
+    b = baseline([100.0] * 1000)
+    zeros = replace(b, step_ms=[0.0] * 1500 + [100.0] * 1000, batch_steps=[], batch_ms=[])
+    r = Reference(zeros)
+    assert r.mean_ms == 100.0 and r.p50 == 100.0 and r.batches == Reference(b).batches
+
+
+def test_one_value_has_no_spread_and_the_incomplete_beta_is_exact_at_its_ends():
+    from tuimon.analysis.regression import betainc, mean_var
+
+    assert mean_var([5.0]) == (5.0, 0.0)
+    assert betainc(2.0, 0.5, 0.0) == 0.0 and betainc(2.0, 0.5, 1.0) == 1.0
+
+
+def test_the_warm_up_names_its_steps_only_while_it_has_fewer_than_it_needs():
+    from tuimon.analysis.batches import StepBatches
+    from tuimon.analysis.regression import compare
+    from tuimon.model import TrainingSnapshot
+
+    b = baseline([100.0] * 1000)
+    five = StepBatches(10)
+    five.add(TrainingSnapshot(pid=1, steps=5, uptime_s=5.0, since_step_s=0.0, recent_step_ms=[1000.0] * 5))
+    assert compare(b, "b", None, five).progress == "collecting: warm-up (5 s of 10)"
+
+
+def test_ten_batches_on_each_side_are_enough_to_compare():
+    """REGRESSION_BATCHES (10): a baseline of exactly 10 batches, and a window of exactly 10, compare."""
+    from tuimon.analysis.regression import Reference
+
+    b = baseline([100.0] * 50)  # 0.5 s batches of 5 steps
+    assert Reference(b).batches == 10
+    assert compare_with(b, [100.0] * 200).state == "same"
+    long = baseline([100.0] * 1000)
+    t, bs = job([100.0] * 50)
+    assert len(bs.window(10)) == 10 and compare(long, "b", t, bs).state == "same"
+
+
+def test_the_gpu_grew_when_its_step_grew_by_half_the_mean_steps_growth_or_more():
+    from tuimon.model import GpuTimes
+
+    b = baseline([100.0] * 1000, PH, gpu_step_ms=10.0)
+    at = compare_with(b, [110.0] * 200, phases=PH, gpu=GpuTimes(steps=50, step_mean_ms=15.0))  # +5 of +10
+    assert at.state == "regression" and at.gpu_grown is not None and at.gpu_grown.delta_ms == 5.0
+    under = compare_with(b, [110.0] * 200, phases=PH, gpu=GpuTimes(steps=50, step_mean_ms=14.9))
+    assert under.state == "regression" and under.gpu_grown is None
+
+
+def test_a_regression_whose_phases_did_not_grow_names_none():
+    c = compare_with(baseline([100.0] * 1000, PH), [110.0] * 200, phases=PH)
+    assert c.state == "regression" and c.grown is None

@@ -100,3 +100,16 @@ def test_what_was_said_holds_until_the_window_changes():
     acc.add([(STEP, 0, 0, 0, 1, 3, 100, 200, 0.0)])
     rolling.update(acc.window(100))
     assert rolling.said("n", work) == [2] and len(calls) == 3
+
+
+def test_a_window_of_steps_that_took_no_time_has_no_shares():
+    """Steps (and ranges) of 0 ns, folded in one by one: no data-wait share and no range shares (as
+    summary says), never a division by their total."""
+    acc, rolling = StepAccumulator(), RollingWindow()
+    for step in range(1, 12):
+        acc.add([(RANGE, 0, 0, 1, 1, step, 500, 500, 0.0), (STEP, 0, 0, 0, 1, step, 500, 500, 0.0)])
+        rolling.update(acc.window(10))  # (from the second window on, one new step of ten: folded)
+    steps = acc.window(10)
+    assert rolling.data_wait_share() is None is summary.data_wait_share(steps)
+    assert rolling.range_table(name_of) == summary.range_table(steps, name_of)
+    assert [r.share for r in rolling.range_table(name_of)] == [None]

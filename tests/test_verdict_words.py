@@ -128,3 +128,17 @@ def test_compute_bound_on_tensor_cores_or_on_the_other_pipes():
         "tensor cores 90% busy: the math itself is the limit")
     assert diagnose(Evidence(**gpu, tensor_active=2.0, fp32_active=90.0)).next_step.startswith(
         "FP32 pipes 90% busy, tensor cores 2%: move the math to tensor cores")
+
+
+@pytest.mark.parametrize("sig", ["SIGILL", "SIGABRT", "SIGBUS", "SIGFPE", "SIGSEGV", "SIGSYS"])
+def test_a_death_by_the_processs_own_fault_is_a_native_crash(sig):
+    """Each signal a process raises on itself (a bad instruction, abort(), a bad address, a division by
+    zero, a segfault, a bad system call) is a crash in native code; SIGTERM and SIGINT come from outside."""
+    import signal
+
+    code = -int(getattr(signal, sig))
+    got = exited_words(JobEnd(how="signal", headline=f"killed by {sig}", exit_code=code), None)
+    assert got[2].startswith("a crash in native code"), got
+    for outside in (-int(signal.SIGTERM), -int(signal.SIGINT)):
+        assert exited_words(JobEnd(how="signal", headline="x", exit_code=outside), None)[2].startswith(
+            "stopped from outside")
