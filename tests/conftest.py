@@ -63,6 +63,26 @@ def wait_for(pred, timeout=30.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def wait_or_say_where(proc, timeout: float, what: str):
+    """proc.wait(timeout); past it, py-spy's dump of where every thread of proc is goes into the failure
+    (a stuck exit is found from its stacks, not guessed at), and proc is killed."""
+    import shutil
+
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+        try:
+            dump = subprocess.run([exe, "dump", "--pid", str(proc.pid), "--nonblocking"], capture_output=True,
+                                  text=True, timeout=30)
+            stacks = dump.stdout + dump.stderr
+        except (OSError, subprocess.TimeoutExpired) as e:
+            stacks = f"(no py-spy dump: {e})"
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"{what}: still running after {timeout:g} s; its threads then:\n{stacks}") from None
+
+
 # A job with the probe that steps every ~10 ms for two minutes and says "up" once instrumented
 STEPPING_JOB = """
 import time, tuimon

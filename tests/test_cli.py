@@ -13,7 +13,7 @@ import urllib.request
 import psutil
 import pytest
 
-from tests.conftest import ROOT, seg_path, tuimon_cmd, wait_for
+from tests.conftest import ROOT, seg_path, tuimon_cmd, wait_for, wait_or_say_where
 from tuimon.channel import SegmentWriter, procinfo, ring
 from tuimon.channel import layout as L
 
@@ -141,7 +141,7 @@ def test_run_plain_names_its_log_in_ls_its_metrics_port_and_a_channel_that_never
         assert "start it with" not in said
     finally:
         run.send_signal(signal.SIGTERM)
-        assert run.wait(timeout=30) == 128 + signal.SIGTERM  # sleep dies of the SIGTERM passed on
+        assert wait_or_say_where(run, 30, "tuimon run --plain after SIGTERM") == 128 + signal.SIGTERM  # (sleep's end)
     job = subprocess.Popen(tuimon_cmd("run", "--plain", "--interval", "0.5", "--", sys.executable, "-c",
                                       "import time, tuimon; [tuimon.step() or time.sleep(0.05) for _ in range(1200)]"),
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
