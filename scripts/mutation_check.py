@@ -17,6 +17,9 @@ A scoped run (one module or package, the fast unit tests for it), as the team re
     .venv/bin/python scripts/mutation_check.py --paths tuimon/analysis/verdicts --tests ... --again run.txt
 
 (--again: only the mutants an earlier run's output lists as survivors, after tests were added.)
+--jobs N tries N at a time: the whole set is hours here (2 cores, ~30 s a mutant) and minutes on many
+cores (2 H200s' host, 32 cores, --jobs 30: 316 mutants in 4.5 minutes). Python 3.12 finds a few more
+mutants than 3.11 (comparisons inside f-strings are tokens of their own there).
 
 The fast tests: the test files that import the mutated packages, less their tests that take over
 FAST_S in a first run without mutants (real jobs, real Prometheus: the ones a boundary bug is least
