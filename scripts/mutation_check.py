@@ -131,8 +131,9 @@ def apply(copy: Path, m: Mutant) -> str:
 
 def fast_tests(copies: list[Path], files: list[str]) -> list[str]:
     """The node ids of the tests in files that pass in under FAST_S, from one run without mutants (a
-    pytest per file, as many at a time as there are copies). A test that fails there is left out and
-    named: it cannot tell a mutant from the original."""
+    pytest per file, as many at a time as there are copies; a machine loaded by them reads some tests
+    slower than FAST_S). A test that fails there is left out and named: it cannot tell a mutant from
+    the original. Then the fast ones run together, as each mutant's run does: they must pass."""
     def run(i: int, f: str) -> str:
         copy = copies[i % len(copies)]
         return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", "--durations=0",
@@ -146,12 +147,19 @@ def fast_tests(copies: list[Path], files: list[str]) -> list[str]:
     for m in re.finditer(r"^([\d.]+)s (?:setup|call|teardown)\s+(.+?)\s*$", stdout, re.M):
         spent[m.group(2)] = spent.get(m.group(2), 0.0) + float(m.group(1))
     passed = re.findall(r"^PASSED (.+?)\s*$", stdout, re.M)
-    failed = re.findall(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?\s*$", stdout, re.M)
+    failed = re.findall(r"^(?:FAILED|ERROR) .+$", stdout, re.M)  # (a test that passed and then failed its teardown too)
+    bad = {t for t in passed if re.search(rf"^(?:FAILED|ERROR) {re.escape(t)}(?: - |\s*$)", stdout, re.M)}
     if failed:
         print(f"{len(failed)} tests fail without mutants, left out:\n  " + "\n  ".join(failed), flush=True)
-    fast = [t for t in passed if spent.get(t, 0.0) <= FAST_S]
+    fast = [t for t in passed if t not in bad and spent.get(t, 0.0) <= FAST_S]
     if not fast:  # pytest given no test id runs the whole suite: never that
         sys.exit(f"no fast test in {files}:\n{stdout[-3000:]}")
+    # Each mutant runs them all in one process: they must pass so without a mutant too (a test that passes
+    # alone and fails beside the others would kill every mutant).
+    together = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *fast], cwd=copies[0],
+                              capture_output=True, text=True, env=_env())
+    if together.returncode != 0:
+        sys.exit(f"the fast tests fail together without mutants:\n{together.stdout[-3000:]}")
     return fast
 
 

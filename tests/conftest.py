@@ -1,10 +1,13 @@
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,22 +68,23 @@ def wait_for(pred, timeout=30.0, what="condition"):
 
 def wait_or_say_where(proc, timeout: float, what: str):
     """proc.wait(timeout); past it, py-spy's dump of where every thread of proc is goes into the failure
-    (a stuck exit is found from its stacks, not guessed at), and proc is killed."""
-    import shutil
-
+    (a stuck exit is found from its stacks, not guessed at), and proc and its children are killed."""
     try:
         return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as e:
         exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
         try:
             dump = subprocess.run([exe, "dump", "--pid", str(proc.pid), "--nonblocking"], capture_output=True,
                                   text=True, timeout=30)
             stacks = dump.stdout + dump.stderr
-        except (OSError, subprocess.TimeoutExpired) as e:
-            stacks = f"(no py-spy dump: {e})"
+        except (OSError, subprocess.TimeoutExpired) as why:
+            stacks = f"(no py-spy dump: {why})"
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(proc.pid).children(recursive=True):  # (a job in a session of its own too)
+                child.kill()
         proc.kill()
         proc.wait()
-        raise AssertionError(f"{what}: still running after {timeout:g} s; its threads then:\n{stacks}") from None
+        raise AssertionError(f"{what}: still running after {timeout:g} s; its threads then:\n{stacks}") from e
 
 
 # A job with the probe that steps every ~10 ms for two minutes and says "up" once instrumented

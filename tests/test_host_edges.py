@@ -110,13 +110,3 @@ def test_the_host_rule_never_lets_a_high_wait_be_outranked():
         return rule.fired
     assert host_rule(0.1999) is True and host_rule(0.20) is False
 
-
-def test_no_time_outside_the_model_is_explained_by_no_op_lines():
-    """The lines that issue ops explain a phase's time only where the phase has some (a hot line read
-    in a phase the step spent nothing in is a sampling artefact, not launches)."""
-    from tuimon.analysis.verdicts.host import _time_at_op_lines
-
-    ops = OpCounts(step=9, total=1010, by_phase={"other": 1000, "forward": 10}, lines={LINE: 1000})
-    e = Evidence(**{**BASE, "ops": ops, "hot": hot(0.4)})
-    assert _time_at_op_lines(e, "other", 0.5) is not None
-    assert _time_at_op_lines(e, "other", 0.0) is None

@@ -1,12 +1,17 @@
 """The regression decision on both sides of its bars, with the published values written out (not
 read from thresholds.py, so a moved constant fails here): a mean step 1.1x the baseline's at
-p < 0.002 (airspeed velocity's factor and level), 1/1.1 faster, a peak allocated 1.1x grown."""
+p < 0.002 (airspeed velocity's factor and level), 1/1.1 faster, a peak allocated 1.1x grown; and
+its edges: empty batches and zero step times left out, 10 batches a side, the warm-up's words, the
+GPU's growth at half the step's, the statistics' exact ends."""
+
+from dataclasses import replace
 
 import pytest
 
 from tests.test_regression import PH, baseline, compare_with, job, noisy
-from tuimon.analysis.regression import _program, compare, no_progress
-from tuimon.model import JobEnd, Memory
+from tuimon.analysis.batches import StepBatches
+from tuimon.analysis.regression import Reference, _program, betainc, compare, mean_var, no_progress
+from tuimon.model import GpuTimes, JobEnd, Memory, TrainingSnapshot
 
 GIB = 2**30
 
@@ -62,8 +67,6 @@ def test_a_job_that_ended_other_than_cleanly_fails():
 @pytest.mark.parametrize("then, now, note", [(None, 2, "baseline: 1 process; this job: 2 ranks"),
                                              (2, None, "baseline: 2 ranks; this job: 1 process")])
 def test_a_baseline_of_another_world_size_in_words(then, now, note):
-    from tests.test_regression import job
-    from tuimon.analysis.regression import compare
 
     b = baseline(noisy(3000, 20, 1), world_size=then)
     t, bs = job(noisy(600, 20, 3), world_size=now)
@@ -80,8 +83,6 @@ def test_welch_from_two_values_a_side_and_the_t_tail_at_0():
 
 
 def test_collecting_counts_steps_from_half_a_second_a_step():
-    from tests.test_regression import job
-    from tuimon.analysis.regression import compare
 
     t, bs = job([500.0] * 4)
     assert compare(baseline(noisy(3000, 20, 1)), "b", t, bs).progress == "collecting: 2 s of 5 (4 of 10 steps)"
@@ -91,10 +92,6 @@ def test_collecting_counts_steps_from_half_a_second_a_step():
 
 def test_batches_of_no_steps_or_no_time_are_left_out_of_the_reference():
     """A batch the builder closed empty (0 steps) or with no time (0 ms) says nothing of the job's speed."""
-    from dataclasses import replace
-
-    from tuimon.analysis.regression import Reference
-
     b = baseline([100.0] * 1000)
     plain = Reference(b)
     for steps, ms in ((0, 5.0), (4, 0.0)):
@@ -104,10 +101,6 @@ def test_batches_of_no_steps_or_no_time_are_left_out_of_the_reference():
 
 def test_step_times_of_zero_are_left_out_of_the_mean_and_the_median():
     """Layout 1 (step times only) and the median beside the mean: a 0 ms step is a counter glitch."""
-    from dataclasses import replace
-
-    from tuimon.analysis.regression import Reference
-
     b = baseline([100.0] * 1000)
     zeros = replace(b, step_ms=[0.0] * 1500 + [100.0] * 1000, batch_steps=[], batch_ms=[])
     r = Reference(zeros)
@@ -115,17 +108,11 @@ def test_step_times_of_zero_are_left_out_of_the_mean_and_the_median():
 
 
 def test_one_value_has_no_spread_and_the_incomplete_beta_is_exact_at_its_ends():
-    from tuimon.analysis.regression import betainc, mean_var
-
     assert mean_var([5.0]) == (5.0, 0.0)
     assert betainc(2.0, 0.5, 0.0) == 0.0 and betainc(2.0, 0.5, 1.0) == 1.0
 
 
 def test_the_warm_up_names_its_steps_only_while_it_has_fewer_than_it_needs():
-    from tuimon.analysis.batches import StepBatches
-    from tuimon.analysis.regression import compare
-    from tuimon.model import TrainingSnapshot
-
     b = baseline([100.0] * 1000)
     five = StepBatches(10)
     five.add(TrainingSnapshot(pid=1, steps=5, uptime_s=5.0, since_step_s=0.0, recent_step_ms=[1000.0] * 5))
@@ -134,8 +121,6 @@ def test_the_warm_up_names_its_steps_only_while_it_has_fewer_than_it_needs():
 
 def test_ten_batches_on_each_side_are_enough_to_compare():
     """REGRESSION_BATCHES (10): a baseline of exactly 10 batches, and a window of exactly 10, compare."""
-    from tuimon.analysis.regression import Reference
-
     b = baseline([100.0] * 50)  # 0.5 s batches of 5 steps
     assert Reference(b).batches == 10
     assert compare_with(b, [100.0] * 200).state == "same"
@@ -145,8 +130,6 @@ def test_ten_batches_on_each_side_are_enough_to_compare():
 
 
 def test_the_gpu_grew_when_its_step_grew_by_half_the_mean_steps_growth_or_more():
-    from tuimon.model import GpuTimes
-
     b = baseline([100.0] * 1000, PH, gpu_step_ms=10.0)
     at = compare_with(b, [110.0] * 200, phases=PH, gpu=GpuTimes(steps=50, step_mean_ms=15.0))  # +5 of +10
     assert at.state == "regression" and at.gpu_grown is not None and at.gpu_grown.delta_ms == 5.0

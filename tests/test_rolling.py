@@ -108,8 +108,9 @@ def test_a_window_of_steps_that_took_no_time_has_no_shares():
     acc, rolling = StepAccumulator(), RollingWindow()
     for step in range(1, 12):
         acc.add([(RANGE, 0, 0, 1, 1, step, 500, 500, 0.0), (STEP, 0, 0, 0, 1, step, 500, 500, 0.0)])
-        rolling.update(acc.window(10))  # (from the second window on, one new step of ten: folded)
+        rolling.update(acc.window(10))  # (once one step of ten is new, fewer than 1/MOSTLY_NEW: folded)
     steps = acc.window(10)
     assert rolling.data_wait_share() is None is summary.data_wait_share(steps)
+    assert rolling.breakdown(name_of) is None is summary.breakdown(steps, name_of)
     assert rolling.range_table(name_of) == summary.range_table(steps, name_of)
     assert [r.share for r in rolling.range_table(name_of)] == [None]
