@@ -5,9 +5,9 @@ previous and the current sample: SM activity, SM occupancy, tensor activity, DRA
 and NVLink bytes/s. Elsewhere only nvmlDeviceGetUtilizationRates is read, and it is reported as
 what it is (util_gpu: time a kernel ran; util_mem: memory-controller busy time), not renamed.
 
-Cost rules (measured on H200s): a GPM read costs 0.02-0.4 ms on one machine and 4-10 ms on another,
-so the sampler runs on its own thread (poller.py); nvmlDeviceGetPcieThroughput blocks ~20 ms and is never called here (GPM gives
-PCIe where it exists); nvmlDeviceGetProcessUtilization costs ~2.7 ms on an H100 and is read every
+Cost rules (H200s): a GPM call took 0.02-0.04 ms on one host (benchmarks/sampler_cost.py) and
+4-10 ms on another, so the sampler runs on its own thread (poller.py); nvmlDeviceGetPcieThroughput
+blocks ~20 ms and is never called here (GPM gives PCIe where it exists); nvmlDeviceGetProcessUtilization costs ~2.7 ms on an H100 and is read every
 5 s. Static fields are read once, slow ones cached with a time-to-live.
 """
 
