@@ -135,7 +135,7 @@ def fast_tests(copies: list[Path], files: list[str]) -> list[str]:
     slower than FAST_S). A test that fails there is left out and named: it cannot tell a mutant from
     the original. Then the fast ones run together, as each mutant's run does: they must pass."""
     def run(i: int, f: str) -> str:
-        copy = copies[i % len(copies)]
+        copy = copies[i % len(copies)]  # (two files may share a copy here: no mutant is written yet)
         return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", "--durations=0",
                                "--durations-min=0", f], cwd=copy, capture_output=True, text=True, env=_env()).stdout
 

@@ -109,4 +109,3 @@ def test_the_host_rule_never_lets_a_high_wait_be_outranked():
         [rule] = [r for r in v.rules if r.code == "host-bound"]
         return rule.fired
     assert host_rule(0.1999) is True and host_rule(0.20) is False
-

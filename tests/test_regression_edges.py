@@ -67,7 +67,6 @@ def test_a_job_that_ended_other_than_cleanly_fails():
 @pytest.mark.parametrize("then, now, note", [(None, 2, "baseline: 1 process; this job: 2 ranks"),
                                              (2, None, "baseline: 2 ranks; this job: 1 process")])
 def test_a_baseline_of_another_world_size_in_words(then, now, note):
-
     b = baseline(noisy(3000, 20, 1), world_size=then)
     t, bs = job(noisy(600, 20, 3), world_size=now)
     assert note in compare(b, "b", t, bs).notes
@@ -83,7 +82,6 @@ def test_welch_from_two_values_a_side_and_the_t_tail_at_0():
 
 
 def test_collecting_counts_steps_from_half_a_second_a_step():
-
     t, bs = job([500.0] * 4)
     assert compare(baseline(noisy(3000, 20, 1)), "b", t, bs).progress == "collecting: 2 s of 5 (4 of 10 steps)"
     t, bs = job([499.0] * 4)

@@ -1,6 +1,8 @@
 """The words of the verdicts that branch on the evidence (an end's kind, a cpu-bound job's threads):
 each branch reached, and each edge on both sides, so a == made != or a < made <= shows."""
 
+import signal
+
 import pytest
 
 from tests.helpers.flat_evidence import flat_evidence as Evidence
@@ -134,8 +136,6 @@ def test_compute_bound_on_tensor_cores_or_on_the_other_pipes():
 def test_a_death_by_the_processs_own_fault_is_a_native_crash(sig):
     """Each signal a process raises on itself (a bad instruction, abort(), a bad address, a division by
     zero, a segfault, a bad system call) is a crash in native code; SIGTERM and SIGINT come from outside."""
-    import signal
-
     code = -int(getattr(signal, sig))
     got = exited_words(JobEnd(how="signal", headline=f"killed by {sig}", exit_code=code), None)
     assert got[2].startswith("a crash in native code"), got
