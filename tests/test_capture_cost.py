@@ -77,12 +77,15 @@ def job_log(path):
     return [(int(a), int(b) / 1e6) for a, b in (line.split() for line in open(path) if line.strip())]
 
 
-def truth_for(cost, first, log, judged_t0, judged_t1):
+def truth_for(cost, log, judged):
     """The worst step, the longest of the others, and the time lost by the job's own log over the
-    same steps."""
-    own = [d for end, d in log if judged_t0 < end <= judged_t1 + 1_000_000]
-    if not log or log[-1][0] < judged_t1:
+    same steps: each of the job's steps is counted with the probe's step in which it ends, with a
+    millisecond's grace (the job reads its clock just after the probe's boundary). A pause at a
+    boundary may land in the step before it by one timer and after it by the other; both sides of
+    it are judged, so the sum holds. A step the ring lost is left out of both."""
+    if not log or log[-1][0] < judged[-1][1] + 1_000_000:
         return None  # (the job writes its log every 0.5 s)
+    own = [d for end, d in log if any(t0 + 1_000_000 < end <= t1 + 1_000_000 for t0, t1 in judged)]
     worst, *others = sorted(own, reverse=True)
     return worst, max(others, default=0.0), sum(max(0.0, d - cost.typical_ms) for d in own)
 
@@ -112,9 +115,9 @@ def test_the_session_and_the_panel_say_what_a_window_cost_the_job(tmp_path):
         assert st.state == "done" and cost.window_steps == 5 and cost.normal_steps == 50
         view = session.finder.training
         steps = {i: (t0, t1) for i, t0, t1 in view.step_log.steps}
-        judged = [steps[i] for i in range(st.first_step, st.first_step + cost.steps) if i in steps]
+        judged = [steps[i] for i in sorted(steps) if i >= st.first_step][:cost.steps]  # (as window_cost judged them)
         worst, next_longest, lost = wait_for(
-            lambda: (t := truth_for(cost, st.first_step, job_log(log), judged[0][0], judged[-1][1])) and t,
+            lambda: (t := truth_for(cost, job_log(log), judged)) and t,
             timeout=10, what="the job's own log of those steps")
         # The job's own worst step. Its steps end a few microseconds after the probe's boundary, and
         # the window's stop takes the GIL right at the boundary: the job may count that pause in the
