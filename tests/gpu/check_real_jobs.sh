@@ -13,15 +13,17 @@
 #   - ddp: a 2-rank DDP job under torchrun (NCCL; gloo with DEVICE=cpu), injected through the launcher's
 #     PID (tuimon inject follows it to the ranks); its truth: each rank's median step of the last 100.
 # B (issue 43, done when: HF Trainer with 2 visible GPUs, throughput under tuimon within 1% of plain):
-#   - trainer-run: hf_trainer.py plainly and under `tuimon run --headless`, PAIRS pairs ABBA; the
-#     callback's samples/s after its warm-up; the ratio per pair and their mean.
+#   - trainer-run: hf_trainer.py plainly and under `tuimon run --headless` in each of ARMS (default
+#     "tuimon"; others turn parts of the probe off: ARM_SETTINGS below), PAIRS rounds, the arms in turn and
+#     reversed every other round; the callback's samples/s after its warm-up; each arm's ratio to the
+#     round's plain run, per round and their mean.
 # Lines of the table are appended to $OUT/real_jobs.txt as they come (the run may be cut).
 # ~8 minutes with the defaults on 2 H200s (each run ~35-50 s with its imports).
 # On the GPU machine: source .gpu/activate.sh; OUT=$OUT bash tests/gpu/check_real_jobs.sh
 # (carry .whl2: torchvision, pillow, transformers, accelerate and their deps, installed here into
 # /tmp/site2 when transformers or torchvision does not import; numpy is not among them.)
 # Knobs: SECONDS_=30 (timed seconds per run; part A's jobs run at least INJECT_AT + ATTACH_AFTER),
-# PAIRS=2 (part B), JOBS="hf imagenet ddp trainer-run", INJECT_AT=20, ATTACH_AFTER=15,
+# PAIRS=2 (part B's rounds), ARMS="tuimon" (part B), JOBS="hf imagenet ddp trainer-run", INJECT_AT=20, ATTACH_AFTER=15,
 # IMAGENET_MAIN=.whl2/imagenet_main.py, DEVICE=cpu (a smoke test: gloo, tiny sizes, no imagenet
 # without torchvision; the numbers then mean nothing).
 source tests/gpu/prelude.sh
@@ -337,42 +339,67 @@ def part_a(job):
             say(f"{'':9}   (imagenet cut with SIGINT after {SECONDS_A + 15:.0f} s, both runs: expected; its epoch is 5005 batches)")
 
 
+# Part B's arms beside the plain run (ARMS, space-separated): what each turns on or off under `tuimon run`
+# (issue 43: where a DataParallel job's few percent go). hz0: the line sampler never started; noprobe: the
+# monitor and the launcher without the probe; off-*: hf_trainer.py --tuimon-off (the probe loaded, parts of
+# it turned off at the training's start).
+ARM_SETTINGS = {"tuimon": ({}, []), "hz0": ({"TUIMON_SAMPLE_HZ": "0"}, []), "noprobe": ({"TUIMON_PROBE": "0"}, []),
+                "off-dp": ({}, ["--tuimon-off", "dp"]), "off-syncs": ({}, ["--tuimon-off", "syncs"]),
+                "off-sampler": ({}, ["--tuimon-off", "sampler"]), "off-gpu": ({}, ["--tuimon-off", "gpu"]),
+                "off-all": ({}, ["--tuimon-off", "all"])}
+ARMS = os.environ.get("ARMS", "tuimon").split()
+
+
 def part_b():
     if not HAVE.get("transformers"):
         say("trainer-run skipped: transformers does not import here")
         return
+    unknown = [a for a in ARMS if a not in ARM_SETTINGS]
+    if unknown:
+        say(f"trainer-run: unknown ARMS {unknown}; known: {' '.join(ARM_SETTINGS)}")
+        return
     say()
-    say(f"B. HF Trainer plainly vs under `tuimon run --headless`: {PAIRS} pairs ABBA, {SECONDS:.0f} s a run; "
-        "the callback's samples/s after its warm-up")
-    say("pair  arm     exit  steps  n_gpu wrapped         samples/s  step ms  ratio (this pair)")
-    ratios = []
+    say(f"B. HF Trainer plainly vs under `tuimon run --headless` ({' '.join(ARMS)}): {PAIRS} rounds, the arms "
+        f"in turn (reversed every other round), {SECONDS:.0f} s a run; the callback's samples/s after its warm-up")
+    say("round arm          exit  steps  n_gpu wrapped         samples/s  step ms  / plain (this round)  probe off")
+    ratios = {arm: [] for arm in ARMS}
     for k in range(1, PAIRS + 1):
         got = {}
-        for arm in (("plain", "tuimon") if k % 2 else ("tuimon", "plain")):
+        order = ["plain", *ARMS]
+        for arm in (order if k % 2 else order[::-1]):
             name = f"trainer-run-{k}-{arm}"
             cmd = hf_cmd(name, SECONDS)
-            if arm == "tuimon":
-                cmd = [PY, "-m", "tuimon", "run", "--headless", "--", *cmd]
+            env = None
+            if arm != "plain":
+                extra_env, extra_args = ARM_SETTINGS[arm]
+                cmd = [PY, "-m", "tuimon", "run", "--headless", "--", *cmd, *extra_args]
+                env = {**os.environ, **extra_env} if extra_env else None
             try:
-                j = Job(name, cmd)
+                j = Job(name, cmd, env=env)
                 code = j.finish(SECONDS + 240)
             except Exception as e:
-                say(f"{k:>4}  {arm:6}  failed in the script: {type(e).__name__}: {e}")
+                say(f"{k:>5} {arm:11}  failed in the script: {type(e).__name__}: {e}")
                 continue
-            res = got[arm] = result_line(j.text())
-            ratio = ""
-            if len(got) == 2 and got["plain"].get("samples_per_s") and got["tuimon"].get("samples_per_s"):
-                ratios.append(got["tuimon"]["samples_per_s"] / got["plain"]["samples_per_s"])
-                ratio = f"{ratios[-1]:.4f}"
+            got[arm] = result_line(j.text())
+            res = got[arm]
             sps, ms = res.get("samples_per_s"), res.get("step_ms")
-            say(f"{k:>4}  {arm:6}  {('killed:' if j.killed else '') + str(code):>4}  "
+            say(f"{k:>5} {arm:11}  {('killed:' if j.killed else '') + str(code):>4}  "
                 f"{res.get('steps', '-'):>5}  {res.get('n_gpu', '-'):>5} {str(res.get('wrapped', '-')):15} "
-                f"{(f'{sps:.1f}' if sps else 'n/a'):>9}  {(f'{ms:.2f}' if ms else 'n/a'):>7}  {ratio}"
-                + ("" if res else f"  (no RESULT: {j.tail()})"))
-    if ratios:
-        mean = sum(ratios) / len(ratios)
-        say(f"samples/s under tuimon / plain, per pair: {', '.join(f'{x:.4f}' for x in ratios)}; mean {mean:.4f} "
-            f"(done when >= 0.99: {'yes' if mean >= 0.99 else 'NO'})")
+                f"{(f'{sps:.1f}' if sps else 'n/a'):>9}  {(f'{ms:.2f}' if ms else 'n/a'):>7}  "
+                f"{'':20}  {res.get('tuimon_off') or ''}" + ("" if res else f"  (no RESULT: {j.tail()})"))
+        base = got.get("plain", {}).get("samples_per_s")
+        line = []
+        for arm in ARMS:
+            sps = got.get(arm, {}).get("samples_per_s")
+            if base and sps:
+                ratios[arm].append(sps / base)
+                line.append(f"{arm} {sps / base:.4f}")
+        say(f"{k:>5} / plain: {', '.join(line) or 'n/a'}")
+    for arm in ARMS:
+        if ratios[arm]:
+            mean = sum(ratios[arm]) / len(ratios[arm])
+            say(f"{arm}: samples/s / plain, per round: {', '.join(f'{x:.4f}' for x in ratios[arm])}; mean {mean:.4f}"
+                + (f" (done when >= 0.99: {'yes' if mean >= 0.99 else 'NO'})" if arm == "tuimon" else ""))
 
 
 say(f"Real jobs: {' '.join(jobs)}; device {DEVICE}; part A {SECONDS_A:.0f} s a run, inject {INJECT_AT:.0f} s in, "

@@ -5,12 +5,19 @@ into it. With 2+ visible GPUs the Trainer wraps the model in torch.nn.DataParall
 no launcher): kept so (issue 43's case).
 
     python hf_trainer.py [--seconds 30] [--device cuda|cpu] [--layers 4] [--embd 256] [--vocab 8192]
-        [--seq 256] [--batch 32] [--workers 2] [--warmup 20] [--step-log FILE]
+        [--seq 256] [--batch 32] [--workers 2] [--warmup 20] [--step-log FILE] [--tuimon-off PARTS]
 
 --batch is per device (the Trainer's per_device_train_batch_size: DataParallel's batch is --batch x n_gpu).
 The callback's own throughput, over the steps after the first --warmup: steps/s and samples/s, printed at
 the end as one line `RESULT {json}` (steps, samples_per_s, step_ms, n_gpu, ...). --step-log: each step's
-end (time.monotonic(), CLOCK_MONOTONIC: comparable across processes), a line each, as the job runs."""
+end (time.monotonic(), CLOCK_MONOTONIC: comparable across processes), a line each, as the job runs.
+
+--tuimon-off PARTS (a benchmark's knob, issue 43: what of the probe costs this job): under `tuimon run`,
+parts of the probe it loaded are turned off at the training's start, comma-separated: `dp` (its
+DataParallel wrappers: replicate, scatter, parallel_apply, gather), `syncs` (its Tensor and CUDA sync
+and copy wrappers), `sampler` (its line sampler paused), `gpu` (its CUDA-event timing), `all` (every
+wrapper and hook back to the original: the probe loaded, doing nothing). The RESULT line says which
+were turned off (`tuimon_off`), or why none was (no probe in this process)."""
 
 import argparse
 import json
@@ -38,16 +45,53 @@ class RandomTokens(Dataset):
         return {"input_ids": ids, "labels": ids}
 
 
+SYNC_WRAPPERS = {"item", "tolist", "cpu", "__bool__", "__int__", "__float__", "to", "cuda", "copy_", "synchronize"}
+DP_WRAPPERS = {"replicate", "scatter", "parallel_apply", "gather"}
+
+
+def tuimon_off(parts):
+    """Turn off these parts of the probe `tuimon run` loaded here; what was turned off, in words."""
+    try:
+        from tuimon.probe import state, torch_hooks
+    except ImportError:
+        return "no tuimon here"
+    p = state.probe
+    if p is None:
+        return "no probe in this process"
+    done = []
+    for part in parts:
+        if part == "all":
+            torch_hooks.set_enabled(False)
+        elif part in ("dp", "syncs"):
+            names = DP_WRAPPERS if part == "dp" else SYNC_WRAPPERS
+            for owner, name, orig, _ in torch_hooks._swaps:  # (the probe's own list: a benchmark may read it)
+                if name in names:
+                    setattr(owner, name, orig)
+        elif part == "sampler" and p.sampler is not None:
+            p.sampler.pause(True)
+        elif part == "gpu":
+            p.gpu = None
+            if p.dp is not None:
+                p.dp.gpu = None
+        else:
+            continue
+        done.append(part)
+    return ",".join(done) or "nothing"
+
+
 class Timed(TrainerCallback):
     """Stops the training after `seconds` (from the training's start) and times the steps after the warm-up."""
 
-    def __init__(self, seconds, warmup, step_log=None):
-        self.seconds, self.warmup = seconds, warmup
+    def __init__(self, seconds, warmup, step_log=None, off=()):
+        self.seconds, self.warmup, self.off = seconds, warmup, off
+        self.turned_off = None
         self.ends: list[float] = []
         self.t0 = None
         self.log = open(step_log, "w", buffering=1) if step_log else None
 
     def on_train_begin(self, args, state, control, **kwargs):
+        if self.off:
+            self.turned_off = tuimon_off(self.off)
         self.t0 = time.monotonic()
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -73,6 +117,7 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=20, help="steps left out of the throughput")
     ap.add_argument("--step-log")
+    ap.add_argument("--tuimon-off", default="", help="parts of the probe turned off: dp,syncs,sampler,gpu,all")
     a = ap.parse_args()
     cuda = a.device == "cuda"
     if not cuda:
@@ -81,7 +126,7 @@ def main():
     config = GPT2Config(n_layer=a.layers, n_embd=a.embd, n_head=a.heads, vocab_size=a.vocab, n_positions=a.seq,
                         bos_token_id=0, eos_token_id=0)
     model = GPT2LMHeadModel(config)
-    timed = Timed(a.seconds, a.warmup, a.step_log)
+    timed = Timed(a.seconds, a.warmup, a.step_log, [x for x in a.tuimon_off.split(",") if x])
     with tempfile.TemporaryDirectory() as out:
         args = TrainingArguments(
             output_dir=out, report_to="none", save_strategy="no", logging_strategy="no", eval_strategy="no",
@@ -93,7 +138,7 @@ def main():
         wrapped = type(trainer.model_wrapped).__name__
     ends = timed.ends[a.warmup:]
     result = {"steps": len(timed.ends), "timed_steps": max(0, len(ends) - 1), "n_gpu": n_gpu, "batch": batch,
-              "device": a.device, "wrapped": wrapped, "seconds": a.seconds}
+              "device": a.device, "wrapped": wrapped, "seconds": a.seconds, "tuimon_off": timed.turned_off}
     if len(ends) >= 2:
         span = ends[-1] - ends[0]
         steps_per_s = (len(ends) - 1) / span
