@@ -58,6 +58,9 @@ def main() -> None:
     ap.add_argument("--top-json", help="append each Kineto window's top kernels to this file (JSON lines)")
     ap.add_argument("--dumps", help="py-spy dumps during each Kineto window to this file; those in its worst step printed")
     ap.add_argument("--dump-every", type=float, default=0.05, help="seconds between two dumps (default 0.05)")
+    ap.add_argument("--nice-kineto", action="store_true",
+                    help="an experiment: the job's threads Kineto made (named 'Kineto*', or new since the config was "
+                         "handed) set to nice 19 while each Kineto window is collected and written")
     ap.add_argument("command", nargs="*")
     a = ap.parse_args()
     job_cmd = a.command or JOB
@@ -112,10 +115,13 @@ def main() -> None:
                         time.sleep(0.01)
                     handed_ns = int(endpoint.handed(pid) * 1e9)
                     path = trace_file(base, pid)
+                    niced = Renicer(pid).start() if a.nice_kineto else None
                     dumper = Dumper(pid, a.dumps, a.dump_every, f"window {w + 1}").start() if a.dumps else None
                     while not os.path.exists(path) and time.monotonic() - asked < 120:
                         time.sleep(0.02)
                     done_ns = time.monotonic_ns()
+                    if niced is not None:
+                        niced.stop()
                     if dumper is not None:
                         time.sleep(0.5)  # (the step the trace's writing slowed may end after it)
                         dumper.stop()
@@ -129,7 +135,8 @@ def main() -> None:
                     s = summarize(path, max(3, a.top))
                     top_rows = s["top_kernels"] or s["top_host_self"]
                     note = (f"took config {(handed_ns / 1e9 - asked):.1f} s after the ask; trace "
-                            f"{os.path.getsize(path) / 2**20:.1f} MiB, {(done_ns - handed_ns) / 1e9:.1f} s after; top: "
+                            f"{os.path.getsize(path) / 2**20:.1f} MiB, {(done_ns - handed_ns) / 1e9:.1f} s after; "
+                            + (f"niced {niced.said()}; " if niced is not None else "") + "top: "
                             + ", ".join(f"{r['name'][:40]} {r['ms']:.0f} ms" for r in
                                         (s["top_device"] or s["top_host_self"])[:2]))
                 else:
@@ -185,6 +192,49 @@ def main() -> None:
         for f in glob.glob(os.path.join(out, "*")):
             os.unlink(f)
         os.rmdir(out)
+
+
+class Renicer:
+    """(--nice-kineto) Every 10 ms until stop(): the job's threads named Kineto* or not there at start()
+    set to nice 19 (each once)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.before = set(self._tasks())
+        self.niced: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _tasks(self) -> list[int]:
+        try:
+            return [int(t) for t in os.listdir(f"/proc/{self.pid}/task")]
+        except OSError:
+            return []
+
+    def start(self) -> "Renicer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def said(self) -> str:
+        return ", ".join(f"{tid} {name}" for tid, name in self.niced.items()) or "none"
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.01):
+            for tid in self._tasks():
+                if tid in self.niced:
+                    continue
+                try:
+                    with open(f"/proc/{self.pid}/task/{tid}/comm") as f:
+                        name = f.read().strip()
+                    if name.startswith("Kineto") or tid not in self.before:
+                        os.setpriority(os.PRIO_PROCESS, tid, 19)
+                        self.niced[tid] = name
+                except OSError:
+                    pass
 
 
 class Dumper:
