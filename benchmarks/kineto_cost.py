@@ -58,9 +58,9 @@ def main() -> None:
     ap.add_argument("--top-json", help="append each Kineto window's top kernels to this file (JSON lines)")
     ap.add_argument("--dumps", help="py-spy dumps during each Kineto window to this file; those in its worst step printed")
     ap.add_argument("--dump-every", type=float, default=0.05, help="seconds between two dumps (default 0.05)")
-    ap.add_argument("--nice-kineto", action="store_true",
-                    help="an experiment: the job's threads Kineto made (named 'Kineto*', or new since the config was "
-                         "handed) set to nice 19 while each Kineto window is collected and written")
+    ap.add_argument("--nice-kineto", choices=("new", "all"),
+                    help="an experiment: the job's threads named 'Kineto*' or new since the config was handed (new), "
+                         "or all but its main thread (all), set to nice 19 (for good: unprivileged, it cannot be undone)")
     ap.add_argument("command", nargs="*")
     a = ap.parse_args()
     job_cmd = a.command or JOB
@@ -115,7 +115,7 @@ def main() -> None:
                         time.sleep(0.01)
                     handed_ns = int(endpoint.handed(pid) * 1e9)
                     path = trace_file(base, pid)
-                    niced = Renicer(pid).start() if a.nice_kineto else None
+                    niced = Renicer(pid, a.nice_kineto == "all").start() if a.nice_kineto else None
                     dumper = Dumper(pid, a.dumps, a.dump_every, f"window {w + 1}").start() if a.dumps else None
                     while not os.path.exists(path) and time.monotonic() - asked < 120:
                         time.sleep(0.02)
@@ -196,10 +196,10 @@ def main() -> None:
 
 class Renicer:
     """(--nice-kineto) Every 10 ms until stop(): the job's threads named Kineto* or not there at start()
-    set to nice 19 (each once)."""
+    (all but the main thread, with every_thread) set to nice 19 (each once)."""
 
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
+    def __init__(self, pid: int, every_thread: bool = False) -> None:
+        self.pid, self.every_thread = pid, every_thread
         self.before = set(self._tasks())
         self.niced: dict[int, str] = {}
         self._stop = threading.Event()
@@ -230,7 +230,7 @@ class Renicer:
                 try:
                     with open(f"/proc/{self.pid}/task/{tid}/comm") as f:
                         name = f.read().strip()
-                    if name.startswith("Kineto") or tid not in self.before:
+                    if name.startswith("Kineto") or tid not in self.before or (self.every_thread and tid != self.pid):
                         os.setpriority(os.PRIO_PROCESS, tid, 19)
                         self.niced[tid] = name
                 except OSError:

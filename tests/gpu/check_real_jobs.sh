@@ -361,7 +361,7 @@ def part_b():
     say()
     say(f"B. HF Trainer plainly vs under `tuimon run --headless` ({' '.join(ARMS)}): {PAIRS} rounds, the arms "
         f"in turn (reversed every other round), {SECONDS:.0f} s a run; the callback's samples/s after its warm-up")
-    say("round arm          exit  steps  n_gpu wrapped         samples/s  step ms  / plain (this round)  probe off")
+    say("round arm          exit  steps  n_gpu wrapped         samples/s  step ms  probe off (then each round's ratios)")
     ratios = {arm: [] for arm in ARMS}
     for k in range(1, PAIRS + 1):
         got = {}
@@ -386,7 +386,7 @@ def part_b():
             say(f"{k:>5} {arm:11}  {('killed:' if j.killed else '') + str(code):>4}  "
                 f"{res.get('steps', '-'):>5}  {res.get('n_gpu', '-'):>5} {str(res.get('wrapped', '-')):15} "
                 f"{(f'{sps:.1f}' if sps else 'n/a'):>9}  {(f'{ms:.2f}' if ms else 'n/a'):>7}  "
-                f"{'':20}  {res.get('tuimon_off') or ''}" + ("" if res else f"  (no RESULT: {j.tail()})"))
+                f"{res.get('tuimon_off') or ''}" + ("" if res else f"  (no RESULT: {j.tail()})"))
         base = got.get("plain", {}).get("samples_per_s")
         line = []
         for arm in ARMS:
