@@ -63,6 +63,8 @@ def main() -> None:
                          "or all but its main thread (all), set to nice 19 (for good: unprivileged, it cannot be undone)")
     ap.add_argument("command", nargs="*")
     a = ap.parse_args()
+    if a.nice_kineto and a.kinds != "kineto":
+        ap.error("--nice-kineto goes with --kinds kineto (the nice value stays: later windows would run beside it)")
     job_cmd = a.command or JOB
     out = tempfile.mkdtemp(prefix="tuimon-kineto-")
     endpoint = KinetoEndpoint()
@@ -109,13 +111,14 @@ def main() -> None:
                     return
                 if kind == "kineto":
                     base = os.path.join(out, f"kineto-{pid}-{w + 1}.json")
+                    renicer = Renicer(pid, a.nice_kineto == "all") if a.nice_kineto else None  # (threads before the ask)
                     asked = time.monotonic()
                     endpoint.request_trace(pid, base, iterations=a.steps)
                     while not endpoint.handed(pid) and time.monotonic() - asked < 30:
                         time.sleep(0.01)
                     handed_ns = int(endpoint.handed(pid) * 1e9)
                     path = trace_file(base, pid)
-                    niced = Renicer(pid, a.nice_kineto == "all").start() if a.nice_kineto else None
+                    niced = renicer.start() if renicer is not None else None
                     dumper = Dumper(pid, a.dumps, a.dump_every, f"window {w + 1}").start() if a.dumps else None
                     while not os.path.exists(path) and time.monotonic() - asked < 120:
                         time.sleep(0.02)
@@ -195,8 +198,9 @@ def main() -> None:
 
 
 class Renicer:
-    """(--nice-kineto) Every 10 ms until stop(): the job's threads named Kineto* or not there at start()
-    (all but the main thread, with every_thread) set to nice 19 (each once)."""
+    """(--nice-kineto) Every 10 ms from start() until stop(): the job's threads named Kineto* or not
+    there when it was made (all but the main thread, with every_thread) set to nice 19, each once and
+    for good (an unprivileged process cannot lower a nice value again)."""
 
     def __init__(self, pid: int, every_thread: bool = False) -> None:
         self.pid, self.every_thread = pid, every_thread

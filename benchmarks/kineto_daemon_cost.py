@@ -46,10 +46,12 @@ def one_run(cmd: list[str], daemon: bool, seconds: float, warmup: float, endpoin
         assert reader is not None, "no channel"
         while reader.steps == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert reader.steps > 0, "the job took no step in 120 s"
         time.sleep(warmup)
         n0, t0 = reader.steps, time.monotonic()
         time.sleep(seconds)
         n1, t1 = reader.steps, time.monotonic()
+        assert n1 > n0, f"the job took no step in {seconds:g} s"
         asked = endpoint is not None and endpoint.registered(reader.info.pid)
         return (n1 - n0) / (t1 - t0), asked
     finally:

@@ -341,13 +341,13 @@ def part_a(job):
 
 # Part B's arms beside the plain run (ARMS, space-separated): what each turns on or off under `tuimon run`
 # (issue 43: where a DataParallel job's few percent go). hz0: the line sampler never started; noprobe: the
-# monitor and the launcher without the probe; off-*: hf_trainer.py --tuimon-off (the probe loaded, parts of
-# it turned off at the training's start).
+# launcher's environment without the probe (--headless runs no monitor); off-*: hf_trainer.py --tuimon-off
+# (the probe loaded, parts of it turned off at the training's start). PAIRS even: each arm as often early as late.
 ARM_SETTINGS = {"tuimon": ({}, []), "hz0": ({"TUIMON_SAMPLE_HZ": "0"}, []), "noprobe": ({"TUIMON_PROBE": "0"}, []),
                 "off-dp": ({}, ["--tuimon-off", "dp"]), "off-syncs": ({}, ["--tuimon-off", "syncs"]),
                 "off-sampler": ({}, ["--tuimon-off", "sampler"]), "off-gpu": ({}, ["--tuimon-off", "gpu"]),
                 "off-all": ({}, ["--tuimon-off", "all"])}
-ARMS = os.environ.get("ARMS", "tuimon").split()
+ARMS = list(dict.fromkeys(os.environ.get("ARMS", "tuimon").split()))  # (each arm once)
 
 
 def part_b():
@@ -355,6 +355,9 @@ def part_b():
         say("trainer-run skipped: transformers does not import here")
         return
     unknown = [a for a in ARMS if a not in ARM_SETTINGS]
+    if not ARMS:
+        say("trainer-run: ARMS is empty")
+        return
     if unknown:
         say(f"trainer-run: unknown ARMS {unknown}; known: {' '.join(ARM_SETTINGS)}")
         return

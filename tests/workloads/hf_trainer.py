@@ -14,10 +14,13 @@ end (time.monotonic(), CLOCK_MONOTONIC: comparable across processes), a line eac
 
 --tuimon-off PARTS (a benchmark's knob, issue 43: what of the probe costs this job): under `tuimon run`,
 parts of the probe it loaded are turned off at the training's start, comma-separated: `dp` (its
-DataParallel wrappers: replicate, scatter, parallel_apply, gather), `syncs` (its Tensor and CUDA sync
-and copy wrappers), `sampler` (its line sampler paused), `gpu` (its CUDA-event timing), `all` (every
-wrapper and hook back to the original: the probe loaded, doing nothing). The RESULT line says which
-were turned off (`tuimon_off`), or why none was (no probe in this process)."""
+wrappers of DataParallel's replicate, scatter, parallel_apply and gather; without the last, its line
+sampler no longer parks while the loop waits in the replicas' join, so compare with `sampler` too),
+`syncs` (its Tensor and CUDA sync and copy wrappers), `sampler` (its line sampler paused), `gpu` (its
+CUDA-event timing, and with it the memory gauges, which ride on it), `all` (the probe switched off as
+its benchmarks switch it, tuimon.probe.api.switch: every wrapper and hook back to the original, no
+step counted; the probe's threads stay). The RESULT line says which were turned off (`tuimon_off`),
+or why none was (no probe in this process)."""
 
 import argparse
 import json
@@ -52,7 +55,9 @@ DP_WRAPPERS = {"replicate", "scatter", "parallel_apply", "gather"}
 def tuimon_off(parts):
     """Turn off these parts of the probe `tuimon run` loaded here; what was turned off, in words."""
     try:
-        from tuimon.probe import state, torch_hooks
+        import torch.nn
+
+        from tuimon.probe import api, state, torch_hooks
     except ImportError:
         return "no tuimon here"
     p = state.probe
@@ -61,18 +66,20 @@ def tuimon_off(parts):
     done = []
     for part in parts:
         if part == "all":
-            torch_hooks.set_enabled(False)
+            if p.roots is not None and p.roots.discovering:
+                p.roots._end_discovery()  # (its global module hooks go; the roots' own then go with the rest)
+            api.switch(p, False)
         elif part in ("dp", "syncs"):
-            names = DP_WRAPPERS if part == "dp" else SYNC_WRAPPERS
             for owner, name, orig, _ in torch_hooks._swaps:  # (the probe's own list: a benchmark may read it)
-                if name in names:
+                if (name in DP_WRAPPERS and owner is torch.nn.DataParallel) if part == "dp" else name in SYNC_WRAPPERS:
                     setattr(owner, name, orig)
         elif part == "sampler" and p.sampler is not None:
             p.sampler.pause(True)
         elif part == "gpu":
             p.gpu = None
-            if p.dp is not None:
-                p.dp.gpu = None
+            for timing in (p.dp, p.comm):
+                if timing is not None:
+                    timing.gpu = None
         else:
             continue
         done.append(part)

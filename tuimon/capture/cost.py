@@ -91,17 +91,19 @@ def describe(c: WindowCost) -> str:
 
 def expected_pause(c: WindowCost, steps: int) -> str | None:
     """What a window of `steps` steps will cost this job, from a window it took before, when that
-    one was over budget: 'a window of 10 steps will pause this job ~1.2 s (capture 3: 2.9x its
-    worst step)'. The cost grows with the events recorded, so with the steps captured. A window
-    whose worst step was over budget but that lost no more time than as many normal steps lose (a
-    jittery loop) gets no pause: what it may do to one step is said instead."""
+    one was over budget: 'a window of 10 steps will pause this job ~1.2 s (2.9x its worst step last
+    time)'. The cost grows with the events recorded, so with the steps captured. A window over
+    budget that lost no more time than as many normal steps lose (a jittery loop) announces no
+    pause: what it did to its steps is said instead."""
     if c.ratio <= BUDGET or c.window_steps <= 0:
         return None
-    pause = max(0.0, c.lost_ms - c.normal_lost_ms) * steps / c.window_steps
-    if pause < 0.5:  # (it would read "~0 ms")
-        return (f"a window of {count(steps, 'step')} may slow a step of this job to ~{_ms(c.worst_ms)} "
-                f"({c.ratio:.1f}x its worst step last time; no more time lost than its normal steps lose)")
-    return f"a window of {count(steps, 'step')} will pause this job ~{_seconds(pause)} ({c.ratio:.1f}x its worst step last time)"
+    if c.lost_ms <= c.normal_lost_ms:
+        slowed = "a step" if c.over <= 1 else f"{c.over} steps"
+        return (f"a window of {count(steps, 'step')} may slow {slowed} of this job (last time up to {_ms(c.worst_ms)}, "
+                f"{c.ratio:.1f}x its worst step; no more time lost than its normal steps lose)")
+    pause = (c.lost_ms - c.normal_lost_ms) * steps / c.window_steps
+    said = f"~{_seconds(pause)}" if pause >= 1 else "under 1 ms"
+    return f"a window of {count(steps, 'step')} will pause this job {said} ({c.ratio:.1f}x its worst step last time)"
 
 
 def _ms(ms: float) -> str:
