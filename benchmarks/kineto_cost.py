@@ -35,6 +35,8 @@ import tempfile
 import threading
 import time
 
+import psutil
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
@@ -211,8 +213,8 @@ class Renicer:
 
     def _tasks(self) -> list[int]:
         try:
-            return [int(t) for t in os.listdir(f"/proc/{self.pid}/task")]
-        except OSError:
+            return [t.id for t in psutil.Process(self.pid).threads()]
+        except psutil.Error:
             return []
 
     def start(self) -> "Renicer":
@@ -232,7 +234,7 @@ class Renicer:
                 if tid in self.niced:
                     continue
                 try:
-                    with open(f"/proc/{self.pid}/task/{tid}/comm") as f:
+                    with open(f"/proc/{self.pid}/task/{tid}/comm") as f:  # (a thread's name: psutil has none)
                         name = f.read().strip()
                     if name.startswith("Kineto") or tid not in self.before or (self.every_thread and tid != self.pid):
                         os.setpriority(os.PRIO_PROCESS, tid, 19)
