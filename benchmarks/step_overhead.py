@@ -31,7 +31,10 @@ def args():
     ap.add_argument("--block-steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=40)
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--model", default="demo", choices=("demo", "resnet50"))
+    ap.add_argument("--model", default="demo", choices=("demo", "resnet50", "graph-forward"),
+                    help="graph-forward: tests/workloads/cuda_graphs.py's forward loop (a captured backbone "
+                         "replayed, an eager head; ~0.7 ms host-bound steps on an H200), captured once with "
+                         "the probe on, at the warm-up's 20th step; CUDA only")
     ap.add_argument("--variants", default="", help="probe_ablation.py: only these variants, comma-separated")
     ap.add_argument("--null", action="store_true",
                     help="the probe off in both arms: what the measurement itself reads as a cost (an A/A test)")
@@ -57,6 +60,9 @@ def training(a):
     from torch.utils.data import DataLoader
 
     from tuimon.workloads.demo_train import model
+
+    if a.model == "graph-forward":
+        return graph_forward(probe, probe_on)
 
     cuda = a.device in ("auto", "cuda") and torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
@@ -109,6 +115,27 @@ def training(a):
 
     steps.opt, steps.batches = opt, batches  # (step_segments.py times the same step by its parts)
     return probe, probe_on, steps, net, batch, device, cuda
+
+
+def graph_forward(probe, probe_on):
+    """training()'s answer for --model graph-forward: the step is cuda_graphs.ForwardLoop.step, as
+    the workload runs it (no ranges, no DataLoader; a sync every 100 steps)."""
+    import torch
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "workloads"))
+    from cuda_graphs import ForwardLoop
+
+    loop = ForwardLoop(capture_at=20)
+
+    def steps(n):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        for _ in range(n):
+            loop.step()
+        steps.cpu_ms = (time.thread_time() - c0) / n * 1e3
+        return (time.perf_counter() - t0) / n * 1e3
+
+    steps.opt, steps.batches = loop.opt, None
+    return probe, probe_on, steps, loop.head, 256, torch.device("cuda"), True
 
 
 def main():

@@ -36,44 +36,56 @@ def warm_up(fn, steps: int = 3) -> None:
     torch.cuda.current_stream().wait_stream(s)
 
 
-def forward_mode(args) -> int:
-    dev = torch.device("cuda")
-    backbone, head = mlp(2048, 6).to(dev).eval(), nn.Linear(2048, 10).to(dev)
-    opt = torch.optim.SGD(head.parameters(), lr=1e-3)
-    static_in = torch.randn(256, 2048, device=dev)
-    target = torch.randint(0, 10, (256,), device=dev)
-    graph, static_feat = None, None
-    steps, end = 0, time.monotonic() + args.seconds
+class ForwardLoop:
+    """forward mode's step, one call a step (benchmarks/step_overhead.py --model graph-forward times
+    the same step with the probe on and off)."""
 
-    def eager_step(feat):
-        opt.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(head(feat), target)
+    def __init__(self, capture_at: int, recapture_every: int = 0, mode: str = "global") -> None:
+        dev = self.dev = torch.device("cuda")
+        self.backbone, self.head = mlp(2048, 6).to(dev).eval(), nn.Linear(2048, 10).to(dev)
+        self.opt = torch.optim.SGD(self.head.parameters(), lr=1e-3)
+        self.static_in = torch.randn(256, 2048, device=dev)
+        self.target = torch.randint(0, 10, (256,), device=dev)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static_feat: torch.Tensor | None = None
+        self.capture_at, self.recapture_every, self.mode = capture_at, recapture_every, mode
+        self.steps = 0
+
+    def eager_step(self, feat):
+        self.opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(self.head(feat), self.target)
         loss.backward()
-        opt.step()
+        self.opt.step()
         return loss
 
-    while time.monotonic() < end:
-        static_in.copy_(torch.randn(256, 2048, device=dev))
-        due = steps == args.capture_at or (args.recapture_every and steps > args.capture_at
-                                           and (steps - args.capture_at) % args.recapture_every == 0)
-        if due:
+    def step(self) -> None:
+        steps, at, every = self.steps, self.capture_at, self.recapture_every
+        self.static_in.copy_(torch.randn(256, 2048, device=self.dev))
+        if steps == at or (every and steps > at and (steps - at) % every == 0):
             with torch.no_grad():
-                warm_up(lambda: backbone(static_in))
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, capture_error_mode=args.mode):
-                    static_feat = backbone(static_in)
-        if graph is not None:
-            graph.replay()
-            feat = static_feat
+                warm_up(lambda: self.backbone(self.static_in))
+                self.graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(self.graph, capture_error_mode=self.mode):
+                    self.static_feat = self.backbone(self.static_in)
+        if self.graph is not None:
+            self.graph.replay()
+            feat = self.static_feat
         else:
             with torch.no_grad():
-                feat = backbone(static_in)
-        loss = eager_step(feat)
+                feat = self.backbone(self.static_in)
+        loss = self.eager_step(feat)
         if steps % 100 == 0:
             loss.item()
-        steps += 1
+        self.steps = steps + 1
+
+
+def forward_mode(args) -> int:
+    loop = ForwardLoop(args.capture_at, args.recapture_every, args.mode)
+    end = time.monotonic() + args.seconds
+    while time.monotonic() < end:
+        loop.step()
     torch.cuda.synchronize()
-    return steps
+    return loop.steps
 
 
 def whole_mode(args) -> int:
