@@ -3,7 +3,9 @@
 tuimon runs (launch, start, stop, shutdown) and `nsys stats`, with their exit codes and files.
 Every call is logged (FAKE_NSYS_LOG, JSON lines with CLOCK_MONOTONIC); sessions live as files in
 FAKE_NSYS_DIR. FAKE_NSYS_STOP_S: how long stop takes (default 0.5); FAKE_NSYS_FAIL=stop|start:
-that command fails as a killed nsys would. (It runs with -S: no sitecustomize, so the probe that
+that command fails as a killed nsys would; FAKE_NSYS_LAUNCHES: the kernel launches its cuda_api_sum
+reports (default 36, one a kernel row, as in a complete report; more: a report whose buffers lost
+kernels). (It runs with -S: no sitecustomize, so the probe that
 `tuimon run` installs stays out of it, as it stays out of the real nsys.)"""
 
 import json
@@ -86,6 +88,9 @@ elif cmd == "stats":
     elif report == "nvtx_sum":
         print("Time (%),Total Time (ns),Instances,Avg (ns),Range\n60.0,1000000,5,200000,:forward\n40.0,700000,5,140000,:backward")
     else:
-        print("Time (%),Total Time (ns),Num Calls,Avg (ns),Name\n80.0,500000,60,8333,cudaLaunchKernel")
+        # one launch a kernel row, as in a complete report; FAKE_NSYS_LAUNCHES: a report whose buffers lost kernels
+        launches = int(os.environ.get("FAKE_NSYS_LAUNCHES", "36"))
+        print(f"Time (%),Total Time (ns),Num Calls,Avg (ns),Name\n80.0,500000,{launches},8333,cudaLaunchKernel\n"
+              f"20.0,125000,{launches},2083,cudaGraphLaunch")
 else:
     fail(f"fake nsys: unknown command {cmd!r}")
