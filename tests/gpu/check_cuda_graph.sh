@@ -3,6 +3,8 @@
 # tests/workloads/cuda_graphs.py plainly, then under `tuimon run --headless` (attached once, 12 s in),
 # then, where OLD names another tuimon tree (the probe before graphs.py), under that one.
 # Prints a table last: exit codes and the loops' own step counts.
+# PAIRS=N: instead, issue 43's +-2% measure: the forward loop plainly and under `tuimon run --headless`,
+# N pairs alternating ABBA, SECONDS_ each, and the step-count ratio tuimon / plain per pair and in all.
 source tests/gpu/prelude.sh
 W=tests/workloads/cuda_graphs.py
 SECONDS_=${SECONDS_:-20}
@@ -24,6 +26,21 @@ one() {  # name, then the loop's arguments
   fi
   rows+=("| $name | $plain | $ps | $code | $ts | $verdict | $old |")
 }
+if [ -n "${PAIRS:-}" ]; then
+  tot_p=0; tot_t=0
+  for k in $(seq 1 "$PAIRS"); do
+    order="plain tuimon"; [ $((k % 2)) = 0 ] && order="tuimon plain"
+    for arm in $order; do
+      pre=(); [ $arm = tuimon ] && pre=(python3 -m tuimon run --headless --)
+      "${pre[@]}" python3 $W forward --capture-at 200 --seconds $SECONDS_ > "$OUT/graph-pair$k-$arm.log" 2>&1
+      echo "pair $k $arm exit $? $(grep -o 'steps [0-9]*' "$OUT/graph-pair$k-$arm.log")"
+    done
+    p=$(grep -o 'steps [0-9]*' "$OUT/graph-pair$k-plain.log" | cut -d' ' -f2); t=$(grep -o 'steps [0-9]*' "$OUT/graph-pair$k-tuimon.log" | cut -d' ' -f2)
+    [ -n "$p" ] && [ -n "$t" ] && { tot_p=$((tot_p + p)); tot_t=$((tot_t + t)); python3 -c "print('pair $k: tuimon / plain', round($t / $p, 3))"; }
+  done
+  [ $tot_p -gt 0 ] && python3 -c "print('all pairs: tuimon / plain', round($tot_t / $tot_p, 3), '(budget 0.98 .. 1.02)')"
+  exit 0
+fi
 one forward-global forward --capture-at 200
 one forward-recapture forward --capture-at 200 --recapture-every 500
 one forward-thread-local forward --capture-at 200 --mode thread_local
