@@ -49,6 +49,18 @@ from tuimon.monitor.target import open_channel  # noqa: E402
 JOB = [sys.executable, os.path.join(ROOT, "tests", "workloads", "small_ops.py"), "--seconds", "600"]
 
 
+def channel_of(pid: int, timeout_s: float):
+    """The channel of the job `tuimon run` started as pid (a reader), once it is up; AssertionError
+    after timeout_s without one."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return open_channel(pid)[0]
+        except Exception:  # noqa: BLE001 - not up yet
+            assert time.monotonic() < deadline, "no channel"
+            time.sleep(0.1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=10)
@@ -78,14 +90,7 @@ def main() -> None:
     stop = threading.Event()
     rows = []
     try:
-        reader = None
-        for _ in range(600):
-            try:
-                reader, _ = open_channel(job.pid)
-                break
-            except Exception:  # noqa: BLE001 - not up yet
-                time.sleep(0.1)
-        assert reader is not None, "no channel"
+        reader = channel_of(job.pid, 60)
         pid = reader.info.pid
         log = StepLog()
         lock = threading.Lock()

@@ -22,8 +22,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from kineto_cost import channel_of  # noqa: E402
+
 from tuimon.capture.kineto_daemon import EndpointTaken, KinetoEndpoint  # noqa: E402
-from tuimon.monitor.target import open_channel  # noqa: E402
 
 JOB = [sys.executable, os.path.join(ROOT, "tests", "workloads", "small_ops.py"), "--seconds", "600"]
 
@@ -36,14 +37,8 @@ def one_run(cmd: list[str], daemon: bool, seconds: float, warmup: float, endpoin
     job = subprocess.Popen([sys.executable, "-m", "tuimon", "run", "--headless", "--", *cmd], cwd=ROOT, env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        reader = None
         deadline = time.monotonic() + 120
-        while reader is None and time.monotonic() < deadline:
-            try:
-                reader, _ = open_channel(job.pid)
-            except Exception:  # noqa: BLE001 - not up yet
-                time.sleep(0.1)
-        assert reader is not None, "no channel"
+        reader = channel_of(job.pid, 120)
         while reader.steps == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert reader.steps > 0, "the job took no step in 120 s"
