@@ -8,8 +8,9 @@ blocks (issue 43 item 1: the loop's step count under tuimon within 2% of a plain
 The table: each line's wall and loop-thread CPU time a step, probe on / off / the difference (means over
 all the blocks: the rare steps the probe measures count at their rate), and the whole step's ratio with
 its per-round spread. A line whose call the probe wraps or hooks (the copy, the head's forward, backward,
-the optimizer's step, which ends the step) carries the probe's work; a line it does not touch moves only
-by the host's noise. CUDA only."""
+the optimizer's step, which ends the step) carries the probe's work. A line it does not touch moves by
+the host's noise, but the sync every 100th step moves by how far the GPU is behind: host time the probe
+adds while the GPU is busy comes back there as a shorter wait. CUDA only."""
 
 import argparse
 import os
@@ -49,7 +50,8 @@ def main() -> None:
     n = len(LINES)
 
     def block(steps: int) -> list[list[int]]:
-        """steps steps of the captured loop; per line [wall ns, cpu ns] summed; the whole step last."""
+        """steps steps of the captured loop; per line [wall ns, cpu ns] summed; the whole step last.
+        The lines are ForwardLoop.step's after its capture, written out to time each: keep them its."""
         sums = [[0, 0] for _ in range(n + 1)]
         for i in range(steps):
             t = [(clock(), cpu())]

@@ -33,8 +33,9 @@ def args():
     ap.add_argument("--device", default="auto")
     ap.add_argument("--model", default="demo", choices=("demo", "resnet50", "graph-forward"),
                     help="graph-forward: tests/workloads/cuda_graphs.py's forward loop (a captured backbone "
-                         "replayed, an eager head; ~0.7 ms host-bound steps on an H200), captured once with "
-                         "the probe on, at the warm-up's 20th step; CUDA only")
+                         "replayed, an eager head; ~0.65 ms host-bound steps on an H200), captured once with "
+                         "the probe on, at the warm-up's 20th step; CUDA only. It syncs every 100th step and "
+                         "the GPU events come every 100th: give --block-steps a multiple of 100")
     ap.add_argument("--variants", default="", help="probe_ablation.py: only these variants, comma-separated")
     ap.add_argument("--null", action="store_true",
                     help="the probe off in both arms: what the measurement itself reads as a cost (an A/A test)")
@@ -62,6 +63,8 @@ def training(a):
     from tuimon.workloads.demo_train import model
 
     if a.model == "graph-forward":
+        if a.device not in ("auto", "cuda") or not torch.cuda.is_available():
+            raise SystemExit("--model graph-forward needs CUDA")
         return graph_forward(probe, probe_on)
 
     cuda = a.device in ("auto", "cuda") and torch.cuda.is_available()

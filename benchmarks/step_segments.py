@@ -26,6 +26,8 @@ PARTS = ("next()", "copies", "forward", "backward", "optimizer", "sync", "count"
 
 def main():
     a = step_overhead.args()
+    if a.model == "graph-forward":
+        raise SystemExit("step_segments.py times the demo step's parts; the graph loop's: benchmarks/graph_step_cost.py")
     probe, probe_on, steps, net, batch, device, cuda = step_overhead.training(a)
     import torch
     from torch import nn

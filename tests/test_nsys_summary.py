@@ -51,7 +51,8 @@ def test_a_loss_is_said_past_both_floors(kept, launched, said):
 
 
 def test_stats_counts_every_kernel_row_and_the_launches_of_one_kernel(report):
-    s = nsys_tools.stats("nsys", report)
+    s = nsys_tools.stats("nsys", report, top=1)  # (all rows counted, not only the top one kept)
+    assert len(s["cuda_gpu_kern_sum"]) == 1
     assert (s["kernel_records"], s["kernel_launches"]) == (12 + 24, 36)  # (the graph launches left out)
 
 
@@ -66,7 +67,17 @@ def test_a_report_that_lost_kernels_says_so_under_the_top_kernels(report, monkey
     monkeypatch.setenv("FAKE_NSYS_LAUNCHES", "2000")
     s = summarize(CaptureStatus(seq=1, state="done", kind="nsys", path=report))
     at = s.lines.index("top kernels:")
-    said = "  nsys recorded 36 of the 2,000 kernels launched in the window (its CUDA trace buffers filled): " \
-           "the shares above are of those it recorded; a window of fewer steps keeps them all"
-    assert s.lines[at + 3] == said  # (after its two kernel rows, before the NVTX ranges)
-    assert s.lines[at + 4] == "NVTX ranges:"
+    assert s.lines[at + 3:at + 6] == [  # (after its two kernel rows, before the NVTX ranges)
+        "  nsys recorded 36 of the 2,000 kernels launched in the window (its CUDA trace buffers filled):",
+        "  the shares above are of those it recorded; a window of fewer steps keeps them all",
+        "NVTX ranges:"]
+    assert all(len(line) <= 120 for line in s.lines[at + 3:at + 5])  # (the capture screen's width)
+
+
+def test_a_failed_kernel_report_is_not_read_as_a_loss(report, monkeypatch):
+    monkeypatch.setenv("FAKE_NSYS_LAUNCHES", "2000")
+    monkeypatch.setenv("FAKE_NSYS_FAIL", "kern_sum")
+    s = summarize(CaptureStatus(seq=1, state="done", kind="nsys", path=report))
+    at = s.lines.index("top kernels:")
+    assert "could not be analyzed" in s.lines[at + 1]
+    assert not any("kernels launched in the window" in line for line in s.lines)

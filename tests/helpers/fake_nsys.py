@@ -3,7 +3,7 @@
 tuimon runs (launch, start, stop, shutdown) and `nsys stats`, with their exit codes and files.
 Every call is logged (FAKE_NSYS_LOG, JSON lines with CLOCK_MONOTONIC); sessions live as files in
 FAKE_NSYS_DIR. FAKE_NSYS_STOP_S: how long stop takes (default 0.5); FAKE_NSYS_FAIL=stop|start:
-that command fails as a killed nsys would; FAKE_NSYS_LAUNCHES: the kernel launches its cuda_api_sum
+that command fails as a killed nsys would (=kern_sum: `nsys stats`' kernel report fails); FAKE_NSYS_LAUNCHES: the kernel launches its cuda_api_sum
 reports (default 36, one a kernel row, as in a complete report; more: a report whose buffers lost
 kernels). (It runs with -S: no sitecustomize, so the probe that
 `tuimon run` installs stays out of it, as it stays out of the real nsys.)"""
@@ -83,6 +83,8 @@ elif cmd in ("start", "stop", "shutdown"):
 elif cmd == "stats":
     report = opt("--report")
     print(f"Processing [{args[-1]}] with [{report}]...")
+    if report == "cuda_gpu_kern_sum" and os.environ.get("FAKE_NSYS_FAIL") == "kern_sum":
+        fail("ERROR: Report 'cuda_gpu_kern_sum' could not be analyzed")
     if report == "cuda_gpu_kern_sum":
         print("Time (%),Total Time (ns),Instances,Avg (ns),Name\n71.5,900000,12,75000,ampere_bf16_gemm\n28.5,360000,24,15000,elementwise_kernel")
     elif report == "nvtx_sum":

@@ -123,9 +123,8 @@ def _nsys(report: str, timeout: float, cancel: threading.Event | None) -> Captur
         if key == "cuda_gpu_kern_sum":
             lost = nsys_tools.kernels_lost(s)
             if lost is not None:
-                lines.append(f"  nsys recorded {lost[0]:,} of the {lost[1]:,} kernels launched in the window (its CUDA trace "
-                             "buffers filled): the shares above are of those it recorded; a window of fewer steps "
-                             "keeps them all")
+                lines += [f"  nsys recorded {lost[0]:,} of the {lost[1]:,} kernels launched in the window (its CUDA trace "
+                          "buffers filled):", "  the shares above are of those it recorded; a window of fewer steps keeps them all"]
     return CaptureSummary(state="done", file=report, size=size, lines=lines, kernels=nsys_kernels(s["cuda_gpu_kern_sum"]))
 
 

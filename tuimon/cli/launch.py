@@ -41,8 +41,8 @@ def kineto_env(env: dict) -> None:
     Kineto reads it once, as torch is imported. Kineto's own log lines (a line every 10 s while no
     endpoint answers) are kept out of the job's output with KINETO_LOG_LEVEL=6 (above its highest
     severity), unless the job's environment sets either variable itself. Only with TUIMON_KINETO=1:
-    the daemon mode alone (Kineto's poll, its step hook) measured within the 1% step budget on an
-    H200 (benchmarks/kineto_daemon_cost.py, two pairs a loop: medians 0.997 and 1.013), but a
+    the daemon mode alone (Kineto's poll, its step hook) showed no cost beyond the noise on an H200
+    (benchmarks/kineto_daemon_cost.py, two pairs a loop: 0.975, 1.050; 0.998, 0.996), but a
     torch.profiler session after a Kineto window killed the job there (SIGSEGV), and a job's own
     profiler is beyond tuimon's refusal (capture/backends.py): the job is not put at that risk unasked."""
     if env.get("TUIMON_KINETO") != "1" or "KINETO_USE_DAEMON" in env:
