@@ -103,6 +103,23 @@ def test_ctrl_c_while_waiting_says_the_window_goes_on_in_the_job(shm_dir, captur
         job.wait()
 
 
+def test_ctrl_c_says_what_became_of_the_window_in_each_case():
+    """tuimon capture's words at Ctrl-C (cli/capture.py), for the cases a live job cannot reach on
+    demand: before the request, after the window ended, an nsys window stopped from here."""
+    from tuimon.capture.nsys_session import SessionWindows
+    from tuimon.cli.capture import _interrupted
+    from tuimon.model import CaptureStatus
+
+    assert _interrupted(None, None, None, 7) == "interrupted before a capture was asked for"
+    ended = CaptureStatus(seq=3, state="done", kind="torch.profiler", path="/c/w.pt.trace.json.gz")
+    assert _interrupted(3, ended, None, 7) == "interrupted; capture 3 ended (done): /c/w.pt.trace.json.gz"
+    running = CaptureStatus(seq=3, state="capturing", kind="nsys")
+    nsys = object.__new__(SessionWindows)  # (only its kind matters here)
+    assert _interrupted(3, running, nsys, 7) == "interrupted: stopping nsys window 3 (nsys still writes its report)"
+    assert _interrupted(3, running, object(), 7) == ("interrupted; capture 3 goes on in the job (follow it in "
+                                                     "`tuimon attach 7`, l lists the captures)")
+
+
 CHDIR_JOB = """
 import os, runpy, sys
 os.chdir(sys.argv[1])

@@ -102,16 +102,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
         print(f"tuimon: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # what --timeout says: the window is the job's, not this command's
-        if seq is None:
-            print("tuimon: interrupted before a capture was asked for", file=sys.stderr)
-        elif st is not None and not st.busy:
-            print(f"tuimon: interrupted; capture {seq} ended ({st.state}): {safe_text(st.path or st.message, 1000)}",
-                  file=sys.stderr)
-        elif isinstance(client, nsys_session.SessionWindows):
-            print(f"tuimon: interrupted: stopping nsys window {seq} (nsys still writes its report)", file=sys.stderr)
-        else:
-            print(f"tuimon: interrupted; capture {seq} goes on in the job (follow it in `tuimon attach {pid}`, "
-                  "l lists the captures)", file=sys.stderr)
+        print(f"tuimon: {_interrupted(seq, st, client, pid)}", file=sys.stderr)
         return INTERRUPTED
     finally:
         if client is not None and backends.runs_here(client):
@@ -120,6 +111,17 @@ def cmd_capture(args: argparse.Namespace) -> int:
             reader.close()
         if rank_channels is not None:
             rank_channels.close()
+
+
+def _interrupted(seq: int | None, st: CaptureStatus | None, client: object, pid: int) -> str:
+    """What Ctrl-C left of the window, in words."""
+    if seq is None:
+        return "interrupted before a capture was asked for"
+    if st is not None and not st.busy:
+        return f"interrupted; capture {seq} ended ({st.state}): {safe_text(st.path or st.message, 1000)}"
+    if isinstance(client, nsys_session.SessionWindows):
+        return f"interrupted: stopping nsys window {seq} (nsys still writes its report)"
+    return f"interrupted; capture {seq} goes on in the job (follow it in `tuimon attach {pid}`, l lists the captures)"
 
 
 def _unfinished(st: CaptureStatus, kind: str, session: bool, seq: int, timeout: float, pid: int) -> str | None:
