@@ -50,6 +50,16 @@ def test_a_loss_is_said_past_both_floors(kept, launched, said):
     assert nsys_tools.kernels_lost({"kernel_records": kept}) is None  # (no API summary: nothing to say)
 
 
+@pytest.mark.parametrize(("rows", "total"), [
+    ([{"Instances": "1,200"}, {"Instances": "36"}], 1236),
+    ([{"Instances": "12"}, {"Instances": ""}], None),  # (a cell with no number: no count, rather than a short one)
+    ([{"Instances": "12"}, {"Name": "k"}], None),  # (a row without the column)
+    ([], 0),
+])
+def test_a_column_is_summed_only_when_every_row_has_a_number(rows, total):
+    assert nsys_tools._total(rows, "Instances") == total
+
+
 def test_stats_counts_every_kernel_row_and_the_launches_of_one_kernel(report):
     s = nsys_tools.stats("nsys", report, top=1)  # (all rows counted, not only the top one kept)
     assert len(s["cuda_gpu_kern_sum"]) == 1

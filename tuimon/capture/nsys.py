@@ -31,8 +31,7 @@ def stats(nsys: str, report: str, top: int = 10, timeout: float = 120,
     """Top kernels, NVTX ranges and CUDA API calls of a report, from `nsys stats` (CSV): each
     report's rows, and NAME_error for one that failed with none; kernel_records (all kernel rows'
     instances) and kernel_launches (the API calls that launch one kernel each), each where its
-    report ran and has the column. Raises
-    CommandFailed on a timeout or a cancel."""
+    report ran and has the column. Raises CommandFailed on a timeout or a cancel."""
     out: dict[str, Any] = {}
     for name in ("cuda_gpu_kern_sum", "nvtx_sum", "cuda_api_sum"):
         # --force-export: the first call's export can move the report's mtime, and nsys refuses
@@ -82,16 +81,14 @@ def kernels_lost(s: dict) -> tuple[int, int] | None:
 
 
 def _total(rows: list[dict], column: str) -> int | None:
-    """The column's sum over the rows; None when a row lacks it (a report of another shape: nothing
-    to compare)."""
+    """The column's sum over the rows; None when a row lacks it or holds no whole number (a report of
+    another shape: nothing to compare, rather than a short count read as a loss)."""
     n = 0
     for r in rows:
-        if r.get(column) is None:
-            return None
         try:
-            n += int(str(r.get(column) or 0).replace(",", ""))
-        except ValueError:
-            continue
+            n += int(str(r[column]).replace(",", ""))
+        except (KeyError, TypeError, ValueError):
+            return None
     return n
 
 
