@@ -1,6 +1,6 @@
 """An nsys window's summary (capture/summary.py, capture/nsys.py) through a stand-in `nsys stats`
 (tests/helpers/fake_nsys.py): a report that holds fewer kernels than the window launched (nsys's CUDA
-trace buffers filled: seen on an H200, where a 20-step window kept 36,000 of 66,000 and its top kernels
+trace buffers filled: seen on an H200, where a 20-step window kept ~36,000 of ~66,000 and its top kernels
 were wrong) says so beside the top kernels, past both published floors (1,000 kernels and 5%)."""
 
 from __future__ import annotations
