@@ -129,7 +129,7 @@ def measure(root: str, job_cmd: list[str], steps: int, windows: int, nsys: bool)
                     cost = window_cost(list(log.steps), st.first_step, st.last_step, st.updated_ns)
             rows.append({"window": w + 1, "state": st.state, "message": st.message, "cost": cost})
             if cost is not None:  # the next window's normal steps start after this one's
-                time.sleep(max(2.0, NORMAL_STEPS * cost.typical_ms / 1e3 * 1.5))
+                time.sleep(max(2.0, max(NORMAL_STEPS, cost.steps) * cost.typical_ms / 1e3 * 1.5))  # (the next judged on clean steps)
         return rows
     finally:
         stop.set()
