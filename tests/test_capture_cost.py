@@ -87,6 +87,13 @@ def test_a_long_window_is_judged_against_as_many_normal_steps():
     # where the log holds fewer steps before the window, those it holds
     c = window_cost(steps[150:], 201, 205, steps[299][1] + 1)
     assert c.normal_steps == 50 and c.worst_normal_ms == 10 and c.ratio == 2.5 and c.over == 1
+    # steps lost to the ring among the 50 before: the sample still holds every one of those that is known
+    gappy = steps[:170] + steps[190:]  # (steps 171..190 lost)
+    c = window_cost(gappy, 201, 205, steps[229][1] + 1)  # (31 steps judged: fewer than 50)
+    assert c.steps == 31 and c.normal_steps == 30 and c.worst_normal_ms == 10
+    short = steps_of([10] * 60)
+    c = window_cost(short[:5] + short[50:], 51, 55, short[55][1] + 1)  # (of the 50 before, only 1..5 known)
+    assert c.steps == 7 and c.normal_steps == 5 and c.worst_normal_ms == 10
 
 
 def test_within_budget_no_warning():

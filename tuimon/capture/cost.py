@@ -19,8 +19,9 @@ BUDGET = 1.2  # the worst step of a window's / the worst normal step (docs/DESIG
 # those are more (a short-step loop's window runs until its trace is written: ~600 steps of a 2 ms loop).
 # The worst of n steps grows with n; judged against the worst of fewer, a window with no cost at all reads
 # as several times over (the ~1,500-op loop on a 2-core machine, no window asked: 1.06-10.65x, median 6.3x
-# against the 50 before; docs/measurements.md). Steps before the log's oldest count as missing; a window
-# taken right after another may count the other's last steps as normal ones.
+# against the 50 before; docs/measurements.md). The 50 before are always among them. Steps before the log's
+# oldest count as missing; a window taken within that many steps of another, or of the job's start, counts
+# those steps as normal ones (it reads cheaper than it was).
 NORMAL_STEPS = 50
 MIN_NORMAL_STEPS = 5
 AFTER_STEPS = 1  # past the step in which the window's work ended: the last of it may land there
@@ -69,7 +70,7 @@ def window_cost(steps: Iterable[tuple[int, int, int]], first: int, last: int, do
         if ended_at is None and i >= last and s[1] >= done_ns:
             ended_at = i
         i += 1
-    if len(judged) > len(normal):  # the worst of as many normal steps as judged (NORMAL_STEPS says why)
+    if len(judged) > NORMAL_STEPS:  # the worst of as many normal steps as judged (NORMAL_STEPS says why)
         normal = [(s[1] - s[0]) / 1e6 for i in range(first - len(judged), first) if (s := by_index.get(i))]
     worst_normal = max(normal)
     typical = sorted(normal)[len(normal) // 2]
