@@ -116,9 +116,10 @@ def measure(root: str, job_cmd: list[str], steps: int, windows: int, nsys: bool)
         threading.Thread(target=drain, daemon=True).start()
         client = nsys_session.for_job(reader.info, lambda: reader.steps) or \
             CaptureClient(reader.path, reader.info.pid, reader.info.start_ticks)
-        while reader.steps < NORMAL_STEPS + 20:
+        while reader.steps < 3 * NORMAL_STEPS + 20:  # (past the warm-up: a long window judges more steps than 50)
             time.sleep(0.2)
         time.sleep(2.0)
+        most_steps = NORMAL_STEPS  # the most steps a window judged yet (the next one's normal steps reach as far)
         for w in range(windows):
             st = client.wait(client.request(steps=steps), 300)
             end = time.monotonic() + 60
@@ -129,7 +130,8 @@ def measure(root: str, job_cmd: list[str], steps: int, windows: int, nsys: bool)
                     cost = window_cost(list(log.steps), st.first_step, st.last_step, st.updated_ns)
             rows.append({"window": w + 1, "state": st.state, "message": st.message, "cost": cost})
             if cost is not None:  # the next window's normal steps start after this one's
-                time.sleep(max(2.0, max(NORMAL_STEPS, cost.steps) * cost.typical_ms / 1e3 * 1.5))  # (the next judged on clean steps)
+                most_steps = max(most_steps, cost.steps)
+                time.sleep(max(2.0, most_steps * cost.typical_ms / 1e3 * 1.5))  # (the next judged on clean steps)
         return rows
     finally:
         stop.set()

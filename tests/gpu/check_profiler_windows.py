@@ -219,7 +219,7 @@ def main():
               f"{r['events']:>9}{r['kernels']:>9}")
     if rows_b:
         print(f"\n== B: {a.steps}-step windows through tuimon: the worst step from the window's first to just past its end "
-              "/ the worst of the 50 normal steps before it (budget 1.2x), and the job's time lost")
+              "/ the worst of the normal steps before it (50, or as many as judged; budget 1.2x), and the job's time lost")
         print(f"{'job':<26}{'tuimon':<8}{'win':>4}{'worst normal':>14}{'worst':>10}{'ratio':>8}{'lost':>10}  probe says")
         for title, tree, r in rows_b:
             c = r["cost"]
