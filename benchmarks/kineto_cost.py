@@ -43,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import TypeVar
 
 import psutil
 
@@ -242,7 +243,36 @@ def main() -> None:
         os.rmdir(out)
 
 
-class Renicer:
+_B = TypeVar("_B", bound="_Background")
+
+
+class _Background:
+    """A daemon thread that runs _run() from start() until stop() (which waits up to 10 s for it)."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self: _B) -> _B:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(10)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+def _slow_steps(steps: list[tuple[int, int, int]], slow_ms: float) -> list[tuple[int, int, int]]:
+    """The 8 longest of (index, t0 ns, t1 ns) over slow_ms, longest first; the longest where none is over."""
+    longest = sorted(steps, key=lambda s: s[1] - s[2])
+    return [s for s in longest if (s[2] - s[1]) / 1e6 > slow_ms][:8] or longest[:1]
+
+
+class Renicer(_Background):
     """(--nice-kineto) Every 10 ms from start() until stop(): the job's threads named Kineto* or not
     there when it was made (all but the main thread, with every_thread) set to nice 19, each once and
     for good (an unprivileged process cannot lower a nice value again)."""
@@ -251,22 +281,13 @@ class Renicer:
         self.pid, self.every_thread = pid, every_thread
         self.before = set(self._tasks())
         self.niced: dict[int, str] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__()
 
     def _tasks(self) -> list[int]:
         try:
             return [t.id for t in psutil.Process(self.pid).threads()]
         except psutil.Error:
             return []
-
-    def start(self) -> "Renicer":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
 
     def said(self) -> str:
         return ", ".join(f"{tid} {name}" for tid, name in self.niced.items()) or "none"
@@ -286,7 +307,7 @@ class Renicer:
                     pass
 
 
-class Dumper:
+class Dumper(_Background):
     """`py-spy dump --nonblocking` of the job every `every` seconds on a thread, each dump (monotonic ns
     before and after it) kept and appended to a file; report() prints those inside the worst step."""
 
@@ -296,26 +317,18 @@ class Dumper:
         self.exe = find_pyspy()
         self.pid, self.path, self.every, self.label = pid, path, every, label
         self.dumps: list[tuple[int, int, str]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> "Dumper":
         if self.exe is None:
             print("    (--dumps: no py-spy here)", flush=True)
-        else:
-            self._thread.start()
-        return self
+        super().__init__()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(10)
+        super().stop()
         with open(self.path, "a") as f:
             for t0, t1, text in self.dumps:
                 f.write(f"=== {self.label}: dump {t0}..{t1} ns\n{text}\n")
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while self.exe is not None and not self._stop.is_set():
             t0 = time.monotonic_ns()
             r = subprocess.run([self.exe, "dump", "--pid", str(self.pid), "--nonblocking"],
                                capture_output=True, text=True, timeout=10)
@@ -328,8 +341,7 @@ class Dumper:
         if not steps or not self.dumps:
             print(f"    dumps: {len(self.dumps)} taken, {len(steps)} steps: nothing to match", flush=True)
             return
-        slow = sorted(steps, key=lambda s: s[1] - s[2])  # (longest first)
-        slow = [s for s in slow if (s[2] - s[1]) / 1e6 > slow_ms][:8] or slow[:1]
+        slow = _slow_steps(steps, slow_ms)
         print(f"    dumps: {len(self.dumps)} in the window; its 8 longest steps over {slow_ms:.0f} ms (or its longest): "
               + ", ".join(f"{i} ({(t1 - t0) / 1e6:.0f} ms)" for i, t0, t1 in slow), flush=True)
         for i, s0, s1 in slow:
@@ -337,7 +349,7 @@ class Dumper:
                 print(f"      step {i} +{(t0 - s0) / 1e6:.0f} ms: " + " <- ".join(_loop_frames(text)[:4]), flush=True)
 
 
-class Schedstat:
+class Schedstat(_Background):
     """(--schedstat) The loop thread's (the job's main thread) /proc schedstat every ~1 ms from start() to
     stop(): time on a CPU and time runnable but waiting for one (run queue), cumulative ns; report()
     splits each slow step's wall time into on-CPU, run-queue wait and the rest (asleep or blocked: a
@@ -348,16 +360,7 @@ class Schedstat:
     def __init__(self, pid: int) -> None:
         self.path = f"/proc/{pid}/task/{pid}/schedstat"
         self.samples: list[tuple[int, int, int, int]] = []  # (monotonic ns, on-CPU ns, run-queue ns, steal ticks)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> "Schedstat":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
+        super().__init__()
 
     def _run(self) -> None:
         try:
@@ -376,9 +379,7 @@ class Schedstat:
                 self.samples.append((time.monotonic_ns(), int(run), int(wait), steal))
 
     def report(self, steps: list[tuple[int, int, int]], slow_ms: float) -> None:
-        slow = sorted((s for s in steps if (s[2] - s[1]) / 1e6 > slow_ms), key=lambda s: s[1] - s[2])[:8] \
-            or sorted(steps, key=lambda s: s[1] - s[2])[:1]
-        for i, t0, t1 in slow:
+        for i, t0, t1 in _slow_steps(steps, slow_ms):
             before = [s for s in self.samples if s[0] <= t0]
             after = [s for s in self.samples if s[0] >= t1]
             if not before or not after:

@@ -6,8 +6,8 @@ FAKE_NSYS_DIR. FAKE_NSYS_STOP_S: how long stop takes (default 0.5); FAKE_NSYS_FA
 that command fails as a killed nsys would (=kern_sum: `nsys stats`' kernel report fails);
 FAKE_NSYS_LAUNCHES: the kernel launches its cuda_api_sum reports (default 36, one a kernel row, as
 in a complete report; more: a report whose buffers lost kernels). (It runs with -S: no
-sitecustomize, so the probe that
-`tuimon run` installs stays out of it, as it stays out of the real nsys.)"""
+sitecustomize, so the probe that `tuimon run` installs stays out of it, as it stays out of the
+real nsys.)"""
 
 import json
 import os
