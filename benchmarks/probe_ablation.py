@@ -5,7 +5,7 @@ the probe off, for each part in turn (budget: all of it <= 1%).
 
 The step and the attached monitor are benchmarks/step_overhead.py's. Each round runs, for each
 variant (all on; without GPU timing, the copy accounting, the op counter or the line sampler; without
-one group of wrappers: next(), backward, the syncs, the copies, the forward hooks, the optimizer wrapper
+one group of wrappers: next(), backward, the syncs, the copies, the roots' forward timing, the optimizer wrapper
 (which end the steps: the step boundary's work goes with them)), blocks of steps with the probe on in that variant and off, in on-off-off-on
 order; the table: each variant's median ratio on/off and its p25..p75. A part costs about the
 difference between "all on" and the variant without it (within the spread)."""
@@ -58,13 +58,13 @@ def main():
             unwrap("item", "tolist", "cpu", "__bool__", "__int__", "__float__", "synchronize")
         elif name == "no copy wrappers":
             unwrap("to", "cuda", "copy_")
-        elif name == "no forward hooks":
+        elif name == "no forward timing":
             probe.roots.set_enabled(False)
         elif name == "no optimizer wrapper":  # (no step ends either: the boundary's work goes too)
             torch_hooks._enabled = False  # (the classes' wrappers only call through; set_enabled(True) resets it)
 
     names = ["all on", "no gpu timing", "no copies", "no op counter", "no sampler", "no next() wrapper",
-             "no backward wrapper", "no sync wrappers", "no copy wrappers", "no forward hooks", "no optimizer wrapper"]
+             "no backward wrapper", "no sync wrappers", "no copy wrappers", "no forward timing", "no optimizer wrapper"]
     if a.variants:
         names = ["all on", *(n for n in names if n in a.variants.split(",") and n != "all on")]
     ratios = {n: [] for n in names}

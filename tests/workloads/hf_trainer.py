@@ -67,7 +67,7 @@ def tuimon_off(parts):
     for part in parts:
         if part == "all":
             if p.roots is not None and p.roots.discovering:
-                p.roots._end_discovery()  # (its global module hooks go; the roots' own then go with the rest)
+                p.roots._end_discovery()  # (its global module hooks go; the roots' class wrappers then go with the rest)
             api.switch(p, False)
         elif part in ("dp", "syncs"):
             for owner, name, orig, _ in torch_hooks._swaps:  # (the probe's own list: a benchmark may read it)

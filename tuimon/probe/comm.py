@@ -58,7 +58,9 @@ class CommTiming:
         self.reducing = 0  # bytes a DDP forward of this step will all-reduce in backward (0: none)
         self._final: tuple[int, object] | None = None  # (host ns, event) when backward's gradients were all queued
         self._armed = False  # this backward's final callback is queued
-        self._hooked: weakref.WeakSet = weakref.WeakSet()  # DDP modules whose parameters have our hook
+        # DDP modules whose parameters have our hook, by id: (the module, weakly; its gradients' bytes; the
+        # hooks). Kept here, never in the module: the job's copy.deepcopy(ddp) would copy the probe with it
+        self._ddp: dict[int, tuple[weakref.ref, int, list]] = {}
         self._names: dict[str, int] = {}
         self._bytes_id, self._calls_id = intern("comm.bytes"), intern("comm.calls")
         self.gpu: GpuTiming | None = None  # the probe's GpuTiming: its measured steps get event pairs (none without it)
@@ -91,19 +93,25 @@ class CommTiming:
 
     def ddp_forward(self, module: Any) -> None:
         """A DDP forward that will reduce in its backward (the loop thread)."""
-        nbytes = module.__dict__.get("_tuimon_grad_bytes")
-        if nbytes is None or module.__dict__.get("_tuimon_hooked_by") is not self:  # (a WeakSet lookup costs more)
+        seen = self._ddp.get(id(module))
+        if seen is None or seen[0]() is not module:
             params = [p for p in (getattr(module, "_module_parameters", None) or module.parameters()) if p.requires_grad]
-            nbytes = module.__dict__["_tuimon_grad_bytes"] = _nbytes(params)  # what its reduction moves
+            nbytes = _nbytes(params)  # what its reduction moves
             picks = params[:1] if not getattr(module, "find_unused_parameters", False) else \
                 list({id(p): p for p in (params[:1] + params[len(params) // 2:][:1] + params[-1:])}.values())
             try:
-                module.__dict__["_tuimon_hooks"] = [p.register_post_accumulate_grad_hook(self._queue_final) for p in picks]
+                hooks = [p.register_post_accumulate_grad_hook(self._queue_final) for p in picks]
             except Exception:  # noqa: BLE001 - a torch without the hook: no DDP timing
-                module.__dict__["_tuimon_hooks"] = []
-            module.__dict__["_tuimon_hooked_by"] = self
-            self._hooked.add(module)
+                hooks = []
+            self._ddp[id(module)] = seen = (weakref.ref(module, self._forget), nbytes, hooks)
+        nbytes = seen[1]
         self.reducing = nbytes
+
+    def _forget(self, ref: weakref.ref) -> None:
+        """A DDP module is gone: its id may be another module's next."""
+        for key, seen in list(self._ddp.items()):
+            if seen[0] is ref:
+                del self._ddp[key]
 
     def sample_ddp(self, step: int) -> None:
         """(the control thread, ~every 0.5 s) DDP's own timing of the last iteration it sampled (every
@@ -111,7 +119,8 @@ class CommTiming:
         it between ranks: waiting NCCL kernels slow the backward of the ranks that wait
         (analysis/ranks.py)."""
         try:
-            module = next(iter(list(self._hooked)), None)  # (a job's DDP model; the loop may add one meanwhile)
+            module = next((m for m in (ref() for ref, _, _ in list(self._ddp.values())) if m is not None), None)
+            #   (a job's DDP model; the loop may add one meanwhile)
             data = module._get_ddp_logging_data() if module is not None else {}
         except Exception:  # noqa: BLE001 - a DDP without its logger, or a set changed under us: none this time
             return
@@ -125,11 +134,10 @@ class CommTiming:
         """Off: the parameters' hooks removed (a forward re-adds them once the probe is on again)."""
         if on:
             return
-        for module in list(self._hooked):
-            for h in module.__dict__.pop("_tuimon_hooks", []):
+        for _, _, hooks in list(self._ddp.values()):
+            for h in hooks:
                 h.remove()
-            module.__dict__.pop("_tuimon_hooked_by", None)
-        self._hooked = weakref.WeakSet()
+        self._ddp = {}
 
     def _queue_final(self, param: Any) -> None:
         # (in the engine, as a gradient is accumulated: the loop thread waits in backward meanwhile)

@@ -1,6 +1,6 @@
 """The probe's marks on the functions it puts in torch's place: `_tuimon` (this is a wrapper of
 the probe's: not wrapped twice), `_tuimon_times_forward` (a module class's forward wrapper that opens
-the forward phase itself: torch_hooks.ModuleRoots leaves its modules unhooked). Set once, when a
+the forward phase itself: torch_hooks.ModuleRoots leaves its class's __call__ as it is). Set once, when a
 wrapper is made, never on the hot path; read with getattr(fn, name, False)."""
 
 from __future__ import annotations

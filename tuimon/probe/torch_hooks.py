@@ -3,7 +3,7 @@
 - data: next() on any DataLoader iterator (the time the loop waits for a batch);
 - forward: the outermost nn.Module calls of the loop thread. A global module hook slows every
   module call of the model, so it only runs for the first DISCOVER_STEPS steps, to find those
-  outermost modules; then only they keep hooks (one call each per step);
+  outermost modules; then only they are timed, by their class's __call__ (one call each per step);
 - backward: torch.autograd.backward (which Tensor.backward calls) / torch.autograd.grad;
 - optimizer: the whole optimizer.step() call, torch's wrapper included (its record_function and the
   job's step hooks: a third of a small optimizer's step), from a wrapper around each optimizer
@@ -18,12 +18,13 @@
   other ops (nonzero, boolean masks) are not caught.
 
 Every wrapper calls the original and keeps its behaviour (results, exceptions). Under
-torch.compile's tracing the hooks step aside (_compile_check), so compiled code
-never sees them."""
+torch.compile's tracing every wrapper and hook calls straight through (_compile_check), so
+compiled code gets no op of tuimon's (dynamo may still start a frame at a wrapper)."""
 
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 import weakref
@@ -34,12 +35,15 @@ from typing import TYPE_CHECKING, Any
 from . import comm, copies, data_parallel, graphs, state
 from .anatomy import BACKWARD, COPY, DATA, FORWARD, OPTIMIZER, SYNC
 from .core import BACKWARD_CALL, FORWARD_CALL, Probe
-from .marks import mark
+from .marks import TIMES_FORWARD, mark
 
 if TYPE_CHECKING:
     from .copies import Copies
 
 DISCOVER_STEPS = 3
+_CALL = "__call__"  # (where ModuleRoots times a root: its class's)
+# class -> (its own __call__ or None, the wrapper ModuleRoots put there); weakly: fx makes a class per GraphModule
+_class_calls: weakref.WeakKeyDictionary[type, tuple[Any, Any]] = weakref.WeakKeyDictionary()
 _compiling: Callable[[], bool]  # torch.compiler.is_dynamo_compiling, bound by patch() (why: _compile_check); no
 #   wrapper is in place before it is
 _swaps: list[tuple[object, str, object, object]] = []  # (owner, name, original, wrapper)
@@ -62,10 +66,8 @@ def set_enabled(on: bool) -> None:
     _enabled = on
     for owner, name, orig, wrapper in _swaps:
         setattr(owner, name, wrapper if on else orig)
-    p = state.probe
-    roots, comm_timing = getattr(p, "roots", None), getattr(p, "comm", None)
-    if roots is not None:
-        roots.set_enabled(on)
+    ModuleRoots.set_enabled(on)
+    comm_timing = getattr(state.probe, "comm", None)
     if comm_timing is not None:
         comm_timing.set_enabled(on)
 
@@ -494,11 +496,15 @@ class ModuleRoots:
         self.entered: list[bool] = []  # per open module call: did it open the forward phase?
         self.roots: weakref.WeakSet = weakref.WeakSet()
         self.discovering = discover
+        self._end_due = False  # discovery is over once the open module call ends (on_step)
         self.compiled_seen = not discover  # the job called torch.compile
         self._module_class = torch.nn.Module
         self._global = [nn_module.register_module_forward_pre_hook(self._pre),
                         nn_module.register_module_forward_hook(self._post, always_call=True)] if discover else []
-        self._handles: list = []
+        # After discovery: the roots by id (an entry leaves with its module), timed by their classes'
+        # __call__ (_class_calls). Nothing of the probe's is put into a module (hooks, attributes): the
+        # job's copy.deepcopy(model) and torch.save(model) would carry the probe (and fail on its mmap)
+        self._timed: dict[int, weakref.ref] = {}
         if not discover:
             self._time_compiled_class(getattr(getattr(torch, "_dynamo", None), "OptimizedModule", None))
 
@@ -509,6 +515,8 @@ class ModuleRoots:
         if not a.on_loop():
             return
         opened = self.depth == 0 and a.top not in (DATA, BACKWARD)
+        self.depth += 1  # (first: a step this call ends leaves discovery to the call's end, on_step)
+        self.entered.append(opened)
         if opened:
             if self.discovering:
                 self.roots.add(module)
@@ -517,8 +525,6 @@ class ModuleRoots:
                 p.boundary(FORWARD_CALL)
             p.work_seen = p.work_since_boundary = True
             a.enter(FORWARD)
-        self.depth += 1
-        self.entered.append(opened)
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
         if _compiling() or state.probe is not self.probe:
@@ -532,24 +538,36 @@ class ModuleRoots:
             gpu = self.probe.gpu
             if gpu is not None and gpu.measuring:
                 gpu.mark()  # the outermost forward ended: its kernels are queued
+        if self._end_due and not self.depth:
+            self._end_discovery()
 
     def on_step(self, completed: int) -> None:
-        """After DISCOVER_STEPS steps, keep hooks on the outermost modules only."""
-        if not self.discovering or completed < DISCOVER_STEPS or self.depth:
+        """After DISCOVER_STEPS steps, time the outermost modules only: at once, or where a module
+        call is open (a loop stepped by its model calls), when it ends (its global post hook must run)."""
+        if not self.discovering or completed < DISCOVER_STEPS:
             return
-        self._end_discovery()
+        if self.depth:
+            self._end_due = True
+        else:
+            self._end_discovery()
 
     def _end_discovery(self) -> None:
-        self.discovering = False
+        """The global hooks go: calls open now get no post hook (torch.compile called inside a
+        forward ends discovery there), so they are closed here (the rest of that forward is "other")."""
+        self.discovering = self._end_due = False
         for h in self._global:
             h.remove()
         self._global = []
-        self._hook_roots()
+        if self.depth:
+            if self.entered and self.entered[0] and self.probe.anatomy.on_loop():
+                self.probe.anatomy.exit(FORWARD)
+            self.depth, self.entered = 0, []
+        self._time_roots()
 
     def compiled(self, result: Any) -> None:
         """The job called torch.compile (result: what it returned): discovery ends now, before
-        anything compiled is traced (the roots found so far keep their own hooks, which trace to
-        nothing); a compiled module (OptimizedModule) is a root, timed by its class's __call__."""
+        anything compiled is traced (the roots found so far are timed by their classes' wrappers, which
+        call straight through under tracing); a compiled module (OptimizedModule) is a root, timed by its class's __call__."""
         self.compiled_seen = True
         if self.discovering:
             self._end_discovery()
@@ -557,20 +575,9 @@ class ModuleRoots:
             self._time_compiled_class(type(result))
 
     def _time_compiled_class(self, cls: Any) -> None:
-        """Calls of a compiled module class (OptimizedModule) timed as roots, at the class's __call__."""
-        if isinstance(cls, type) and issubclass(cls, self._module_class) and cls is not self._module_class \
-                and not getattr(cls.__call__, "_tuimon", False):
-            orig_call = cls.__call__
-            roots = self
-
-            @functools.wraps(orig_call)
-            def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
-                if _compiling() or state.probe is not roots.probe:
-                    return orig_call(module, *args, **kwargs)
-                return roots.call(module, orig_call, args, kwargs)
-
-            mark(__call__)
-            _swap(cls, "__call__", __call__)
+        """Calls of a compiled module class (OptimizedModule) timed as roots, every instance."""
+        if isinstance(cls, type) and issubclass(cls, self._module_class):
+            self._time_class(cls, every_instance=True)
 
     def compiled_in_place(self, module: Any) -> None:
         """module.compile(): its calls go to its _compiled_call_impl, which is timed at its boundary."""
@@ -587,20 +594,63 @@ class ModuleRoots:
         mark(timed)
         module._compiled_call_impl = timed
 
-    def _hook_roots(self) -> None:
+    def _time_roots(self) -> None:
+        """Time each root found at its class's __call__ (once a class), or, for a class whose forward
+        wrapper opens the forward phase itself (DataParallel, DDP), there. Module hooks would be
+        cheaper to aim (one instance) but live in the module: its copies and pickles carry them, and
+        they take torch's slow call path (~5 us a call more)."""
         for m in list(self.roots):
-            if getattr(type(m).forward, "_tuimon_times_forward", False):
-                m.__dict__["_tuimon_timed_by"] = self  # module hooks take torch's slow call path: ~5 us a call more
-                continue
             try:
-                self._handles += [m.register_forward_pre_hook(self._pre),
-                                  m.register_forward_hook(self._post, always_call=True)]
-            except Exception:  # noqa: BLE001 - a module that refuses hooks: its time stays "other"
-                pass
+                self._timed[id(m)] = weakref.ref(m, self._forget)
+                cls = type(m)  # (a scripted module's class raises on a plain read of its forward)
+                if not getattr(inspect.getattr_static(cls, "forward", None), TIMES_FORWARD, False):
+                    self._time_class(cls)
+            except Exception:  # noqa: BLE001 - a root the probe cannot time: its time stays "other"
+                continue
+
+    def _time_class(self, cls: type, every_instance: bool = False) -> None:
+        """cls.__call__ wrapped, once in the process: a call of a root of this process's probe (whichever
+        probe is current: a test or a fork makes another; every_instance: any instance is one) opens the
+        forward phase; any other call goes through (one frame and a dict lookup). Where cls inherits
+        nn.Module's own __call__, that is looked up at each call, so a later patch of it (torch.fx's
+        tracer) is seen as before. Each class's wrapper has its own code object: torch.compile of an
+        instance compiles its class's __call__ as its top frame, and dynamo counts recompiles by code
+        object (8 at most): one shared code would let 8 compiled classes use up the others' compiles."""
+        base = self._module_class
+        if cls is base or cls in _class_calls:
+            return
+        orig = cls.__call__
+        inherited = orig is base.__call__
+
+        def __call__(module: Any, /, *args: Any, **kwargs: Any) -> Any:
+            if _compiling():
+                return orig(module, *args, **kwargs)
+            call = base.__call__ if inherited else orig
+            p = state.probe
+            roots = p.roots if p is not None else None
+            if roots is None or not (every_instance or id(module) in roots._timed):
+                return call(module, *args, **kwargs)
+            return roots.call(module, call, args, kwargs)
+
+        code = __call__.__code__
+        named: dict[str, Any] = {"co_qualname" if hasattr(code, "co_qualname") else "co_name": f"{cls.__qualname__}.__call__"}
+        __call__.__code__ = code.replace(**named)
+        functools.update_wrapper(__call__, orig)
+        mark(__call__)
+        _class_calls[cls] = (vars(cls).get(_CALL), __call__)
+        if _enabled:
+            setattr(cls, _CALL, __call__)
+
+    def _forget(self, ref: weakref.ref) -> None:
+        """A timed root is gone: its id may be another module's next."""
+        for key, r in list(self._timed.items()):
+            if r is ref:
+                del self._timed[key]
 
     def times(self, module: Any) -> bool:
-        """Does this root's class wrapper open the forward phase (after discovery, instead of hooks)?"""
-        return module.__dict__.get("_tuimon_timed_by") is self  # (set once discovery is over)
+        """Is this module a root (after discovery)? Asked by the forward wrappers that time their
+        class's roots themselves (DataParallel, DDP)."""
+        return id(module) in self._timed
 
     def call(self, module: Any, forward: Any, args: Any, kwargs: Any) -> Any:
         """forward(module, ...) as a root: what _pre and _post do around it, in one call."""
@@ -627,12 +677,13 @@ class ModuleRoots:
                 if gpu is not None and gpu.measuring:
                     gpu.mark()  # the outermost forward ended: its kernels are queued
 
-    def set_enabled(self, on: bool) -> None:
-        """(after discovery) the outermost modules' hooks on or off"""
-        if self.discovering:
-            return
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        if on:
-            self._hook_roots()
+    @staticmethod
+    def set_enabled(on: bool) -> None:
+        """The roots' class wrappers in place (True) or their classes' own __call__ back (False)."""
+        for cls, (own, wrapper) in list(_class_calls.items()):
+            if on:
+                setattr(cls, _CALL, wrapper)
+            elif own is not None:
+                setattr(cls, _CALL, own)
+            elif _CALL in vars(cls):
+                delattr(cls, _CALL)
