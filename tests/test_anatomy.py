@@ -163,6 +163,17 @@ def test_input_bound_with_idle_workers_names_them(shm_dir, tmp_path):
     assert "TensorBoard" in rules["input-high"]["checks"][0]["source"]
 
 
+def test_input_bound_with_batches_ready_says_the_loop_takes_them_in(shm_dir, tmp_path):
+    """The loop's data wait with every batch made before it asked (its truth: each batch carries the
+    time it was made): its own work of taking 64 tensors in, which more workers do not shorten."""
+    snap, truth = run_planted("intake", tmp_path)
+    assert truth["data_unmade"] < 0.1 and truth["shares"]["data"] >= 0.3, truth  # (the loop as planted)
+    assert abs(snap["data_wait_share"] - truth_over_the_same_steps(snap, truth)["data"]) <= 0.05
+    v = snap["verdict"]
+    assert v["code"] == "input-bound" and "running, not waiting for a batch" in v["next_step"], v
+    assert v["next_step"].endswith("more workers will not help")
+
+
 def test_the_loop_threads_cpu_is_read(shm_dir, tmp_path):
     snap, _ = run_planted("python", tmp_path)
     # the loop spins 30 ms of each ~35 ms step on one core: it uses it, or waits for it on a busy machine

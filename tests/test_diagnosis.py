@@ -356,3 +356,29 @@ def test_a_loop_thread_under_a_full_core_whose_own_line_runs_python_is_not_waiti
     assert diagnose(Evidence(**outside, hot=[line(1 - bar + 0.01, bar - 0.01)])).headline == \
         "host-bound: Python outside the model"
     assert diagnose(Evidence(**outside)).headline == "host-bound: the loop waits elsewhere"  # (no samples: its CPU)
+
+
+def test_a_data_wait_the_loop_spends_running_is_its_own_intake_not_the_workers():
+    """The demo on CI's machine read input-bound (data wait 27%) with the workers at rest and the queue
+    full: the loop thread ran (unpickling each tensor a worker sends, mapping its shared memory) rather
+    than waiting. A majority of its samples in the data phase running (LOOP_BLOCKED_SAMPLES) says
+    more workers will not help; blocked, the workers' advice holds; no samples there, the workers'."""
+    def line(waiting):
+        return HotLine(phase="data", line="train.py:20 in main `for x, y in loader:`", samples=120, share=0.27,
+                       phase_share=1.0, python=1 - waiting, native=0.0, waiting=waiting)
+
+    input_bound = {**CPU_DEMO, "data_share": 0.27, "phases": {**CPU_DEMO["phases"], "data": 0.27, "backward": 0.34},
+                   "workers": 2, "workers_cpu": [20.0, 21.0]}
+    bar = T.LOOP_BLOCKED_SAMPLES.value
+    running = diagnose(Evidence(**input_bound, hot=[line(0.0)]))
+    assert running.code == "input-bound" and running.next_step.startswith("num_workers=2, and the loop thread's "
+                                                                          "samples in its data wait are 100% running")
+    assert "more workers will not help" in running.next_step
+    assert "will not help" in diagnose(Evidence(**input_bound, hot=[line(bar - 0.01)])).next_step
+    for hot in ([line(bar)], [line(1.0)], []):
+        v = diagnose(Evidence(**input_bound, hot=hot))
+        assert v.code == "input-bound" and "wait on I/O" in v.next_step, (hot, v.next_step)
+    busy = diagnose(Evidence(**{**input_bound, "workers_cpu": [99.0, 98.0]}, hot=[line(1.0)]))
+    assert "more workers (cores allowing)" in busy.next_step
+    # num_workers=0: the loop makes its batches, running or not
+    assert diagnose(Evidence(**{**input_bound, "workers": 0}, hot=[line(0.0)])).next_step.startswith("num_workers=0")

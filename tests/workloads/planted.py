@@ -12,6 +12,9 @@ KIND (CPU and GPU):
   phases      data 10 ms (a batch made in the loop), forward 15, backward 10, optimizer 5, other 8
   lightning   the same, with forward and backward inside optimizer.step(closure), 2 micro-batches
   input       batches take 60 ms each in 2 workers; the model computes ~5 ms
+  intake      batches of 64 small tensors, made at once in 2 workers; the model computes ~25 ms: the loop's
+              data wait is its own work of taking each batch in (truth: the share of next() before its batch
+              was made, and how much of next() its thread ran, waited for a core, or was blocked: schedstat)
   python      30 ms of Python per step outside the model, no syncs
   hotspot     a small model, then 20 ms of Python at one line outside it (its share: hot_share)
   wait        a small model, then 20 ms blocked in a native call outside it (a lock's acquire with a timeout)
@@ -242,6 +245,33 @@ def run(kind: str, seconds: float, truth_path: str | None, device: str) -> None:
         truth.write()
         return
 
+    if kind == "intake":
+        net = SlowForward(15).to(dev)
+        opt = torch.optim.SGD(net.parameters(), lr=0.01)
+        loader = DataLoader(Made(_many_tensors, 0), batch_size=None, num_workers=2, persistent_workers=True)
+        it = iter(loader)
+        ran = waited = wall = unmade = 0.0
+        while time.monotonic() < end:
+            t0 = time.perf_counter()
+            r0, q0 = _schedstat()
+            batch = next(it)
+            r1, q1 = _schedstat()
+            b = time.perf_counter()
+            made = batch[-1].item()  # (perf_counter is CLOCK_MONOTONIC: one clock for every process)
+            loss = nn.functional.mse_loss(net(batch[0].to(dev)), batch[1].to(dev))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if truth.steps >= WARMUP_STEPS:
+                ran, waited, wall = ran + r1 - r0, waited + q1 - q0, wall + b - t0
+                unmade += min(max(0.0, made - t0), b - t0)
+                truth.extra["data_unmade"] = unmade / wall  # of the loop's time in next(): before its batch was made
+                truth.extra["data_running"] = ran / wall  # of the loop's time in next(): on a CPU
+                truth.extra["data_blocked"] = max(0.0, 1 - (ran + waited) / wall)  # neither running nor runnable
+            truth.add(time.perf_counter() - t0, data=b - t0)
+        truth.write()
+        return
+
     # The loops below make their data on the device ahead of time: no input wait.
     if kind == "python":
         net = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 1)).to(dev)
@@ -460,6 +490,19 @@ class GpuClock:
         n = self.n.get(name, 0)
         if n and truth.steps > WARMUP_STEPS:
             truth.extra[key] = min(1.0, self.ms[name] / 1e3 / (truth.step_s * n / (truth.steps - WARMUP_STEPS)))
+
+
+def _many_tensors(i: int) -> list[torch.Tensor]:
+    """A batch of 64 tensors (inputs, targets, 61 small fields), and last the time it was made."""
+    return [torch.randn(16, 32), torch.randn(16, 1)] + [torch.randn(8) for _ in range(61)] + \
+        [torch.tensor([time.perf_counter()], dtype=torch.float64)]
+
+
+def _schedstat() -> tuple[float, float]:
+    """The calling thread's time on a CPU and time runnable waiting for one (s), from the kernel."""
+    with open("/proc/thread-self/schedstat") as f:
+        run_ns, wait_ns, _ = f.read().split()
+    return int(run_ns) / 1e9, int(wait_ns) / 1e9
 
 
 def _plain_step(net, opt, x):

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import field
 from typing import NamedTuple
 
+from ...model import HotLine
 from ...model.record import record
 from ...model.units import percent, share
 from ...model.vocab import Confidence, RuleCode, VerdictCode
@@ -103,6 +104,12 @@ def loop_cpu(e: Evidence) -> tuple[float | None, str]:
     if h.loop_cpu is None:
         return None, "loop thread CPU not read yet"
     return h.loop_cpu + wait, f"loop thread at {h.loop_cpu:.0f}% CPU" + (f" + {wait:.0f}% waiting for a core" if wait else "")
+
+
+def blocked_share(hot: list[HotLine], phase: str) -> float | None:
+    """Of a phase's samples, the share the loop thread spent blocked in calls (None: no samples)."""
+    n = sum(h.samples for h in hot if h.phase == phase)
+    return sum(h.samples * h.waiting for h in hot if h.phase == phase) / n if n else None
 
 
 def optimizer_step(e: Evidence, opt: float) -> str:

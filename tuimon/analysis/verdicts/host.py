@@ -16,6 +16,7 @@ from .base import (
     Verdict,
     VerdictClass,
     below,
+    blocked_share,
     loop_cpu,
     margin,
     model_share,
@@ -116,7 +117,7 @@ def _outside_model(c: Context, rules: list[Rule], model: float, other: float, co
     if launches is not None:
         return launches
     wait = h.loop_cpu_wait if h.loop_cpu_wait is not None and h.loop_cpu_wait >= 0.5 else 0.0
-    blocked = _blocked_share(h.hot, "other")  # (None: no samples there: the CPU alone says it)
+    blocked = blocked_share(h.hot, "other")  # (None: no samples there: the CPU alone says it)
     computing = blocked is not None and blocked < T.LOOP_BLOCKED_SAMPLES.value
     if h.loop_cpu + wait < T.LOOP_CPU_BUSY.value and not computing:
         where = (f"it is blocked at {line.where} ({share(line.waiting)} of that line's samples blocked in a call: a "
@@ -192,12 +193,6 @@ def _ops_explain(ops: int, ms: float) -> bool:
     holds the GIL for microseconds: a sampler that waits for the thread's next bytecode sees the
     line, not the native call; the count tells.)"""
     return ms > 0 and ops * T.OP_HOST_US.value / 1e3 >= 0.5 * ms
-
-
-def _blocked_share(hot: list[HotLine], phase: str) -> float | None:
-    """Of a phase's samples, the share the loop thread spent blocked in calls (None: no samples)."""
-    n = sum(h.samples for h in hot if h.phase == phase)
-    return sum(h.samples * h.waiting for h in hot if h.phase == phase) / n if n else None
 
 
 def _native_share(hot: list[HotLine], phase: str) -> float:

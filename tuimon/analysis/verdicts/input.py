@@ -6,7 +6,7 @@ classes."""
 from __future__ import annotations
 
 from .. import thresholds as T
-from .base import Context, Rule, Verdict, VerdictClass, at_least, margin, outranked, share
+from .base import Context, Rule, Verdict, VerdictClass, at_least, blocked_share, margin, outranked, share
 from .evidence import Evidence
 
 
@@ -38,9 +38,24 @@ def _verdict(c: Context, rules: list[Rule], high: bool) -> Verdict:
 
 
 def _next_step(e: Evidence) -> str:
+    """What to change, from who holds the time. num_workers=0: the loop makes its batches. The loop
+    thread's samples in the data phase mostly running (not blocked, LOOP_BLOCKED_SAMPLES): it was
+    not waiting for a batch to be made (a wait that long is a blocked sample) but taking ready ones
+    in: each tensor of a worker's batch is unpickled and its shared memory fetched from the worker
+    (a round trip, under a millisecond: too short for a blocked sample) on the loop's thread. The
+    cost grows with the tensors a batch holds (with the queue full, 1.1 ms of next() for a batch of
+    one tensor, 15-24 ms for one of 64: torch 2.13 on a 2-core machine), and more workers do not
+    shorten it. Blocked: it waited for the workers, busy or not."""
     w = e.workers
     if w.count == 0:
         return "num_workers=0: the loop makes its own batches: DataLoader(num_workers=N) loads them in parallel"
+    blocked = blocked_share(e.host.hot, "data")
+    if w.count and blocked is not None and blocked < T.LOOP_BLOCKED_SAMPLES.value:
+        return (f"num_workers={w.count}, and the loop thread's samples in its data wait are {share(1 - blocked)} "
+                "running, not waiting for a batch: the batches were ready and the loop spends the time taking "
+                "them in (each tensor a worker sends is unpickled and fetched from the worker on the loop's "
+                "thread): fewer, larger tensors per batch (stack the fields a batch sends apart); more workers "
+                "will not help")
     if w.count and w.cpu:
         mean = sum(w.cpu) / len(w.cpu)
         if mean >= T.WORKERS_BUSY.value:
