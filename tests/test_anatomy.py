@@ -10,6 +10,7 @@ import time
 import pytest
 
 from tests.conftest import ROOT, tuimon_cmd, wait_for
+from tuimon.probe import sampler
 
 PLANTED = str(ROOT / "tests" / "workloads" / "planted.py")
 PHASES = ("data", "forward", "backward", "optimizer", "sync", "other")
@@ -164,14 +165,20 @@ def test_input_bound_with_idle_workers_names_them(shm_dir, tmp_path):
 
 
 def test_input_bound_with_batches_ready_says_the_loop_takes_them_in(shm_dir, tmp_path):
-    """The loop's data wait with every batch made before it asked (its truth: each batch carries the
-    time it was made): its own work of taking 64 tensors in, which more workers do not shorten."""
+    """The loop's data wait with every batch built before it asked (its truth: each batch carries the
+    time its list was made; sharing and sending it come after): its own work of taking 64 tensors
+    in, which more workers do not shorten. Needs the probe's native sampler (from outside, the
+    sampler reads a loop that lets go of the GIL in each tensor's round trip as blocked)."""
+    if sampler.native is None:
+        pytest.skip("no native sampler here (the C extension is not built)")
     snap, truth = run_planted("intake", tmp_path)
-    assert truth["data_unmade"] < 0.1 and truth["shares"]["data"] >= 0.3, truth  # (the loop as planted)
-    assert abs(snap["data_wait_share"] - truth_over_the_same_steps(snap, truth)["data"]) <= 0.05
-    v = snap["verdict"]
-    assert v["code"] == "input-bound" and "running, not waiting for a batch" in v["next_step"], v
-    assert v["next_step"].endswith("more workers will not help")
+    own = {k: truth[k] for k in ("data_unmade", "data_running", "data_blocked")}
+    print("the loop's own split of next():", own, "data share", truth["shares"]["data"])
+    assert truth["data_unmade"] < 0.1 and truth["shares"]["data"] >= 0.25, truth  # (the loop as planted)
+    assert abs(snap["data_wait_share"] - truth_over_the_same_steps(snap, truth)["data"]) <= 0.05, own
+    v, data = snap["verdict"], [h for h in snap["hot_lines"] if h["phase"] == "data"]
+    assert v["code"] == "input-bound" and "running, not waiting for a batch" in v["next_step"], (v, data, own)
+    assert "more workers" in v["next_step"] and "set_sharing_strategy" in v["next_step"]
 
 
 def test_the_loop_threads_cpu_is_read(shm_dir, tmp_path):

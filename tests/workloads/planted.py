@@ -13,8 +13,8 @@ KIND (CPU and GPU):
   lightning   the same, with forward and backward inside optimizer.step(closure), 2 micro-batches
   input       batches take 60 ms each in 2 workers; the model computes ~5 ms
   intake      batches of 64 small tensors, made at once in 2 workers; the model computes ~25 ms: the loop's
-              data wait is its own work of taking each batch in (truth: the share of next() before its batch
-              was made, and how much of next() its thread ran, waited for a core, or was blocked: schedstat)
+              data wait is its own work of taking each batch in (truth: the share of next() before its batch's
+              list was built, and how much of next() its thread ran, waited for a core, or was blocked: schedstat)
   python      30 ms of Python per step outside the model, no syncs
   hotspot     a small model, then 20 ms of Python at one line outside it (its share: hot_share)
   wait        a small model, then 20 ms blocked in a native call outside it (a lock's acquire with a timeout)
@@ -265,7 +265,7 @@ def run(kind: str, seconds: float, truth_path: str | None, device: str) -> None:
             if truth.steps >= WARMUP_STEPS:
                 ran, waited, wall = ran + r1 - r0, waited + q1 - q0, wall + b - t0
                 unmade += min(max(0.0, made - t0), b - t0)
-                truth.extra["data_unmade"] = unmade / wall  # of the loop's time in next(): before its batch was made
+                truth.extra["data_unmade"] = unmade / wall  # of the loop's time in next(): before its batch was built
                 truth.extra["data_running"] = ran / wall  # of the loop's time in next(): on a CPU
                 truth.extra["data_blocked"] = max(0.0, 1 - (ran + waited) / wall)  # neither running nor runnable
             truth.add(time.perf_counter() - t0, data=b - t0)
@@ -499,9 +499,13 @@ def _many_tensors(i: int) -> list[torch.Tensor]:
 
 
 def _schedstat() -> tuple[float, float]:
-    """The calling thread's time on a CPU and time runnable waiting for one (s), from the kernel."""
-    with open("/proc/thread-self/schedstat") as f:
-        run_ns, wait_ns, _ = f.read().split()
+    """The calling thread's time on a CPU and time runnable waiting for one (s), from the kernel
+    (0, 0 where it keeps no such count: the split then reads all blocked)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            run_ns, wait_ns, _ = f.read().split()
+    except (OSError, ValueError):
+        return 0.0, 0.0
     return int(run_ns) / 1e9, int(wait_ns) / 1e9
 
 

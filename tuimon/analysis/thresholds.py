@@ -51,7 +51,9 @@ LOOP_BLOCKED_SAMPLES = Threshold(0.5, "", "py-spy's idle detection (a sample is 
                                          "majority of the loop thread's samples outside the model: a thread under "
                                          "LOOP_CPU_BUSY whose own samples there are mostly running (Python, or a "
                                          "native call on a CPU) computes; its CPU over the window also counts the "
-                                         "time it waited for the GIL")
+                                         "time it waited for the GIL. In the data phase: a loop whose samples "
+                                         "there are mostly running takes ready batches in rather than waiting "
+                                         "for them to be made")
 WORKERS_BUSY = Threshold(90, "%", "as above, for each DataLoader worker process")
 STRAGGLER = Threshold(1 / 0.7, "x", "NVIDIA Resiliency Extension's straggler detection: a rank whose relative "
                                     "performance score is below 0.7 (its default gpu_relative_perf_threshold) is a "

@@ -39,23 +39,31 @@ def _verdict(c: Context, rules: list[Rule], high: bool) -> Verdict:
 
 def _next_step(e: Evidence) -> str:
     """What to change, from who holds the time. num_workers=0: the loop makes its batches. The loop
-    thread's samples in the data phase mostly running (not blocked, LOOP_BLOCKED_SAMPLES): it was
-    not waiting for a batch to be made (a wait that long is a blocked sample) but taking ready ones
-    in: each tensor of a worker's batch is unpickled and its shared memory fetched from the worker
-    (a round trip, under a millisecond: too short for a blocked sample) on the loop's thread. The
-    cost grows with the tensors a batch holds (with the queue full, 1.1 ms of next() for a batch of
-    one tensor, 15-24 ms for one of 64: torch 2.13 on a 2-core machine), and more workers do not
-    shorten it. Blocked: it waited for the workers, busy or not."""
+    thread's samples in the data phase mostly running (not blocked, LOOP_BLOCKED_SAMPLES, over at
+    least HOT_MIN_SAMPLES of them): it was not waiting for a batch to be made (a wait that long is a
+    blocked sample) but taking ready ones in: a worker's batch is unpickled on the loop's thread, and
+    each tensor's shared memory fetched from the worker (a round trip, under a millisecond on a quiet
+    machine: too short for a blocked sample). Measured with the queue full (torch 2.13, 2 cores): 1.1
+    ms of next() for a batch of one tensor, 15-24 ms for one of 64; beside two CPU burners 1.6 and 51
+    ms, and 1.2 and 12 ms under the file_system sharing strategy (no round trip: named shared memory,
+    which a killed job can leave behind, as PyTorch's docs warn). More workers shorten only the
+    blocked part. Blocked: it waited for the workers, busy or not. (With pin_memory=True the
+    pin-memory thread takes the batches in (torch/utils/data/_utils/pin_memory.py) while the loop
+    waits on its queue: blocked samples, the workers' advice; not checked on a GPU.)"""
     w = e.workers
     if w.count == 0:
         return "num_workers=0: the loop makes its own batches: DataLoader(num_workers=N) loads them in parallel"
-    blocked = blocked_share(e.host.hot, "data")
+    data_samples = sum(h.samples for h in e.host.hot if h.phase == "data")
+    blocked = blocked_share(e.host.hot, "data") if data_samples >= T.HOT_MIN_SAMPLES.value else None
     if w.count and blocked is not None and blocked < T.LOOP_BLOCKED_SAMPLES.value:
+        workers = (f"more workers shorten at most the {share(blocked)} blocked" if blocked >= 0.005 else
+                   "more workers will not help")
         return (f"num_workers={w.count}, and the loop thread's samples in its data wait are {share(1 - blocked)} "
-                "running, not waiting for a batch: the batches were ready and the loop spends the time taking "
-                "them in (each tensor a worker sends is unpickled and fetched from the worker on the loop's "
-                "thread): fewer, larger tensors per batch (stack the fields a batch sends apart); more workers "
-                "will not help")
+                "running, not waiting for a batch: the batches were ready and the loop's own work in next() holds "
+                "the time (a worker's batch is unpickled on the loop's thread, each tensor's shared memory fetched "
+                "from the worker): fewer, larger tensors per batch, larger batches, or "
+                "torch.multiprocessing.set_sharing_strategy('file_system') (no round trip per tensor; named shared "
+                f"memory that a killed job can leave behind); {workers}")
     if w.count and w.cpu:
         mean = sum(w.cpu) / len(w.cpu)
         if mean >= T.WORKERS_BUSY.value:
