@@ -165,9 +165,21 @@ def test_a_loop_slowing_by_30_percent_mid_run_is_caught_and_a_steady_copy_is_not
         assert "backward grew" in line, line
 
         time.sleep(max(0.0, slowed_at + 12 - time.monotonic()))  # the window all slow steps now
+        asked = time.monotonic()
         code, doc = once_json(slowing.pid, base)
         done = time.monotonic()
-        assert code == 3 and doc["baseline"]["state"] == "regression" and doc["baseline"]["grown"]["name"] == "backward"
+        if code == 0:
+            # Undecided is by design when a window holds a slow spike (one batch widens the spread and decides
+            # nothing: regression.py), or it is still collecting; never 'faster'. A CI run's one-shot here exited
+            # 0 while the monitor had flagged 7.9 s after the slowdown. A second window must decide.
+            said = [line[-90:] for t, line in watching["slowing"].lines if asked <= t <= done]
+            print(f"first one-shot undecided: {json.dumps(doc['baseline'])[:1500]}; the monitor meanwhile: {said}")
+            assert doc["baseline"]["state"] in ("same", "collecting"), doc["baseline"]
+            assert doc["baseline"]["state"] == "collecting" or doc["baseline"]["p_value"] >= T.REGRESSION_P.value
+            code, doc = once_json(slowing.pid, base)
+            done = time.monotonic()
+        assert code == 3 and doc["baseline"]["state"] == "regression" and doc["baseline"]["grown"]["name"] == "backward", \
+            doc["baseline"]
         # What the ratio claims, by the loops' own timers: this loop's steps over the span judged against
         # the steady loop's while the baseline was saved from it. (Not this loop's own after/before: on
         # 2 shared cores the two loops did not run at one speed before the slowdown: 1.210 against

@@ -115,7 +115,7 @@ def test_thresholds_are_exactly_where_the_sources_put_them():
 
 def test_next_steps_come_from_the_evidence():
     e = Evidence(**{**HOST, "data_share": 0.4, "workers": 4, "workers_cpu": [99, 100, 98, 97]}, **gpm(30))
-    assert diagnose(e).next_step.startswith("num_workers=4 and the workers at 98% CPU: more workers")
+    assert diagnose(e).next_step.startswith("num_workers=4, the workers at 98% CPU: more workers")
     e = Evidence(**{**HOST, "sync_share": 0.3, "sync_per_step": 312.0, "sync_mean_us": 95.0,
                     "sync_sites": [("train.py:88", 312.0)]}, **gpm(20))
     assert diagnose(e).next_step.startswith("312 syncs per step at train.py:88 (312/step)")
@@ -362,7 +362,8 @@ def test_a_data_wait_the_loop_spends_running_is_its_own_intake_not_the_workers()
     """The demo on CI's machine read input-bound (data wait 27%) with the workers at rest and the queue
     full: the loop thread ran (unpickling each tensor a worker sends, mapping its shared memory) rather
     than waiting. A majority of its samples in the data phase running (LOOP_BLOCKED_SAMPLES) says
-    more workers will not help; blocked, the workers' advice holds; no samples there, the workers'."""
+    more workers will not help, or shorten the blocked part; blocked, the workers' advice holds; no
+    samples there, the workers'."""
     def line(waiting, samples=120):
         return HotLine(phase="data", line="train.py:20 in main `for x, y in loader:`", samples=samples, share=0.27,
                        phase_share=1.0, python=1 - waiting, native=0.0, waiting=waiting)
@@ -374,8 +375,12 @@ def test_a_data_wait_the_loop_spends_running_is_its_own_intake_not_the_workers()
     assert running.code == "input-bound" and running.next_step.startswith("num_workers=2, and the loop thread's "
                                                                           "samples in its data wait are 100% running")
     assert running.next_step.endswith("more workers will not help") and "set_sharing_strategy" in running.next_step
+    # a blocked part that alone is a moderate input wait (INPUT_MODERATE) brings the workers' advice with it
     assert diagnose(Evidence(**input_bound, hot=[line(bar - 0.01)])).next_step.endswith(
-        "more workers shorten at most the 49% blocked")
+        "; the 49% blocked (13% of the step) waits for the workers: the workers at 20% CPU (not busy): they wait on "
+        "I/O: faster storage, cached or pre-decoded data, a larger prefetch_factor")
+    assert diagnose(Evidence(**input_bound, hot=[line(0.15)])).next_step.endswith(  # (4% of the step)
+        "; more workers shorten at most the 15% blocked")
     few = int(T.HOT_MIN_SAMPLES.value) - 1  # (too few samples in the phase to say how it was spent)
     for hot in ([line(bar)], [line(1.0)], [], [line(0.0, samples=few)]):
         v = diagnose(Evidence(**input_bound, hot=hot))

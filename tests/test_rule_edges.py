@@ -95,7 +95,7 @@ def test_each_threshold_on_both_sides(at, under):
 def test_dataloader_workers_at_90_percent_are_busy():
     def step(cpu: list[float]) -> str:
         return diagnose(Evidence(**{**HOST, "data_share": 0.4}, **gpm(30), workers=2, workers_cpu=cpu)).next_step
-    assert step([90.0, 90.0]).startswith("num_workers=2 and the workers at 90% CPU: more workers")
+    assert step([90.0, 90.0]).startswith("num_workers=2, the workers at 90% CPU: more workers")
     assert step([90.0, 89.9]).startswith("num_workers=2, the workers at 90% CPU (not busy)")
     assert diagnose(Evidence(**{**HOST, "data_share": 0.4}, **gpm(30), workers=0)).next_step.startswith("num_workers=0")
 

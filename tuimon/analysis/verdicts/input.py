@@ -47,7 +47,10 @@ def _next_step(e: Evidence) -> str:
     ms of next() for a batch of one tensor, 15-24 ms for one of 64; beside two CPU burners 1.6 and 51
     ms, and 1.2 and 12 ms under the file_system sharing strategy (no round trip: named shared memory,
     which a killed job can leave behind, as PyTorch's docs warn). More workers shorten only the
-    blocked part. Blocked: it waited for the workers, busy or not. (With pin_memory=True the
+    blocked part; when that part alone is a moderate input wait (INPUT_MODERATE of the step), the
+    workers' advice comes with it (CI's loaded 2-core machine read a loop that waits for two idle
+    workers' 60 ms batches 54% running in next(): its intake stretched, and half the wait was still
+    for the workers). Blocked: it waited for the workers, busy or not. (With pin_memory=True the
     pin-memory thread takes the batches in (torch/utils/data/_utils/pin_memory.py) while the loop
     waits on its queue: blocked samples, the workers' advice; not checked on a GPU.)"""
     w = e.workers
@@ -55,22 +58,32 @@ def _next_step(e: Evidence) -> str:
         return "num_workers=0: the loop makes its own batches: DataLoader(num_workers=N) loads them in parallel"
     data_samples = sum(h.samples for h in e.host.hot if h.phase == "data")
     blocked = blocked_share(e.host.hot, "data") if data_samples >= T.HOT_MIN_SAMPLES.value else None
-    if w.count and blocked is not None and blocked < T.LOOP_BLOCKED_SAMPLES.value:
-        workers = (f"more workers shorten at most the {share(blocked)} blocked" if blocked >= 0.005 else
-                   "more workers will not help")
-        return (f"num_workers={w.count}, and the loop thread's samples in its data wait are {share(1 - blocked)} "
-                "running, not waiting for a batch: the batches were ready and the loop's own work in next() holds "
-                "the time (a worker's batch is unpickled on the loop's thread, each tensor's shared memory fetched "
-                "from the worker): fewer, larger tensors per batch, larger batches, or "
-                "torch.multiprocessing.set_sharing_strategy('file_system') (no round trip per tensor; named shared "
-                f"memory that a killed job can leave behind); {workers}")
-    if w.count and w.cpu:
-        mean = sum(w.cpu) / len(w.cpu)
+    if not w.count or blocked is None or blocked >= T.LOOP_BLOCKED_SAMPLES.value:
+        return f"num_workers={w.count}, {_for_the_workers(e)}" if w.count else _for_the_workers(e)
+    data = e.window.data_share or 0.0
+    if blocked * data >= T.INPUT_MODERATE.value:  # (the blocked part alone a moderate input wait)
+        workers = (f"the {share(blocked)} blocked ({share(blocked * data)} of the step) waits for the workers: "
+                   f"{_for_the_workers(e)}")
+    elif blocked >= 0.005:
+        workers = f"more workers shorten at most the {share(blocked)} blocked"
+    else:
+        workers = "more workers will not help"
+    return (f"num_workers={w.count}, and the loop thread's samples in its data wait are {share(1 - blocked)} "
+            "running, not waiting for a batch: the batches were ready and the loop's own work in next() holds "
+            "the time (a worker's batch is unpickled on the loop's thread, each tensor's shared memory fetched "
+            "from the worker): fewer, larger tensors per batch, larger batches, or "
+            "torch.multiprocessing.set_sharing_strategy('file_system') (no round trip per tensor; named shared "
+            f"memory that a killed job can leave behind); {workers}")
+
+
+def _for_the_workers(e: Evidence) -> str:
+    """What shortens a wait for the workers, from how busy they are."""
+    if e.workers.cpu:
+        mean = sum(e.workers.cpu) / len(e.workers.cpu)
         if mean >= T.WORKERS_BUSY.value:
-            return (f"num_workers={w.count} and the workers at {mean:.0f}% CPU: more workers (cores allowing) "
-                    "or cheaper transforms")
-        return (f"num_workers={w.count}, the workers at {mean:.0f}% CPU (not busy): they wait on I/O: faster "
-                "storage, cached or pre-decoded data, a larger prefetch_factor")
+            return f"the workers at {mean:.0f}% CPU: more workers (cores allowing) or cheaper transforms"
+        return (f"the workers at {mean:.0f}% CPU (not busy): they wait on I/O: faster storage, cached or "
+                "pre-decoded data, a larger prefetch_factor")
     return "the loop waits for batches: more DataLoader workers, or cheaper transforms"
 
 
