@@ -377,8 +377,8 @@ def test_a_data_wait_the_loop_spends_running_is_its_own_intake_not_the_workers()
     assert running.next_step.endswith("more workers will not help") and "set_sharing_strategy" in running.next_step
     # a blocked part that alone is a moderate input wait (INPUT_MODERATE) brings the workers' advice with it
     assert diagnose(Evidence(**input_bound, hot=[line(bar - 0.01)])).next_step.endswith(
-        "; the 49% blocked (13% of the step) waits for the workers: the workers at 20% CPU (not busy): they wait on "
-        "I/O: faster storage, cached or pre-decoded data, a larger prefetch_factor")
+        "; more workers shorten at most the 49% blocked (13% of the step: the workers at 20% CPU (not busy): they "
+        "wait on I/O: faster storage, cached or pre-decoded data, a larger prefetch_factor)")
     assert diagnose(Evidence(**input_bound, hot=[line(0.15)])).next_step.endswith(  # (4% of the step)
         "; more workers shorten at most the 15% blocked")
     few = int(T.HOT_MIN_SAMPLES.value) - 1  # (too few samples in the phase to say how it was spent)

@@ -61,16 +61,12 @@ def _next_step(e: Evidence) -> str:
     if not w.count or blocked is None or blocked >= T.LOOP_BLOCKED_SAMPLES.value:
         return f"num_workers={w.count}, {_for_the_workers(e)}" if w.count else _for_the_workers(e)
     data = e.window.data_share or 0.0
+    workers = f"more workers shorten at most the {share(blocked)} blocked" if blocked >= 0.005 else \
+        "more workers will not help"
     if blocked * data >= T.INPUT_MODERATE.value:  # (the blocked part alone a moderate input wait)
-        workers = (f"the {share(blocked)} blocked ({share(blocked * data)} of the step) waits for the workers: "
-                   f"{_for_the_workers(e)}")
-    elif blocked >= 0.005:
-        workers = f"more workers shorten at most the {share(blocked)} blocked"
-    else:
-        workers = "more workers will not help"
+        workers += f" ({share(blocked * data)} of the step: {_for_the_workers(e)})"
     return (f"num_workers={w.count}, and the loop thread's samples in its data wait are {share(1 - blocked)} "
-            "running, not waiting for a batch: the batches were ready and the loop's own work in next() holds "
-            "the time (a worker's batch is unpickled on the loop's thread, each tensor's shared memory fetched "
+            "running, not waiting for a batch: the loop's own work in next() holds that time (a worker's batch is unpickled on the loop's thread, each tensor's shared memory fetched "
             "from the worker): fewer, larger tensors per batch, larger batches, or "
             "torch.multiprocessing.set_sharing_strategy('file_system') (no round trip per tensor; named shared "
             f"memory that a killed job can leave behind); {workers}")
