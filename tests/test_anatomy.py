@@ -158,14 +158,15 @@ def test_input_bound_with_idle_workers_names_them(shm_dir, tmp_path):
     v = snap["verdict"]
     assert v["code"] == "input-bound" and v["confidence"] == "high"
     # the workers sleep (I/O-like), so they are not busy: the fix is not "more CPU". It leads when the loop's
-    # samples in next() are mostly blocked (91% here quiet); on CI's loaded machine they were 54% running (its
-    # intake stretched), and the advice led with the intake, the workers' still in it for the 46% blocked.
+    # samples in next() are mostly blocked (76-91% here, quiet or beside burners); on CI's loaded machine they
+    # were 54% running, and the advice leads with the loop's own work, the workers' with it for the blocked part.
     data = [h for h in snap["hot_lines"] if h["phase"] == "data"]
     blocked = sum(h["samples"] * h["waiting"] for h in data) / max(1, sum(h["samples"] for h in data))
     print(f"the loop's data samples {blocked:.0%} blocked; next step: {v['next_step']}")
     assert "the workers at" in v["next_step"] and "wait on I/O" in v["next_step"], (blocked, v["next_step"])
-    if blocked >= T.LOOP_BLOCKED_SAMPLES.value:
-        assert v["next_step"].startswith("num_workers=2, the workers at"), (blocked, v["next_step"])
+    lead = "num_workers=2, the workers at" if blocked >= T.LOOP_BLOCKED_SAMPLES.value else \
+        "num_workers=2, and the loop thread's samples in its data wait are"
+    assert v["next_step"].startswith(lead), (blocked, v["next_step"])
     assert snap["dataloader_workers"] == 2
     rules = {r["code"]: r for r in v["rules"]}
     assert rules["input-high"]["fired"] and rules["input-high"]["checks"][0]["test"] == ">= 20%"

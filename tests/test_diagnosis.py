@@ -375,12 +375,22 @@ def test_a_data_wait_the_loop_spends_running_is_its_own_intake_not_the_workers()
     assert running.code == "input-bound" and running.next_step.startswith("num_workers=2, and the loop thread's "
                                                                           "samples in its data wait are 100% running")
     assert running.next_step.endswith("more workers will not help") and "set_sharing_strategy" in running.next_step
-    # a blocked part that alone is a moderate input wait (INPUT_MODERATE) brings the workers' advice with it
-    assert diagnose(Evidence(**input_bound, hot=[line(bar - 0.01)])).next_step.endswith(
-        "; more workers shorten at most the 49% blocked (13% of the step: the workers at 20% CPU (not busy): they "
-        "wait on I/O: faster storage, cached or pre-decoded data, a larger prefetch_factor)")
-    assert diagnose(Evidence(**input_bound, hot=[line(0.15)])).next_step.endswith(  # (4% of the step)
-        "; more workers shorten at most the 15% blocked")
+    # a blocked part that alone is a moderate input wait (INPUT_MODERATE, ~5% of the step) brings the workers'
+    # advice with it: its words from their CPU, none while that is not read
+    def tail(waiting, **change):
+        return diagnose(Evidence(**{**input_bound, **change}, hot=[line(waiting)])).next_step.split("; ")[-1]
+
+    assert tail(bar - 0.01) == ("more workers shorten at most the 49% blocked, ~13% of the step: the workers at 20% "
+                                "CPU (not busy): they wait on I/O: faster storage, cached or pre-decoded data, a "
+                                "larger prefetch_factor")
+    assert tail(bar - 0.01, workers_cpu=[99.0, 98.0]) == ("more workers shorten at most the 49% blocked, ~13% of the "
+                                                          "step: the workers at 98% CPU: cheaper transforms, or cores "
+                                                          "for more of them")
+    assert tail(bar - 0.01, workers_cpu=[]) == "more workers shorten at most the 49% blocked, ~13% of the step"
+    edge = T.INPUT_MODERATE.value / 0.27  # (the blocked share whose part of the step is the threshold)
+    assert tail(edge + 0.001).startswith(f"more workers shorten at most the {edge + 0.001:.0%} blocked, ~5% of the")
+    assert tail(edge - 0.001) == f"more workers shorten at most the {edge - 0.001:.0%} blocked"
+    assert tail(0.15) == "more workers shorten at most the 15% blocked"  # (~4% of the step)
     few = int(T.HOT_MIN_SAMPLES.value) - 1  # (too few samples in the phase to say how it was spent)
     for hot in ([line(bar)], [line(1.0)], [], [line(0.0, samples=few)]):
         v = diagnose(Evidence(**input_bound, hot=hot))

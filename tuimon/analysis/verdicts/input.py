@@ -49,8 +49,9 @@ def _next_step(e: Evidence) -> str:
     which a killed job can leave behind, as PyTorch's docs warn). More workers shorten only the
     blocked part; when that part alone is a moderate input wait (INPUT_MODERATE of the step), the
     workers' advice comes with it (CI's loaded 2-core machine read a loop that waits for two idle
-    workers' 60 ms batches 54% running in next(): its intake stretched, and half the wait was still
-    for the workers). Blocked: it waited for the workers, busy or not. (With pin_memory=True the
+    workers' 60 ms batches 54% running in next(), quiet 91% blocked; why was not measured there: a
+    longer intake, or Python in next() slowed by the load; half the wait was still for the workers).
+    Blocked: it waited for the workers, busy or not. (With pin_memory=True the
     pin-memory thread takes the batches in (torch/utils/data/_utils/pin_memory.py) while the loop
     waits on its queue: blocked samples, the workers' advice; not checked on a GPU.)"""
     w = e.workers
@@ -59,28 +60,31 @@ def _next_step(e: Evidence) -> str:
     data_samples = sum(h.samples for h in e.host.hot if h.phase == "data")
     blocked = blocked_share(e.host.hot, "data") if data_samples >= T.HOT_MIN_SAMPLES.value else None
     if not w.count or blocked is None or blocked >= T.LOOP_BLOCKED_SAMPLES.value:
-        return f"num_workers={w.count}, {_for_the_workers(e)}" if w.count else _for_the_workers(e)
-    data = e.window.data_share or 0.0
+        advice = _for_the_workers(e) or "the loop waits for batches: more DataLoader workers, or cheaper transforms"
+        return f"num_workers={w.count}, {advice}" if w.count else advice
     workers = f"more workers shorten at most the {share(blocked)} blocked" if blocked >= 0.005 else \
         "more workers will not help"
-    if blocked * data >= T.INPUT_MODERATE.value:  # (the blocked part alone a moderate input wait)
-        workers += f" ({share(blocked * data)} of the step: {_for_the_workers(e)})"
+    part = blocked * (e.window.data_share or 0.0)  # (a share of samples times a timed share: about)
+    if part >= T.INPUT_MODERATE.value:  # (the blocked part alone a moderate input wait)
+        workers += f", ~{share(part)} of the step" + (f": {why}" if (why := _for_the_workers(e, more=False)) else "")
     return (f"num_workers={w.count}, and the loop thread's samples in its data wait are {share(1 - blocked)} "
-            "running, not waiting for a batch: the loop's own work in next() holds that time (a worker's batch is unpickled on the loop's thread, each tensor's shared memory fetched "
-            "from the worker): fewer, larger tensors per batch, larger batches, or "
-            "torch.multiprocessing.set_sharing_strategy('file_system') (no round trip per tensor; named shared "
-            f"memory that a killed job can leave behind); {workers}")
+            "running, not waiting for a batch: the loop's own work in next() holds that time (a worker's batch "
+            "is unpickled on the loop's thread, each tensor's shared memory fetched from the worker): fewer, "
+            "larger tensors per batch, larger batches, or torch.multiprocessing.set_sharing_strategy('file_system') "
+            f"(no round trip per tensor; named shared memory that a killed job can leave behind); {workers}")
 
 
-def _for_the_workers(e: Evidence) -> str:
-    """What shortens a wait for the workers, from how busy they are."""
-    if e.workers.cpu:
-        mean = sum(e.workers.cpu) / len(e.workers.cpu)
-        if mean >= T.WORKERS_BUSY.value:
-            return f"the workers at {mean:.0f}% CPU: more workers (cores allowing) or cheaper transforms"
-        return (f"the workers at {mean:.0f}% CPU (not busy): they wait on I/O: faster storage, cached or "
-                "pre-decoded data, a larger prefetch_factor")
-    return "the loop waits for batches: more DataLoader workers, or cheaper transforms"
+def _for_the_workers(e: Evidence, more: bool = True) -> str | None:
+    """What shortens a wait for the workers, from how busy they are (None: their CPU not read yet).
+    more=False: after words that said more workers already."""
+    if not e.workers.cpu:
+        return None
+    mean = sum(e.workers.cpu) / len(e.workers.cpu)
+    if mean >= T.WORKERS_BUSY.value:
+        return f"the workers at {mean:.0f}% CPU: " + ("more workers (cores allowing) or cheaper transforms" if more
+                                                      else "cheaper transforms, or cores for more of them")
+    return (f"the workers at {mean:.0f}% CPU (not busy): they wait on I/O: faster storage, cached or pre-decoded "
+            "data, a larger prefetch_factor")
 
 
 HIGH = VerdictClass(rule=lambda c: _rule(c, high=True), verdict=lambda c, rules: _verdict(c, rules, high=True))
