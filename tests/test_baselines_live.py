@@ -285,9 +285,16 @@ def test_a_bursty_loop_whose_batches_got_2x_slower_is_flagged_within_30_s_and_a_
         assert code == 3 and c["state"] == "regression" and abs(c["ratio"] - own) < 0.15 * own
         assert c["grown"]["name"] == "data", c["grown"]
         lines = [line for t, line in steady_lines.lines if "baseline" in line or "REGRESSION" in line]
-        assert sum("as baseline" in line for line in lines) >= 30, lines[-3:]
-        assert not false_alarms(steady_lines, logs["steady"], past_warmup(steady.pid, saving))
-        assert once_json(steady.pid, base)[0] == 0
+        steady_ref = past_warmup(steady.pid, saving)
+        assert not false_alarms(steady_lines, logs["steady"], steady_ref)
+        # decided on most lines: as baseline, faster, or a REGRESSION its own timer confirms (false_alarms above)
+        decided = sum(any(w in line for w in ("as baseline", "faster", "REGRESSION")) for line in lines)
+        assert decided >= 30, lines[-3:]
+        code, doc = once_json(steady.pid, base)
+        done = time.monotonic()
+        own = own_mean(steps_of(logs["steady"]), done - OWN_SPAN_S, done) / own_mean(steps_of(logs["steady"]),
+                                                                                     *steady_ref)
+        assert code == 0 or own >= 1.05, (f"{own:.3f}x own", doc["baseline"])  # (slower by its own timer: right)
     finally:
         stop(procs)
 
@@ -297,12 +304,15 @@ def test_2_s_steps_that_become_3_s_are_flagged_within_a_minute_and_a_peak_memory
     long = job("--seconds", 150, "--slow-after", 44, "--slow-by", 0.5, "--truth", truth["long"], *LONG)
     procs = [long]
     try:
+        memory_log = str(tmp_path / "memory.steps")
         memory = job("--seconds", 90, "--slow-after", 32, "--slow-by", 0, "--truth", truth["memory"],
-                     "--fake-peak-mib", "1000:1200")
+                     "--fake-peak-mib", "1000:1200", "--step-log", memory_log)
         procs.append(memory)
         bases = {name: str(tmp_path / f"{name}-baseline.json") for name in ("long", "memory")}
+        saving_at = time.monotonic()
         saving = [save_baseline(long.pid, 34, bases["long"]), save_baseline(memory.pid, 22, bases["memory"])]
         memory_out = saved(saving[1])
+        memory_ref = past_warmup(memory.pid, (saving_at, time.monotonic()))
         assert "peak memory 0.98 GiB" in memory_out, memory_out
         memory_lines = watch(memory.pid, bases["memory"])
         procs.append(memory_lines.proc)
@@ -313,13 +323,22 @@ def test_2_s_steps_that_become_3_s_are_flagged_within_a_minute_and_a_peak_memory
 
         grew_at = wait_for(lambda: truth["memory"].exists() and json.loads(truth["memory"].read_text())["slowed_at"],
                            timeout=60, what="the peak to grow")
-        flagged = wait_for(lambda: memory_lines.first("REGRESSION", grew_at), timeout=20, what="the memory alert")
-        line = next(line for t, line in memory_lines.lines if "REGRESSION" in line)
+        flagged = wait_for(lambda: memory_lines.first("peak memory +20%: 1.0 -> 1.2 GiB", grew_at), timeout=20,
+                           what="the memory alert")
+        line = next(line for t, line in memory_lines.lines if t >= flagged)
         print(f"\npeak memory: flagged {flagged - grew_at:.1f} s after it grew: {line[-120:]}")
-        assert "REGRESSION: peak memory +20%: 1.0 -> 1.2 GiB; step time" in line, line
-        assert not any("REGRESSION" in line for t, line in memory_lines.lines if t < grew_at)
+        # The alert, and the step time's own word beside it: a step-time REGRESSION (here or before the peak grew)
+        # only where the loop's own timer says it was slower (false_alarms: a busy 2-core machine slows it)
+        if "REGRESSION: peak memory +20%: 1.0 -> 1.2 GiB; step time" not in line:
+            own = own_mean(steps_of(memory_log), flagged - OWN_SPAN_S, flagged) / own_mean(steps_of(memory_log),
+                                                                                          *memory_ref)
+            assert "REGRESSION: mean step" in line and own >= 1.05, (f"{own:.3f}x own", line)
+        assert not false_alarms(memory_lines, memory_log, memory_ref, until=grew_at)
         code, doc = once_json(memory.pid, bases["memory"], window=2)
-        assert code == 3 and doc["baseline"]["peak_memory"]["grew"] and doc["baseline"]["state"] != "regression"
+        done = time.monotonic()
+        own = own_mean(steps_of(memory_log), done - OWN_SPAN_S, done) / own_mean(steps_of(memory_log), *memory_ref)
+        assert code == 3 and doc["baseline"]["peak_memory"]["grew"], doc["baseline"]
+        assert doc["baseline"]["state"] != "regression" or own >= 1.05, (f"{own:.3f}x own", doc["baseline"])
 
         slowed_at = wait_for(lambda: truth["long"].exists() and json.loads(truth["long"].read_text())["slowed_at"],
                              timeout=80, what="the 2 s steps to slow down")
