@@ -106,7 +106,7 @@ def _until(check, timeout: float):
 
 
 def returns(call, within: float = 30.0):
-    """What call() returns, called on a thread (None if it has not returned within `within` s)."""
+    """What call() returns, called on a thread: it must return within `within` s."""
     out: list = []
     t = threading.Thread(target=lambda: out.append(call()), daemon=True)
     t.start()

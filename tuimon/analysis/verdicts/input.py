@@ -49,7 +49,7 @@ def _next_step(e: Evidence) -> str:
     which a killed job can leave behind, as PyTorch's docs warn). More workers shorten only the
     blocked part; when that part alone is a moderate input wait (INPUT_MODERATE of the step), the
     workers' advice comes with it (CI's loaded 2-core machine read a loop that waits for two idle
-    workers' 60 ms batches 54% running in next(), quiet 91% blocked; why was not measured there: a
+    workers' 60 ms batches 54% running in next(), here 76-95% blocked; why was not measured there: a
     longer intake, or Python in next() slowed by the load; half the wait was still for the workers).
     Blocked: it waited for the workers, busy or not. (With pin_memory=True the
     pin-memory thread takes the batches in (torch/utils/data/_utils/pin_memory.py) while the loop
