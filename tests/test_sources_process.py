@@ -36,7 +36,7 @@ def test_target_and_children_with_cpu_rss_threads_state():
         assert x.alive and set(rows) == {p.pid, busy, idle}
         assert rows[p.pid].role == "target" and rows[busy].role == "child"
         # the busy child's CPU over the interval is what the kernel says it ran then (its schedstat), however
-        # loaded the machine (with 4 burners on 2 cores it gets ~40% of a core)
+        # loaded the machine (beside burners it gets less than a core)
         own = 100 * (ran[1][1] - ran[0][1]) / (ran[1][0] - ran[0][0])
         assert abs(rows[busy].cpu_percent - own) < 15 and own > 20 and rows[idle].cpu_percent < 10, (rows[busy], own)
         assert rows[p.pid].rss > 200 * 2**20 and x.rss >= rows[p.pid].rss
