@@ -12,5 +12,5 @@ setup(ext_modules=[Extension("tuimon.channel._fastring", ["tuimon/channel/_fastr
                              extra_compile_args=["-O2", "-Wall"], optional=True),
                    # `tuimon inject`'s loader (tuimon/inject/_loader.c): a plain shared library loaded into a
                    # running Python by ptrace; no Python headers, Python's symbols looked up at run time
-                   Extension("tuimon.inject._loader", ["tuimon/inject/_loader.c"], libraries=["dl"],
+                   Extension("tuimon.inject._loader", ["tuimon/inject/_loader.c"], libraries=["dl", "pthread"],
                              extra_compile_args=["-O2", "-Wall"], optional=True)])

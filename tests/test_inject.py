@@ -204,8 +204,12 @@ def _pythons():
     reason="no other CPython 3.10-3.13 here"))])
 def test_the_loader_runs_the_bootstrap_in_each_python(version, exe):
     """The whole path into an interpreter of each version (none of them has torch: the probe, loaded by
-    path from tuimon's own install into that interpreter, answers that from inside the process)."""
-    job = start(exe, "-c", "import time\nend = time.time() + 30\nwhile time.time() < end: sum(range(20000))")
+    path from tuimon's own install into that interpreter, answers that from inside the process). The
+    job's main thread never gives the GIL up, and a second thread waits (as torch's pool does), so the
+    loader lands on that one: on 3.10-3.12 its pending call reaches the main thread only because the
+    loader asks for the GIL (python/cpython#95820; without that, no answer in 15 s on 3.10-3.12)."""
+    job = start(exe, "-c", "import threading, time\nthreading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+                "end = time.time() + 30\nwhile time.time() < end: sum(range(20000))")
     try:
         time.sleep(0.5)
         with pytest.raises(NotLoaded, match="the process has not imported torch"):

@@ -96,6 +96,26 @@ def bootstrap(result: str, directory: str) -> str:
     job's __main__), which starts the loading thread and returns."""
     body = f"""
 import sys, threading
+def _stage():
+    # Said at once, on the main thread (the loading thread's imports can take seconds on a busy machine):
+    # the main thread has run Python, and whether it is inside an import (mid_run._importing's rule, from
+    # the frame it was stopped in: frames 0-2 are this function, the bootstrap and the code that ran it)
+    try:
+        f = sys._getframe(3)
+    except ValueError:
+        return "loading"
+    while f is not None:
+        if f.f_code.co_name == "<module>" and f.f_globals.get("__name__") != "__main__":
+            return "loading importing"
+        f = f.f_back
+    return "loading"
+try:
+    import os
+    fd = os.open({result!r} + ".progress", os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    os.write(fd, _stage().encode())
+    os.close(fd)
+except BaseException:
+    pass
 def _load():
     try:
         tuimon = sys.modules.get("tuimon")
@@ -213,6 +233,9 @@ def _why_pending(result: str) -> str:
         stage = ""
     if stage == "loading":
         return "the probe's modules are still being imported in the job (a busy machine); it loads once they are"
+    if stage == "loading importing":
+        return ("the job's main thread has been importing modules since (its own start, still under way?), and the "
+                "probe's own modules are still being imported beside it (a busy machine); it loads once both are done")
     if stage.startswith("importing"):  # "importing EVERY_S LEFT_S"
         every, left = (stage.split() + ["?", "?"])[1:3]
         return (f"the job's main thread has been importing modules since (its own start, still under way?); the load "

@@ -9,14 +9,22 @@
  * it, mode 0600, in a private folder). Anything missing (not CPython, no interpreter yet, no file)
  * and nothing happens: the process goes on untouched.
  *
+ * A pending call added from a thread other than the main one does not wake the main thread on
+ * CPython 3.9-3.12 (python/cpython#95820): the main thread sees it only when it next takes the GIL
+ * back, which a torch loop does at every op but a pure-Python loop never does. So the constructor
+ * also starts one short thread that takes the GIL once and gives it back (PyGILState_Ensure and
+ * Release, the embedding API): asking for the GIL makes the main thread stop at its next bytecode
+ * boundary, where it runs its pending calls first.
+ *
  * Python's symbols are looked up at run time (dlsym), not linked: a process that is not CPython is
  * never broken by an undefined symbol (a bash that loaded a library linked against libpython died
- * of exit 127). No Python.h: only these three functions, whose C signatures are stable from 3.10 on.
+ * of exit 127). No Python.h: only these five functions, whose C signatures are stable from 3.10 on.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -26,11 +34,15 @@ typedef int (*pending_fn)(void *);
 typedef int (*add_pending_call_t)(pending_fn, void *);
 typedef int (*run_string_t)(const char *, void *); /* PyRun_SimpleStringFlags(str, PyCompilerFlags *) */
 typedef int (*is_initialized_t)(void);
+typedef int (*gil_ensure_t)(void);      /* PyGILState_Ensure: returns PyGILState_STATE, an enum */
+typedef void (*gil_release_t)(int);     /* PyGILState_Release(PyGILState_STATE) */
 
 #define MAX_BOOT 65536
 
 static char boot_path[PATH_MAX];
 static run_string_t run_string;
+static gil_ensure_t gil_ensure;
+static gil_release_t gil_release;
 
 static int run(void *unused) {
     (void)unused;
@@ -58,6 +70,22 @@ static int run(void *unused) {
     return 0; /* never an error: a pending call that fails raises into whatever the main thread runs */
 }
 
+static void *nudge(void *unused) {
+    (void)unused;
+    gil_release(gil_ensure()); /* the request for the GIL is what wakes the main thread */
+    return NULL;
+}
+
+static void start_nudge(void) {
+    pthread_attr_t attr;
+    pthread_t thread;
+    if (gil_ensure == NULL || gil_release == NULL || pthread_attr_init(&attr) != 0)
+        return;
+    if (pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0)
+        pthread_create(&thread, &attr, nudge, NULL); /* none started: the call waits for the next GIL handoff */
+    pthread_attr_destroy(&attr);
+}
+
 __attribute__((constructor)) static void tuimon_loader(void) {
     Dl_info info;
     if (!dladdr((void *)&tuimon_loader, &info) || info.dli_fname == NULL)
@@ -70,7 +98,10 @@ __attribute__((constructor)) static void tuimon_loader(void) {
     add_pending_call_t add = (add_pending_call_t)dlsym(RTLD_DEFAULT, "Py_AddPendingCall");
     is_initialized_t ready = (is_initialized_t)dlsym(RTLD_DEFAULT, "Py_IsInitialized");
     run_string = (run_string_t)dlsym(RTLD_DEFAULT, "PyRun_SimpleStringFlags");
+    gil_ensure = (gil_ensure_t)dlsym(RTLD_DEFAULT, "PyGILState_Ensure");
+    gil_release = (gil_release_t)dlsym(RTLD_DEFAULT, "PyGILState_Release");
     if (add == NULL || ready == NULL || run_string == NULL || !ready())
         return;
-    add(run, NULL);
+    if (add(run, NULL) == 0)
+        start_nudge();
 }

@@ -50,7 +50,9 @@ def progress(result: str, stage: str) -> None:
         os.close(fd)
 
 
-PROGRESS = ("loading", "importing EVERY_S LEFT_S")  # the probe's modules being imported; install() put off
+# "loading" and "loading importing" are written by the bootstrap (tuimon/inject), on the main thread, as it
+# starts the loading thread: the main thread ran Python then, inside an import or not
+PROGRESS = ("loading", "loading importing", "importing EVERY_S LEFT_S")  # install() put off: the last
 
 
 def prepare(result: str, shm_dir: str | None) -> None:
@@ -58,7 +60,6 @@ def prepare(result: str, shm_dir: str | None) -> None:
     try:
         if "torch" not in sys.modules:
             return say(result, "failed: the process has not imported torch")
-        progress(result, "loading")
         _import_gently()
         from . import api
         from .state import probe
