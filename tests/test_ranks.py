@@ -336,6 +336,23 @@ def test_the_others_own_work_is_the_tighter_of_two_bounds():
     assert job_ranks.straggler(bare).others_ms == 24.3  # no phases to bound it by: not below what they measure
 
 
+def test_a_waiting_rank_whose_collectives_overstate_its_wait_still_names_the_straggler():
+    """Two H200s, a 4 MB model, rank 1 spinning 30 ms a step (its own timers: rank 0 works 3.2 ms, rank 1
+    33.2): rank 0's NCCL events read 36.5 ms a step against its 33.8 ms mean step, so what it measures
+    of its own work is 0. That bound is contradicted by its host's own work phases (2.85 ms): the floor
+    holds, and rank 1 is named (11.8x against the truth's 10.4x), where no straggler was named before."""
+    wait = {"data": 0.857, "copy": 0.143, "forward": 0.586, "backward": 1.211, "comm": 0.178, "optimizer": 0.197,
+            "sync": 30.187, "other": 0.443}
+    spin = {"data": 0.692, "copy": 0.142, "forward": 0.586, "backward": 1.36, "comm": 0.233, "optimizer": 0.225,
+            "sync": 0.096, "other": 30.467}
+    rows = [replace(row(0, 33.8, 36.5, wait, ddp_backward_ms=1.459, gpu=0), comm_share=1.0),
+            replace(row(1, 33.8, 0.275, spin, ddp_backward_ms=1.661, gpu=1), comm_share=0.0081)]
+    assert rows[0].own_ms == 0.0
+    s = job_ranks.straggler(rows)
+    assert s.rank == 1 and s.others_ms == pytest.approx(0.857 + 0.586 + 1.211 + 0.197, abs=0.01)
+    assert s.ratio == pytest.approx(33.8 * (1 - 0.0081) / 2.851, rel=1e-3)
+
+
 def test_the_verdicts_for_ranks():
     rows = [row(0, 36.0, 30.5), row(1, 36.0, 0.8, {"forward": 5.0, "other": 30.2, "comm": 0.8})]
     e = Evidence(steps=100, step_ms=36.0, data_share=0.3, phases={"forward": 0.1}, ranks=2,

@@ -20,11 +20,14 @@ def test_a_rank_counts_from_5_steps_in_its_window():
 
 def test_the_straggler_and_the_phases_it_is_slower_in():
     slow = row(1, 30.0, phases={"forward": 12.0, "backward": 10.0, "data": 2.0, "comm": 9.0})
-    fast = row(0, 30.0, comm_ms=15.0, phases={"forward": 6.0, "backward": 10.0, "data": 2.0, "comm": 1.0})
+    fast = row(0, 30.0, comm_ms=15.0, phases={"forward": 3.0, "backward": 10.0, "data": 2.0, "comm": 1.0})
     s = straggler([fast, slow])
     assert (s.rank, s.pid, s.own_ms, s.others_ms, s.ratio) == (1, 101, 30.0, 15.0, 2.0)
-    assert s.slower == {"forward": 6.0}  # backward and data the same: not slower; comm: the wait itself
+    assert s.slower == {"forward": 9.0}  # backward and data the same: not slower; comm: the wait itself
     assert s.others_measured_ms == 15.0
+    # what the others measure (15) below what their host spent in work phases (18): the floor holds
+    fast = row(0, 30.0, comm_ms=15.0, phases={"forward": 6.0, "backward": 10.0, "data": 2.0, "comm": 1.0})
+    assert (straggler([fast, slow]).others_ms, straggler([fast, slow]).others_measured_ms) == (18.0, 15.0)
 
 
 def test_no_straggler_from_ranks_that_do_nothing():
