@@ -30,16 +30,3 @@ def test_cuda_busy_time_over_steps_that_took_time():
     t = Window(steps, NAMES)
     assert (t.syncs().share, t.comm(), t.copies()) == (0.0, None, None)
 
-
-def test_the_collectives_gpu_share_is_of_the_steps_their_events_measured():
-    """Events go on one step in several; a wait that comes in turns (a long step, then a short one, as
-    rank 0 of a DDP job waits for a straggler) is set against the steps it was measured on, not the
-    window's mean step: 60 of a 64 ms step is 94%, where 60 ms against the 34 ms mean step was 100%."""
-    names = {1: "forward", 5: "comm", 14: "comm.gpu_ns"}.get
-    ms = 1_000_000
-    steps = [StepRecord(index=i, t0=i * 100 * ms, t1=(i * 100 + (64 if i % 2 else 4)) * ms, phases={1: 4.0 * ms},
-                        values={14: 60.0 * ms} if i == 1 else {}) for i in range(1, 11)]
-    c = Window(steps, names).comm()
-    assert (c.gpu_ms, c.share) == (60.0, round(60 / 64, 4))
-    host = Window([StepRecord(index=1, t0=0, t1=100, phases={1: 70.0, 5: 30.0})], names).comm()
-    assert (host.gpu_ms, host.share) == (None, 0.3)  # no events: the host's "comm" phase over the steps' time

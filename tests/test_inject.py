@@ -185,6 +185,12 @@ def test_the_bootstrap_binds_nothing_in_the_jobs_main_module(tmp_path):
     assert code.startswith("exec(") and code.count("\n") == 1
     exec(code, ns)  # (its thread not started: the fake threading records it)
     assert set(ns) == {"__builtins__"} and started == ["tuimon-load"]
+    # it says at once that it ran, and whether the frame it stopped (here, this test's) is inside an import
+    assert (tmp_path / "r.progress").read_text() == "loading"
+    code = __import__("tuimon.inject", fromlist=["bootstrap"]).bootstrap(str(tmp_path / "i"), str(tmp_path))
+    exec(compile("exec(code, ns)", "half_imported.py", "exec"),
+         {"__name__": "half_imported", "code": code, "ns": {"__builtins__": b}})
+    assert (tmp_path / "i.progress").read_text() == "loading importing"
 
 
 def _pythons():
@@ -207,7 +213,7 @@ def test_the_loader_runs_the_bootstrap_in_each_python(version, exe):
     path from tuimon's own install into that interpreter, answers that from inside the process). The
     job's main thread never gives the GIL up, and a second thread waits (as torch's pool does), so the
     loader lands on that one: on 3.10-3.12 its pending call reaches the main thread only because the
-    loader asks for the GIL (python/cpython#95820; without that, no answer in 15 s on 3.10-3.12)."""
+    loader asks for the GIL (python/cpython#95820; without that, none of 3.10-3.12 answered in 15 s)."""
     job = start(exe, "-c", "import threading, time\nthreading.Thread(target=threading.Event().wait, daemon=True).start()\n"
                 "end = time.time() + 30\nwhile time.time() < end: sum(range(20000))")
     try:
@@ -322,3 +328,18 @@ def test_a_job_still_importing_is_put_off_and_the_wait_says_so(tmp_path):
     finally:
         job.kill()
         job.wait()
+
+
+@pytest.mark.parametrize(("stage", "words"), [
+    (None, "has run no Python since"),  # the bootstrap never ran
+    ("loading", "still being imported in the job"),
+    ("loading importing", "has been importing modules since"),
+    ("scheduled", "its install waits for the job's main thread, which has run no Python since"),
+    ("importing 0.2 18", "asked again every 0.2 s, for 18 s more")])
+def test_what_the_wait_says_follows_where_the_load_stands(tmp_path, stage, words):
+    from tuimon.inject import _why_pending
+
+    result = tmp_path / "result"
+    if stage is not None:
+        (tmp_path / "result.progress").write_text(stage)
+    assert words in _why_pending(str(result))

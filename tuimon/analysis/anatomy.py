@@ -105,26 +105,21 @@ class Window:
 
     def comm(self) -> CommTimes | None:
         """Time in collectives per step: the "comm" phase (host) and the CUDA events' GPU time (over
-        the steps they measured); None when the window has none (a job of one process). The GPU share
-        is of those same steps' time: events go on one step in several, and a wait that comes in turns
-        (a long step, then a short one) must not be set against the other steps' mean."""
+        the steps they resolved in); None when the window has none (a job of one process)."""
         measured = self.measured
         if not measured:
             return None
         host = self.phase_ns.get("comm", 0.0) / len(measured)
-        calls = self._of("comm.calls", measured=True)
-        timed = [(v, st.duration_ns) for st, v in self._values.get("comm.gpu_ns", ()) if st.phases]
-        if not host and not calls and not timed:
+        calls, gpu = self._of("comm.calls", measured=True), self._of("comm.gpu_ns", measured=True)
+        if not host and not calls and not gpu:
             return None
         step_ns = self.total_ns / len(measured)
-        gpu_ns = sum(v for v, _ in timed) / len(timed) if timed else None
-        timed_ns = sum(d for _, d in timed)
-        share = (sum(v for v, _ in timed) / timed_ns if timed_ns > 0 else 0.0) if timed else \
-            (host / step_ns if step_ns > 0 else 0.0)
+        gpu_ns = sum(gpu) / len(gpu) if gpu else None
+        per_step = gpu_ns if gpu_ns is not None else host
         nbytes = sum(self._of("comm.bytes", measured=True)) / len(measured)
         return CommTimes(host_ms=round(host / 1e6, 3),
                          gpu_ms=round(gpu_ns / 1e6, 3) if gpu_ns is not None else None,
-                         share=round(min(1.0, share), 4),
+                         share=round(min(1.0, per_step / step_ns), 4) if step_ns > 0 else 0.0,
                          mb_per_step=round(nbytes / 2**20, 2),
                          calls_per_step=round(sum(calls) / len(measured), 2))
 

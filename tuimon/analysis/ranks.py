@@ -36,10 +36,12 @@ def straggler(rows: list[RankRow]) -> Straggler | None:
     the ranks are on GPUs, that excess of their backward over the straggler's comes off. The
     straggler's own work less what it spends more in its phases holds all of the others' work when
     the ranks run the same step (DDP, FSDP: one model, equal batches), and any extra of the straggler that no host phase shows (a
-    slower GPU). The result never goes below what the others' host spends in data, forward, backward
-    and optimizer (work, not a wait): a floor, for ranks whose phases are missing or cut short, and
-    for a measure the collectives' GPU time overstates (it can overlap the host's work: two H200s, a
-    4 MB model, rank 0's 36.5 ms of NCCL events a step against its 33.8 ms step)."""
+    slower GPU). The second never goes below what the others' host spends in data, forward,
+    backward and optimizer (a floor, for a straggler whose phases are missing or cut short). Where
+    the tighter bound comes to 0 or less, what they measure stands; where that too is 0 (their
+    collectives' GPU time read at or above their step: NCCL does not block the host, so the event
+    pair also covers the host's work after it, up to its next sync; two H200s, a 4 MB model, rank 0's
+    36.5 ms of events a step against its 33.8 ms step), the floor does: work, not a wait."""
     ranked = sorted(((r.own_ms, r) for r in _measured(rows) if r.own_ms is not None), key=lambda x: x[0])
     if len(ranked) < 2:
         return None
@@ -60,8 +62,8 @@ def straggler(rows: list[RankRow]) -> Straggler | None:
             deltas[phase] = d
     slower = dict(sorted(deltas.items(), key=lambda kv: -kv[1]))
     floor = _median([sum(r.phases.get(ph, 0.0) for ph in WORK_PHASES) for r in others])
-    ref = max(floor, min(measured - max(0.0, slowed), slow_ms - sum(slower.values())))
-    ref = ref if ref > 0 else measured  # (neither bound usable, no floor: what they measure)
+    ref = min(measured - max(0.0, slowed), max(floor, slow_ms - sum(slower.values())))
+    ref = ref if ref > 0 else measured if measured > 0 else floor  # (the tighter bound unusable)
     if ref <= 0:
         return None
     return Straggler(rank=slow.rank, pid=slow.pid, ratio=round(slow_ms / ref, 3),

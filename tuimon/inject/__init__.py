@@ -3,8 +3,8 @@
 
 How (docs/injection.md says why this way):
 - Python 3.10 to 3.13: pyinjector (ptrace) loads tuimon's loader library (_loader.c) into the
-  process; its constructor only schedules a pending call; the interpreter runs it on its main thread
-  at a safe point, and it runs the bootstrap below;
+  process; its constructor schedules a pending call (and asks for the GIL once, so that the main thread
+  sees it: _loader.c); the interpreter runs it on its main thread at a safe point: the bootstrap below;
 - Python 3.14 and later: sys.remote_exec (PEP 768), asked through the process's own interpreter,
   runs the same bootstrap at the interpreter's own safe point.
 The bootstrap starts one thread that imports tuimon's probe from tuimon's own install (by path: the
@@ -225,7 +225,8 @@ def _wait(result: str, pid: int, wait_s: float, cancel: threading.Event | None =
 
 
 def _why_pending(result: str) -> str:
-    """Where the load stands, from the progress the loading thread wrote (mid_run.progress)."""
+    """Where the load stands, from the progress the bootstrap and the loading thread wrote
+    (mid_run.PROGRESS)."""
     try:
         with open(result + ".progress") as f:
             stage = f.read()
@@ -233,6 +234,9 @@ def _why_pending(result: str) -> str:
         stage = ""
     if stage == "loading":
         return "the probe's modules are still being imported in the job (a busy machine); it loads once they are"
+    if stage == "scheduled":
+        return ("the probe is imported and its install waits for the job's main thread, which has run no Python "
+                "since (blocked in a call: a sync, a collective, a sleep); it loads when that call returns")
     if stage == "loading importing":
         return ("the job's main thread has been importing modules since (its own start, still under way?), and the "
                 "probe's own modules are still being imported beside it (a busy machine); it loads once both are done")

@@ -1,7 +1,7 @@
 /* The library `tuimon inject` loads into a running CPython (3.10-3.13) through a ptrace injector
  * (pyinjector). Its constructor runs on a thread of the target that was stopped wherever it was,
- * perhaps inside the interpreter or malloc, so it does one thing: Py_AddPendingCall, which needs
- * neither the GIL nor a thread state. The interpreter then calls run() on its main thread, between
+ * perhaps inside the interpreter or malloc, so it runs no Python: Py_AddPendingCall, which needs
+ * neither the GIL nor a thread state, and one short thread (below). The interpreter then calls run() on its main thread, between
  * two bytecodes, holding the GIL: there it is safe to run Python.
  *
  * run() reads the bootstrap beside this file (same name, ".py" for ".so"), and runs it only if it
@@ -10,7 +10,7 @@
  * and nothing happens: the process goes on untouched.
  *
  * A pending call added from a thread other than the main one does not wake the main thread on
- * CPython 3.9-3.12 (python/cpython#95820): the main thread sees it only when it next takes the GIL
+ * CPython 3.10-3.12 here (3.9 too, python/cpython#95820): the main thread sees it only when it next takes the GIL
  * back, which a torch loop does at every op but a pure-Python loop never does. So the constructor
  * also starts one short thread that takes the GIL once and gives it back (PyGILState_Ensure and
  * Release, the embedding API): asking for the GIL makes the main thread stop at its next bytecode
@@ -43,6 +43,7 @@ static char boot_path[PATH_MAX];
 static run_string_t run_string;
 static gil_ensure_t gil_ensure;
 static gil_release_t gil_release;
+static is_initialized_t initialized;
 
 static int run(void *unused) {
     (void)unused;
@@ -72,7 +73,10 @@ static int run(void *unused) {
 
 static void *nudge(void *unused) {
     (void)unused;
-    gil_release(gil_ensure()); /* the request for the GIL is what wakes the main thread */
+    /* (not once the interpreter is finalizing: PyGILState_Ensure would then exit this thread or, late
+     * enough, fail; the check narrows that window, nothing can close it from outside the interpreter) */
+    if (initialized())
+        gil_release(gil_ensure()); /* the request for the GIL is what wakes the main thread */
     return NULL;
 }
 
@@ -96,7 +100,7 @@ __attribute__((constructor)) static void tuimon_loader(void) {
     memcpy(boot_path, info.dli_fname, n - 3);
     memcpy(boot_path + n - 3, ".py", 4);
     add_pending_call_t add = (add_pending_call_t)dlsym(RTLD_DEFAULT, "Py_AddPendingCall");
-    is_initialized_t ready = (is_initialized_t)dlsym(RTLD_DEFAULT, "Py_IsInitialized");
+    is_initialized_t ready = initialized = (is_initialized_t)dlsym(RTLD_DEFAULT, "Py_IsInitialized");
     run_string = (run_string_t)dlsym(RTLD_DEFAULT, "PyRun_SimpleStringFlags");
     gil_ensure = (gil_ensure_t)dlsym(RTLD_DEFAULT, "PyGILState_Ensure");
     gil_release = (gil_release_t)dlsym(RTLD_DEFAULT, "PyGILState_Release");

@@ -97,12 +97,9 @@ class RankRow:
 
     @property
     def own_ms(self) -> float | None:
-        """The rank's own work per step: its step less the time it waited in collectives (by the share
-        of step time they took, where known: measured over the same steps)."""
+        """The rank's own work per step: its step less the time it waited in collectives."""
         if self.step_mean_ms is None:
             return None
-        if self.comm_share is not None:
-            return self.step_mean_ms * (1.0 - self.comm_share)
         return max(0.0, self.step_mean_ms - (self.comm_ms or 0.0))
 
 

@@ -1,7 +1,7 @@
 """The probe loaded into a job that is already running (`tuimon inject`, `tuimon attach --inject`).
 
-The injector's bootstrap (tuimon/inject/__init__.py: bootstrap) runs on the job's main thread at a safe point and
-only starts a thread; that thread runs prepare(): it imports the probe (tens of milliseconds of
+The injector's bootstrap (tuimon/inject/__init__.py: bootstrap) runs on the job's main thread at a safe point,
+says so (PROGRESS) and starts a thread; that thread runs prepare(): it imports the probe (tens of milliseconds of
 Python, interleaved with the loop by the interpreter's switch interval rather than stopping it),
 then asks the interpreter to call install() on the main thread, between two bytecodes: the hooks
 go in there, never from another thread while the loop may be iterating the very hook dictionaries
@@ -51,8 +51,9 @@ def progress(result: str, stage: str) -> None:
 
 
 # "loading" and "loading importing" are written by the bootstrap (tuimon/inject), on the main thread, as it
-# starts the loading thread: the main thread ran Python then, inside an import or not
-PROGRESS = ("loading", "loading importing", "importing EVERY_S LEFT_S")  # install() put off: the last
+# starts the loading thread (the main thread ran Python then, inside an import or not); "scheduled" once
+# the probe is imported and install() asked of the main thread; the last when install() was put off
+PROGRESS = ("loading", "loading importing", "scheduled", "importing EVERY_S LEFT_S")
 
 
 def prepare(result: str, shm_dir: str | None) -> None:
@@ -66,6 +67,7 @@ def prepare(result: str, shm_dir: str | None) -> None:
 
         if probe is not None:
             return say(result, f"failed: the probe already runs in this process ({api.status().path})")
+        progress(result, "scheduled")
         _schedule(result, shm_dir, RETRIES)
     except BaseException as e:  # noqa: BLE001 - never into the job
         say(result, f"failed: {type(e).__name__}: {e}")
